@@ -1,0 +1,350 @@
+"""Configuration: load YAML, apply ``--override`` edits, validate against typed schemas.
+
+Every key of a config falls in exactly one of three classes:
+
+* **implemented** -- a field of a schema dataclass; its value is type-checked at load.
+* **known WeNet key that asrkit does not support** -- listed in the schema's
+  ``UNSUPPORTED`` mapping together with the values that mean "off" (or WeNet's default).
+  Such a key is accepted only at one of those values (and then dropped, with a note);
+  any other value is an error saying it is unsupported.
+* **unknown** -- an error naming the full key path and the closest valid key.
+
+All errors of one config are collected and raised together as one :class:`ConfigError`,
+at load time, before any heavy work starts.
+
+Schemas are plain dataclasses.  Supported field types: ``bool``, ``int``, ``float``
+(ints and float-looking strings such as ``1e-3`` are accepted, a YAML 1.1 gotcha),
+``str``, ``Literal[...]``, ``Optional[T]``, ``list[T]``, ``dict[str, T]`` and nested
+schema dataclasses.  A field made with ``asrkit.schema.checked(default, fn)`` is
+also checked by ``fn(value)``, which returns an error message or ``None``.  A schema may
+define ``validate(self) -> list[str]`` for checks across its fields.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any, ClassVar, Iterable, Literal, Optional, Union
+
+import yaml
+
+from asrkit.schema import checked, merged_unsupported, non_negative, positive
+
+
+class ConfigError(ValueError):
+    """A config failed validation; ``errors`` lists one message per problem."""
+
+    def __init__(self, errors: list[str], source: str = "config"):
+        self.errors = list(errors)
+        lines = "\n  ".join(self.errors)
+        super().__init__(f"invalid {source} ({len(self.errors)} problem(s)):\n  {lines}")
+
+
+# ----------------------------------------------------------------------------- schemas
+# Sections owned by other packages live next to the code that reads them
+# (asrkit/data/schema.py, asrkit/models/schema.py, ...) and are attached to the root below.
+
+
+@dataclasses.dataclass
+class OptimConf:
+    """``optim_conf``: Adam/AdamW hyper-parameters."""
+
+    lr: float = checked(0.001, positive)
+    weight_decay: float = checked(0.0, non_negative)
+    betas: list[float] = dataclasses.field(default_factory=lambda: [0.9, 0.98])
+    eps: float = checked(1e-9, positive)
+
+
+@dataclasses.dataclass
+class SchedulerConf:
+    """``scheduler_conf`` of ``warmuplr``:
+    lr(step) = lr · warmup_steps^0.5 · min(step^-0.5, step · warmup_steps^-1.5)."""
+
+    warmup_steps: int = checked(25000, positive)
+
+
+@dataclasses.dataclass
+class LaunchConf:
+    """``launch``: how this process joins the job.  The only section allowed to differ
+    between nodes (ranks and addresses legitimately do).  Precedence: torchrun
+    environment > command-line flags > this section."""
+
+    dist_backend: Literal["auto", "gloo", "nccl"] = "auto"
+    init_method: str = "env://"
+
+
+from asrkit.data.schema import DataSections  # noqa: E402  (sections live beside their code)
+from asrkit.models.schema import ModelSections  # noqa: E402
+from asrkit.text.schema import TextSections  # noqa: E402
+
+
+@dataclasses.dataclass
+class TrainerSections:
+    """Trainer-level keys (WeNet names)."""
+
+    accum_grad: int = checked(1, positive)
+    grad_clip: float = checked(5.0, positive)
+    max_epoch: int = checked(100, positive)
+    log_interval: int = checked(100, positive)
+    save_interval: int = checked(0, non_negative)
+    optim: Literal["adam", "adamw"] = "adam"
+    optim_conf: OptimConf = dataclasses.field(default_factory=OptimConf)
+    scheduler: Literal["warmuplr"] = "warmuplr"
+    scheduler_conf: SchedulerConf = dataclasses.field(default_factory=SchedulerConf)
+    dtype: Literal["fp32", "fp16", "bf16"] = "fp32"
+    launch: LaunchConf = dataclasses.field(default_factory=LaunchConf)
+
+    UNSUPPORTED: ClassVar[dict[str, tuple]] = {
+        "use_amp": (False,),  # asrkit selects mixed precision with `dtype: fp16|bf16`
+    }
+
+
+_SECTIONS = (TrainerSections, ModelSections, DataSections, TextSections)
+
+
+@dataclasses.dataclass
+class TrainConfig(*reversed(_SECTIONS)):
+    """Root of a training config: the union of every package's top-level keys.
+    Each package declares its keys (and its known-but-unsupported WeNet keys) in
+    its own ``schema.py``; they are merged here."""
+
+    UNSUPPORTED: ClassVar[dict[str, tuple]] = merged_unsupported(*_SECTIONS)
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _closest(name: str, candidates: Iterable[str]) -> Optional[str]:
+    found = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def _type_name(tp) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _convert(value: Any, tp: Any, path: str, errors: list[str]) -> Any:
+    """Return ``value`` converted to ``tp``; append messages to ``errors`` on failure."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, path, errors)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1:
+            return _convert(value, inner[0], path, errors)
+        for cand in inner:  # first alternative that accepts the value
+            trial: list[str] = []
+            out = _convert(value, cand, path, trial)
+            if not trial:
+                return out
+        errors.append(f"{path}: expected {_type_name(tp)}, got {value!r}")
+        return value
+    if origin is Literal:
+        if value in args and type(value) is type(next(a for a in args if a == value)):
+            return value
+        hint = _closest(str(value), [str(a) for a in args])
+        extra = f"; did you mean {hint}?" if hint else ""
+        errors.append(f"{path}: must be one of {list(args)}, got {value!r}{extra}")
+        return value
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            errors.append(f"{path}: expected a list, got {value!r}")
+            return value
+        return [_convert(v, args[0], f"{path}[{i}]", errors) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            errors.append(f"{path}: expected a mapping, got {value!r}")
+            return value
+        return {str(k): _convert(v, args[1], f"{path}.{k}", errors) for k, v in value.items()}
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    else:  # pragma: no cover - schema author error
+        raise TypeError(f"unsupported schema type {tp!r} at {path}")
+    errors.append(f"{path}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def _build(cls, raw: Any, path: str, errors: list[str], notes: Optional[list[str]] = None):
+    prefix = f"{path}." if path else ""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        errors.append(f"{path or 'config'}: expected a mapping, got {raw!r}")
+        return cls()
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unsupported: dict[str, tuple] = getattr(cls, "UNSUPPORTED", {})
+    kwargs = {}
+    for key, value in raw.items():
+        key = str(key)
+        full = prefix + key
+        if key in fields:
+            f = fields[key]
+            before = len(errors)
+            converted = _convert(value, hints[key], full, errors)
+            checker = f.metadata.get("check")
+            if checker is not None and len(errors) == before:
+                msg = checker(converted)
+                if msg:
+                    errors.append(f"{full}: {msg}")
+            kwargs[key] = converted
+        elif key in unsupported:
+            allowed = unsupported[key]
+            if value in allowed and (value is None or any(type(value) is type(a) for a in allowed)):
+                if notes is not None:
+                    notes.append(f"{full}: {value!r} accepted and ignored (asrkit does not support it)")
+            else:
+                shown = ", ".join(yaml.safe_dump(a, default_flow_style=True).strip().removesuffix("...").strip()
+                                  for a in allowed)
+                errors.append(f"{full}: {yaml.safe_dump(value, default_flow_style=True).strip().removesuffix('...').strip()}"
+                              f" is not supported by asrkit (accepted only as: {shown})")
+        else:
+            hint = _closest(key, list(fields) + list(unsupported))
+            extra = f"; did you mean {prefix}{hint}?" if hint else ""
+            errors.append(f"{full}: unknown key{extra}")
+    try:
+        obj = cls(**{k: v for k, v in kwargs.items()})
+    except TypeError as e:  # pragma: no cover - defensive
+        errors.append(f"{path or 'config'}: {e}")
+        return cls()
+    post = getattr(obj, "validate", None)
+    if post is not None:
+        for msg in post() or []:
+            errors.append(f"{prefix}{msg}")
+    return obj
+
+
+def build(cls, raw: dict, source: str = "config", notes: Optional[list[str]] = None):
+    """Validate ``raw`` (a plain dict) against schema ``cls``; raise :class:`ConfigError`
+    listing every problem.  Accepted-and-ignored unsupported keys are appended to ``notes``."""
+    errors: list[str] = []
+    obj = _build(cls, raw, "", errors, notes)
+    if errors:
+        raise ConfigError(errors, source)
+    return obj
+
+
+def check_all(cls, raw: dict) -> list[str]:
+    """Every validation problem of ``raw`` against ``cls`` (empty list when it is valid)."""
+    errors: list[str] = []
+    _build(cls, raw, "", errors, None)
+    return errors
+
+
+# ----------------------------------------------------------------------------- overrides
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """``"a.b.c=value"`` -> (["a", "b", "c"], value parsed as a YAML scalar/flow value)."""
+    if "=" not in item:
+        raise ConfigError([f"--override {item!r}: expected KEY.PATH=VALUE"], "command line")
+    key, text = item.split("=", 1)
+    parts = [p for p in key.strip().split(".")]
+    if not all(parts):
+        raise ConfigError([f"--override {item!r}: empty key component"], "command line")
+    try:
+        value = yaml.safe_load(text) if text.strip() != "" else ""
+    except yaml.YAMLError as e:
+        raise ConfigError([f"--override {item!r}: value is not valid YAML ({e})"], "command line")
+    return parts, value
+
+
+def apply_overrides(raw: dict, overrides: Iterable[str]) -> dict:
+    """Return a copy of ``raw`` with each ``a.b.c=value`` applied (intermediate mappings
+    are created when missing; validation later catches keys that do not exist)."""
+    out = copy.deepcopy(raw) if raw else {}
+    for item in overrides or []:
+        parts, value = parse_override(item)
+        node = out
+        for i, part in enumerate(parts[:-1]):
+            nxt = node.get(part)
+            if nxt is None:
+                nxt = node[part] = {}
+            elif not isinstance(nxt, dict):
+                where = ".".join(parts[: i + 1])
+                raise ConfigError([f"--override {item!r}: {where} is {nxt!r}, not a mapping"], "command line")
+            node = nxt
+        node[parts[-1]] = value
+    return out
+
+
+# ----------------------------------------------------------------------------- io
+
+
+def read_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError([f"config file not found: {path}"], str(path))
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ConfigError([f"not valid YAML: {e}"], str(path))
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError([f"top level must be a mapping, got {type(raw).__name__}"], str(path))
+    return raw
+
+
+def load_config(path: str | Path, overrides: Iterable[str] = (), cls=None,
+                notes: Optional[list[str]] = None):
+    """Read ``path``, apply ``overrides``, validate against ``cls`` (default :class:`TrainConfig`)."""
+    cls = cls or TrainConfig
+    raw = apply_overrides(read_yaml(path), overrides)
+    return build(cls, raw, str(path), notes)
+
+
+def to_dict(obj) -> dict:
+    """Plain dict of a schema object (what ``train.yaml`` holds)."""
+    return dataclasses.asdict(obj)
+
+
+def dump_config(obj, path: str | Path) -> None:
+    """Write ``obj`` as YAML; ``load_config(path)`` gives back an equal object."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(to_dict(obj), sort_keys=False, allow_unicode=True), encoding="utf-8")
+    tmp.replace(path)
+
+
+def schema_classes(cls=None) -> list[type]:
+    """All schema dataclasses reachable from ``cls`` (default the root), root first."""
+    cls = cls or TrainConfig
+    seen: list[type] = []
+
+    def walk(tp):
+        if dataclasses.is_dataclass(tp):
+            if tp in seen:
+                return
+            seen.append(tp)
+            for hint in typing.get_type_hints(tp).values():
+                walk(hint)
+        for arg in typing.get_args(tp):
+            walk(arg)
+
+    walk(cls)
+    return seen
