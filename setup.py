@@ -1,0 +1,26 @@
+"""asrkit: config-driven conformer CTC/attention speech recognition training."""
+from setuptools import find_packages, setup
+
+setup(
+    name="asrkit",
+    version="0.1.0",
+    description="Config-driven conformer CTC/attention ASR training toolkit (WeNet style)",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["asrkit", "asrkit.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "torch>=2.4",
+        "torchaudio>=2.4",
+        "soundfile>=0.12",
+        "sentencepiece>=0.2",
+        "tensorboard>=2.14",
+        "pyyaml>=6.0",
+        "numpy>=1.24",
+    ],
+    extras_require={"test": ["pytest>=7.4"]},
+    entry_points={
+        "console_scripts": [
+        ],
+    },
+)

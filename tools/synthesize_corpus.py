@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""Synthesize a speaker-independent speech corpus with espeak-ng + sox.
+
+The default task, ``digits``, is a TIDIGITS-style connected-digit corpus: 1-7 words
+drawn from "zero oh one two ... nine".  A *speaker* is an (accent, voice variant)
+pair; the variants are partitioned between the splits, so **no dev/test variant is
+ever heard in train** (speaker-independent evaluation).
+
+Each utterance gets, from a generator seeded by (seed, split, index): a speaker, a
+speaking rate and pitch, a peak level, random leading/trailing silence and additive
+low-level noise (white to low-passed "pink-ish") at a random SNR.  Output is 16 kHz
+mono 16-bit PCM wav; ``wav.scp``, ``text`` and ``utt2spk`` are written per split.
+
+Deterministic: the same arguments give byte-identical files (espeak-ng is
+deterministic, sox runs with ``-R``, noise comes from the seeded generator).
+Parallel over ``--jobs`` processes.  Idempotent: a finished split with the same
+arguments (recorded in ``<out>/<split>/.done``) is not synthesized again.
+
+Usage:
+    tools/synthesize_corpus.py --out corpus/digits [--train 4000 --dev 300 --test 300]
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import multiprocessing as mp
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+SAMPLE_RATE = 16000
+ACCENTS = ["en-us", "en-gb", "en-gb-scotland", "en-gb-x-rp", "en-029",
+           "en-gb-x-gbclan", "en-gb-x-gbcwmd", "en-us-nyc"]
+# whispered variants carry no voicing at all; they are left out of every split
+EXCLUDED_VARIANTS = {"whisper", "whisperf"}
+SPLIT_IDS = {"train": 0, "dev": 1, "test": 2}
+
+DIGIT_WORDS = ["zero", "oh", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+
+
+def digits_text(rng: np.random.Generator) -> str:
+    """1-7 connected digits, TIDIGITS style."""
+    n = int(rng.integers(1, 8))
+    return " ".join(DIGIT_WORDS[int(i)] for i in rng.integers(0, len(DIGIT_WORDS), size=n))
+
+
+TASKS = {"digits": digits_text}
+
+
+# ----------------------------------------------------------------------------- system tools
+
+
+def ensure_tools() -> None:
+    """Install espeak-ng and sox with apt-get when missing and possible, else exit clearly."""
+    missing = [t for t in ("espeak-ng", "sox") if shutil.which(t) is None]
+    if not missing:
+        return
+    can_apt = shutil.which("apt-get") is not None and hasattr(os, "geteuid") and os.geteuid() == 0
+    if can_apt:
+        print(f"installing {' '.join(missing)} with apt-get ...", file=sys.stderr)
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "espeak-ng", "sox"], check=False, env=env)
+        missing = [t for t in ("espeak-ng", "sox") if shutil.which(t) is None]
+        if not missing:
+            return
+    sys.exit(f"error: {', '.join(missing)} not found. Install them first, e.g. "
+             f"'sudo apt-get install -y espeak-ng sox' (Debian/Ubuntu) or "
+             f"'brew install espeak-ng sox' (macOS), then rerun.")
+
+
+def list_variants() -> list[str]:
+    """espeak-ng voice variant identifiers (the part after '+', e.g. 'm3', 'Alex')."""
+    out = subprocess.run(["espeak-ng", "--voices=variant"], capture_output=True, text=True, check=True)
+    names = []
+    for line in out.stdout.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) >= 5 and parts[4].startswith("!v/"):
+            name = parts[4][3:]
+            if name not in EXCLUDED_VARIANTS:
+                names.append(name)
+    return sorted(set(names))
+
+
+def split_variants(variants: list[str], seed: int, dev_share: float, test_share: float) -> dict[str, list[str]]:
+    """Partition variants between the splits (disjoint), deterministically from ``seed``."""
+    order = list(variants)
+    np.random.default_rng([seed, 99]).shuffle(order)
+    n_test = max(1, round(len(order) * test_share))
+    n_dev = max(1, round(len(order) * dev_share))
+    return {"test": sorted(order[:n_test]), "dev": sorted(order[n_test:n_test + n_dev]),
+            "train": sorted(order[n_test + n_dev:])}
+
+
+# ----------------------------------------------------------------------------- one utterance
+
+
+def synthesize(text: str, voice: str, rate_wpm: int, pitch: int) -> np.ndarray:
+    """espeak-ng -> sox (16 kHz mono) -> float32 samples in [-1, 1]."""
+    espeak = subprocess.run(["espeak-ng", "-v", voice, "-s", str(rate_wpm), "-p", str(pitch),
+                             "--stdout", text], capture_output=True, check=True)
+    sox = subprocess.run(["sox", "-R", "-t", "wav", "-", "-t", "wav", "-r", str(SAMPLE_RATE),
+                          "-c", "1", "-b", "16", "-"], input=espeak.stdout, capture_output=True, check=True)
+    audio, sr = sf.read(io.BytesIO(sox.stdout), dtype="float32")
+    assert sr == SAMPLE_RATE
+    return audio
+
+
+def trim_silence(audio: np.ndarray, threshold: float = 1e-3) -> np.ndarray:
+    loud = np.flatnonzero(np.abs(audio) > threshold)
+    return audio[loud[0]:loud[-1] + 1] if loud.size else audio
+
+
+def add_silence_and_noise(speech: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Scale to a random peak, pad 0.05-0.6 s of silence each side, add noise at 10-35 dB SNR."""
+    speech = speech / max(float(np.max(np.abs(speech))), 1e-6) * rng.uniform(0.25, 0.85)
+    lead = np.zeros(int(rng.uniform(0.05, 0.6) * SAMPLE_RATE), dtype=np.float32)
+    tail = np.zeros(int(rng.uniform(0.05, 0.6) * SAMPLE_RATE), dtype=np.float32)
+    signal = np.concatenate([lead, speech.astype(np.float32), tail])
+    white = rng.standard_normal(signal.size)
+    colour = rng.uniform(0.0, 0.95)  # one-pole low-pass: 0 = white, 0.95 = dull rumble
+    kernel = colour ** np.arange(int(np.ceil(np.log(1e-6) / np.log(max(colour, 1e-3)))) + 1)
+    noise = np.convolve(white, kernel)[: white.size]
+    snr_db = rng.uniform(10.0, 35.0)
+    speech_power = float(np.mean(speech.astype(np.float64) ** 2))
+    noise *= np.sqrt(speech_power / (10 ** (snr_db / 10)) / max(float(np.mean(noise ** 2)), 1e-12))
+    return np.clip(signal + noise.astype(np.float32), -1.0, 1.0)
+
+
+def make_utterance(job: tuple) -> tuple[str, str, str, str]:
+    """Synthesize one utterance; returns (key, speaker, text, wav path)."""
+    out_dir, split, index, seed, task, accents, variants = job
+    rng = np.random.default_rng([seed, SPLIT_IDS[split], index])
+    accent = accents[int(rng.integers(len(accents)))]
+    variant = variants[int(rng.integers(len(variants)))]
+    text = TASKS[task](rng)
+    rate = int(rng.integers(130, 231))
+    pitch = int(rng.integers(20, 81))
+    speaker = f"{accent}_{variant}".replace("-", "")
+    key = f"{speaker}-{split}{index:05d}"
+    audio = add_silence_and_noise(trim_silence(synthesize(text, f"{accent}+{variant}", rate, pitch)), rng)
+    path = Path(out_dir) / "wav" / f"{key}.wav"
+    sf.write(str(path), audio, SAMPLE_RATE, subtype="PCM_16", format="WAV")
+    return key, speaker, text, str(path.resolve())
+
+
+# ----------------------------------------------------------------------------- a split
+
+
+def write_split(out_dir: Path, rows: list[tuple[str, str, str, str]]) -> None:
+    rows = sorted(rows)
+    (out_dir / "wav.scp").write_text("".join(f"{k} {p}\n" for k, _, _, p in rows), encoding="utf-8")
+    (out_dir / "text").write_text("".join(f"{k} {t}\n" for k, _, t, _ in rows), encoding="utf-8")
+    (out_dir / "utt2spk").write_text("".join(f"{k} {s}\n" for k, s, _, _ in rows), encoding="utf-8")
+
+
+def build_split(out: Path, split: str, count: int, args, variants: list[str]) -> float:
+    """Synthesize one split unless an identical one is already complete; returns seconds spent."""
+    split_dir = out / split
+    stamp = {"task": args.task, "count": count, "seed": args.seed, "accents": ACCENTS,
+             "variants": variants, "version": 1}
+    done = split_dir / ".done"
+    if done.is_file() and json.loads(done.read_text()) == stamp:
+        print(f"{split}: {count} utterances already synthesized in {split_dir}", file=sys.stderr)
+        return 0.0
+    if split_dir.exists():
+        shutil.rmtree(split_dir)
+    (split_dir / "wav").mkdir(parents=True)
+    jobs = [(str(split_dir), split, i, args.seed, args.task, ACCENTS, variants) for i in range(count)]
+    start = time.time()
+    with mp.get_context("fork").Pool(args.jobs) as pool:
+        rows = pool.map(make_utterance, jobs, chunksize=16)
+    write_split(split_dir, rows)
+    done.write_text(json.dumps(stamp))
+    spent = time.time() - start
+    print(f"{split}: {count} utterances, {len(variants)} variants x {len(ACCENTS)} accents, "
+          f"{spent:.1f} s", file=sys.stderr)
+    return spent
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="output directory (one sub-directory per split)")
+    p.add_argument("--task", default="digits", choices=sorted(TASKS))
+    p.add_argument("--train", type=int, default=4000)
+    p.add_argument("--dev", type=int, default=300)
+    p.add_argument("--test", type=int, default=300)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--dev_share", type=float, default=0.15, help="share of voice variants for dev")
+    p.add_argument("--test_share", type=float, default=0.15, help="share of voice variants for test")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    args = p.parse_args(argv)
+
+    ensure_tools()
+    out = Path(args.out)
+    variants = split_variants(list_variants(), args.seed, args.dev_share, args.test_share)
+    total = 0.0
+    for split in ("train", "dev", "test"):
+        total += build_split(out, split, getattr(args, split), args, variants[split])
+    (out / "speakers.json").write_text(json.dumps(variants, indent=1))
+    print(f"corpus ready in {out} ({total:.1f} s)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
