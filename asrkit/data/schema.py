@@ -1,0 +1,130 @@
+"""Top-level config keys owned by ``asrkit.data`` (merged into ``asrkit.config.TrainConfig``).
+
+Key names and defaults follow WeNet's ``dataset_conf``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar, Optional
+
+from asrkit.data.loader_schema import LoaderKeys
+from asrkit.schema import between, checked, merged_unsupported, non_negative, positive
+
+
+@dataclasses.dataclass
+class FilterConf:
+    """``filter_conf``: drop a sample (counted skip) when its length is outside the range.
+    Lengths of audio are in 10 ms frames of the audio before speed perturbation
+    (``samples / sample_rate * 100``), token lengths in units; the ratio is
+    ``tokens / frames``."""
+
+    max_length: float = checked(10240.0, positive)
+    min_length: float = checked(10.0, non_negative)
+    token_max_length: int = checked(200, positive)
+    token_min_length: int = checked(1, non_negative)
+    min_output_input_ratio: float = checked(0.0005, non_negative)
+    max_output_input_ratio: float = checked(1.0, positive)
+
+    def validate(self) -> list[str]:
+        errors = []
+        if self.min_length > self.max_length:
+            errors.append(f"min_length {self.min_length} > max_length {self.max_length}")
+        if self.token_min_length > self.token_max_length:
+            errors.append(f"token_min_length {self.token_min_length} > token_max_length {self.token_max_length}")
+        if self.min_output_input_ratio > self.max_output_input_ratio:
+            errors.append("min_output_input_ratio > max_output_input_ratio")
+        return errors
+
+
+@dataclasses.dataclass
+class ResampleConf:
+    """``resample_conf``: every input is resampled to ``resample_rate`` Hz."""
+
+    resample_rate: int = checked(16000, positive)
+
+
+@dataclasses.dataclass
+class FbankConf:
+    """``fbank_conf``: Kaldi filterbank; lengths in ms; ``dither`` in 16-bit units
+    (training only)."""
+
+    num_mel_bins: int = checked(80, positive)
+    frame_length: float = checked(25.0, positive)
+    frame_shift: float = checked(10.0, positive)
+    dither: float = checked(0.0, non_negative)
+
+    UNSUPPORTED: ClassVar[dict[str, tuple]] = {"window_type": ("povey",)}
+
+
+@dataclasses.dataclass
+class SpecAugConf:
+    """``spec_aug_conf``: SpecAugment time/frequency masks (counts and maximum widths)."""
+
+    num_t_mask: int = checked(2, non_negative)
+    num_f_mask: int = checked(2, non_negative)
+    max_t: int = checked(50, positive)
+    max_f: int = checked(10, positive)
+
+
+@dataclasses.dataclass
+class SpecSubConf:
+    """``spec_sub_conf``: number of substituted spans and their maximum length (frames)."""
+
+    num_t_sub: int = checked(3, non_negative)
+    max_t: int = checked(20, positive)
+
+
+@dataclasses.dataclass
+class SpecTrimConf:
+    """``spec_trim_conf``: maximum number of trailing frames trimmed."""
+
+    max_t: int = checked(20, positive)
+
+
+def _speeds_ok(speeds) -> Optional[str]:
+    if not speeds:
+        return "needs at least one speed"
+    bad = [s for s in speeds if between(0.5, 2.0)(s)]
+    return f"speeds must lie in [0.5, 2.0], got {bad}" if bad else None
+
+
+@dataclasses.dataclass
+class ProcessorKeys:
+    """Per-sample processing keys of ``dataset_conf`` (``asrkit.data.processors``).
+
+    Training-time augmentation (speed perturbation, dither, SpecAugment, spec_sub,
+    spec_trim) applies only to a pipeline built with ``train=True``.  ``cmvn_file``
+    (asrkit addition): apply global CMVN in the data pipeline; leave it null when the
+    model applies CMVN (WeNet's ``cmvn_conf``), or it is applied twice.
+    """
+
+    filter_conf: FilterConf = dataclasses.field(default_factory=FilterConf)
+    resample_conf: ResampleConf = dataclasses.field(default_factory=ResampleConf)
+    speed_perturb: bool = False
+    speeds: list[float] = checked(default_factory=lambda: [0.9, 1.0, 1.1], check=_speeds_ok)
+    fbank_conf: FbankConf = dataclasses.field(default_factory=FbankConf)
+    cmvn_file: Optional[str] = None
+    spec_aug: bool = True
+    spec_aug_conf: SpecAugConf = dataclasses.field(default_factory=SpecAugConf)
+    spec_sub: bool = False
+    spec_sub_conf: SpecSubConf = dataclasses.field(default_factory=SpecSubConf)
+    spec_trim: bool = False
+    spec_trim_conf: SpecTrimConf = dataclasses.field(default_factory=SpecTrimConf)
+
+    UNSUPPORTED: ClassVar[dict[str, tuple]] = {"feats_type": ("fbank",)}
+
+
+@dataclasses.dataclass
+class DatasetConf(ProcessorKeys, LoaderKeys):
+    """``dataset_conf``: processor keys plus sampler/loader keys."""
+
+    UNSUPPORTED: ClassVar[dict[str, tuple]] = merged_unsupported(ProcessorKeys, LoaderKeys)
+
+
+@dataclasses.dataclass
+class DataSections:
+    """Top-level keys of this package."""
+
+    dataset_conf: DatasetConf = dataclasses.field(default_factory=DatasetConf)
+
+    UNSUPPORTED: ClassVar[dict[str, tuple]] = {"dataset": ("asr",)}
