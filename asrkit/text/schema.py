@@ -1,12 +1,37 @@
-"""Top-level config keys owned by `asrkit.text` (merged into `asrkit.config.TrainConfig`)."""
+"""Top-level config keys owned by ``asrkit.text`` (merged into ``asrkit.config.TrainConfig``)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import ClassVar, Literal, Optional
+
+
+@dataclasses.dataclass
+class TokenizerConf:
+    """``tokenizer_conf`` (WeNet key names).
+
+    ``symbol_table_path``: the ``units.txt`` of ``tools/make_units.py``.
+    ``bpe_path``: the sentencepiece model (``tokenizer: bpe`` only).
+    ``split_with_space``: char tokenizer only; each whitespace-separated field of a
+    transcript is one unit instead of each character.
+    """
+
+    symbol_table_path: str = ""
+    bpe_path: Optional[str] = None
+    split_with_space: bool = False
+
+    UNSUPPORTED: ClassVar[dict[str, tuple]] = {
+        "non_lang_syms_path": (None,),
+        "is_multilingual": (False,),
+        "num_languages": (1,),
+        "special_tokens": (None,),  # asrkit fixes <blank> 0, <unk> 1, <sos/eos> last
+    }
 
 
 @dataclasses.dataclass
 class TextSections:
-    """Keys of this package; filled in by the issue that implements them."""
+    """Top-level keys of this package: ``tokenizer`` and ``tokenizer_conf``."""
+
+    tokenizer: Literal["char", "bpe"] = "char"
+    tokenizer_conf: TokenizerConf = dataclasses.field(default_factory=TokenizerConf)
 
     UNSUPPORTED: ClassVar[dict[str, tuple]] = {}

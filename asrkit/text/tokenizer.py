@@ -1,0 +1,172 @@
+"""Tokenizers: transcript text <-> unit ids, over a ``units.txt`` symbol table.
+
+Two kinds share one interface (:class:`Tokenizer`):
+
+* :class:`CharTokenizer` -- one unit per character.  CJK-aware: a space is a word
+  boundary only between two non-CJK characters, where it becomes the unit ``▁``; a space
+  touching a CJK character is word segmentation and is dropped.  With
+  ``split_with_space`` the transcript is instead split at whitespace and every
+  whitespace-separated field is one unit (pre-tokenized text: phones, words).
+* :class:`BpeTokenizer` -- sentencepiece pieces for the non-CJK runs of a transcript, one
+  unit per CJK character (WeNet's mixed-script convention).
+
+Symbols missing from the table map to ``<unk>`` (id 1); each occurrence adds one to
+``unk_count`` of the tokenizer instance (per process: DataLoader workers hold copies).
+"""
+from __future__ import annotations
+
+import abc
+import re
+import unicodedata
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from asrkit.text.cjk import is_cjk, split_cjk
+from asrkit.text.units import BLANK, SOS_EOS, SPACE, UNK, read_units
+
+_WHITESPACE = re.compile(r"\s+")
+
+
+def normalize_text(txt: str) -> str:
+    """NFC-normalize, collapse whitespace runs to one space and strip the ends."""
+    return _WHITESPACE.sub(" ", unicodedata.normalize("NFC", txt)).strip()
+
+
+class Tokenizer(abc.ABC):
+    """Maps symbol sequences to ids over a symbol table (index = id).
+
+    Subclasses define :meth:`text_to_symbols` and :meth:`symbols_to_text`.
+    """
+
+    def __init__(self, symbols: Sequence[str]):
+        self.symbols: list[str] = list(symbols)
+        self._ids = {sym: i for i, sym in enumerate(self.symbols)}
+        self.blank_id = 0
+        self.unk_id = self._ids[UNK]
+        self.sos_eos_id = len(self.symbols) - 1
+        self.unk_count = 0
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, ``<blank>`` and ``<sos/eos>`` included."""
+        return len(self.symbols)
+
+    @abc.abstractmethod
+    def text_to_symbols(self, txt: str) -> list[str]:
+        """The unit symbols of transcript ``txt`` (before the table lookup)."""
+
+    @abc.abstractmethod
+    def symbols_to_text(self, symbols: Sequence[str]) -> str:
+        """The text a sequence of unit symbols spells."""
+
+    def encode(self, txt: str) -> list[int]:
+        """Ids of the symbols of ``txt``; unknown symbols become ``<unk>`` and are counted."""
+        ids = []
+        for sym in self.text_to_symbols(txt):
+            idx = self._ids.get(sym)
+            if idx is None or sym in (SOS_EOS, BLANK):
+                self.unk_count += 1
+                idx = self.unk_id
+            ids.append(idx)
+        return ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of ``ids``; ``<blank>`` and ``<sos/eos>`` are dropped, ``<unk>`` is kept
+        as the literal ``<unk>``.  Raises IndexError on an id outside the table."""
+        syms = []
+        for i in ids:
+            i = int(i)
+            if not 0 <= i < len(self.symbols):
+                raise IndexError(f"token id {i} outside the symbol table (size {len(self.symbols)})")
+            if i in (self.blank_id, self.sos_eos_id):
+                continue
+            syms.append(self.symbols[i])
+        return self.symbols_to_text(syms)
+
+
+class CharTokenizer(Tokenizer):
+    """Character units (see the module docstring for the space rules)."""
+
+    def __init__(self, symbols: Sequence[str], split_with_space: bool = False):
+        super().__init__(symbols)
+        self.split_with_space = split_with_space
+
+    def text_to_symbols(self, txt: str) -> list[str]:
+        txt = normalize_text(txt)
+        if self.split_with_space:
+            return txt.split(" ") if txt else []
+        out = []
+        for i, ch in enumerate(txt):
+            if ch != " ":
+                out.append(ch)
+            elif not is_cjk(txt[i - 1]) and not is_cjk(txt[i + 1]):
+                out.append(SPACE)  # normalize_text strips the ends: both neighbours exist
+        return out
+
+    def symbols_to_text(self, symbols: Sequence[str]) -> str:
+        if self.split_with_space:
+            return " ".join(symbols)
+        return "".join(symbols).replace(SPACE, " ").strip()
+
+
+class BpeTokenizer(Tokenizer):
+    """Sentencepiece pieces for non-CJK runs, single units for CJK characters."""
+
+    def __init__(self, symbols: Sequence[str], bpe_model: str | Path):
+        super().__init__(symbols)
+        import sentencepiece
+
+        path = Path(bpe_model)
+        if not path.is_file():
+            raise FileNotFoundError(f"sentencepiece model not found: {path}")
+        self.bpe_model = str(path)
+        self._sp = sentencepiece.SentencePieceProcessor(model_file=str(path))
+
+    def __getstate__(self):  # the SWIG processor does not pickle; reload it in workers
+        state = dict(self.__dict__)
+        del state["_sp"]
+        return state
+
+    def __setstate__(self, state):
+        import sentencepiece
+
+        self.__dict__.update(state)
+        self._sp = sentencepiece.SentencePieceProcessor(model_file=self.bpe_model)
+
+    def text_to_symbols(self, txt: str) -> list[str]:
+        out: list[str] = []
+        for part in split_cjk(normalize_text(txt)):
+            if len(part) == 1 and is_cjk(part):
+                out.append(part)
+            elif part.strip():
+                out.extend(self._sp.encode(part.strip(), out_type=str))
+        return out
+
+    def symbols_to_text(self, symbols: Sequence[str]) -> str:
+        return "".join(symbols).replace(SPACE, " ").strip()
+
+
+def build_tokenizer(cfg) -> Tokenizer:
+    """The tokenizer a config describes.
+
+    ``cfg`` is anything with ``.tokenizer`` (``"char"`` | ``"bpe"``) and
+    ``.tokenizer_conf`` (:class:`asrkit.text.schema.TokenizerConf`): the root
+    ``TrainConfig`` or a ``TextSections``.  Paths are used as given (relative to the
+    working directory, the recipe directory).
+    """
+    conf = cfg.tokenizer_conf
+    if not conf.symbol_table_path:
+        raise ValueError("tokenizer_conf.symbol_table_path is not set")
+    symbols = read_units(conf.symbol_table_path)
+    if cfg.tokenizer == "char":
+        return CharTokenizer(symbols, split_with_space=conf.split_with_space)
+    if cfg.tokenizer == "bpe":
+        if not conf.bpe_path:
+            raise ValueError("tokenizer 'bpe' needs tokenizer_conf.bpe_path (the sentencepiece model)")
+        if conf.split_with_space:
+            raise ValueError("tokenizer_conf.split_with_space applies to the char tokenizer only")
+        return BpeTokenizer(symbols, conf.bpe_path)
+    raise ValueError(f"unknown tokenizer {cfg.tokenizer!r} (expected 'char' or 'bpe')")
+
+
+__all__ = ["Tokenizer", "CharTokenizer", "BpeTokenizer", "build_tokenizer", "normalize_text"]
