@@ -95,6 +95,11 @@ class TrainerSections:
     scheduler: Literal["warmuplr"] = "warmuplr"
     scheduler_conf: SchedulerConf = dataclasses.field(default_factory=SchedulerConf)
     dtype: Literal["fp32", "fp16", "bf16"] = "fp32"
+    seed: int = 777
+    cv_interval: int = checked(0, non_negative)
+    early_stop_patience: int = checked(0, non_negative)
+    keep_checkpoint_max: int = checked(3, positive)
+    max_nonfinite_steps: int = checked(10, positive)
     launch: LaunchConf = dataclasses.field(default_factory=LaunchConf)
 
     UNSUPPORTED: ClassVar[dict[str, tuple]] = {

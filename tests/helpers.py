@@ -25,3 +25,55 @@ def run_tool(script: str, *args, check: bool = True, **kwargs) -> subprocess.Com
     if check and proc.returncode != 0:
         raise AssertionError(f"{script} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def tiny_config_dict(**top) -> dict:
+    """A tiny, deterministic conformer config (layer-norm conv module, dropout 0):
+    the configuration the equivalence tests use.  Keyword arguments replace top-level keys."""
+    cfg = {
+        "encoder": "conformer",
+        "encoder_conf": {"output_size": 32, "attention_heads": 2, "linear_units": 64, "num_blocks": 2,
+                         "cnn_module_kernel": 3, "cnn_module_norm": "layer_norm", "dropout_rate": 0.0,
+                         "positional_dropout_rate": 0.0, "attention_dropout_rate": 0.0},
+        "decoder": "transformer",
+        "decoder_conf": {"attention_heads": 2, "linear_units": 64, "num_blocks": 1, "dropout_rate": 0.0,
+                         "positional_dropout_rate": 0.0},
+        "model_conf": {"ctc_weight": 0.3, "lsm_weight": 0.1},
+        "optim": "adam",
+        "optim_conf": {"lr": 0.002},
+        "scheduler_conf": {"warmup_steps": 10},
+        "grad_clip": 5.0,
+        "log_interval": 1,
+    }
+    cfg.update(top)
+    return cfg
+
+
+def random_batch(gen, batch: int, feat_dim: int = 80, vocab: int = 10, max_frames: int = 60) -> dict:
+    """A batch dict of random features/targets with varied lengths (for model-level tests)."""
+    import torch
+    lengths = torch.randint(max_frames // 2, max_frames + 1, (batch,), generator=gen)
+    lengths[0] = max_frames
+    feats = torch.randn(batch, max_frames, feat_dim, generator=gen)
+    feats *= (torch.arange(max_frames)[None, :] < lengths[:, None]).unsqueeze(-1)  # zero padding
+    tlens = torch.randint(1, 6, (batch,), generator=gen)
+    target = torch.full((batch, int(tlens.max())), -1, dtype=torch.long)
+    for i, n in enumerate(tlens.tolist()):
+        target[i, :n] = torch.randint(2, vocab - 1, (n,), generator=gen)
+    return {"keys": [f"u{i}" for i in range(batch)], "feats": feats, "feats_lengths": lengths.long(),
+            "target": target, "target_lengths": tlens.long()}
+
+
+def concat_batches(a: dict, b: dict) -> dict:
+    """Concatenate two batch dicts along the batch dimension (padding to the longer)."""
+    import torch.nn.functional as F
+    import torch
+    t = max(a["feats"].size(1), b["feats"].size(1))
+    l = max(a["target"].size(1), b["target"].size(1))
+    pad_f = lambda x: F.pad(x, (0, 0, 0, t - x.size(1)))
+    pad_t = lambda x: F.pad(x, (0, l - x.size(1)), value=-1)
+    return {"keys": a["keys"] + b["keys"],
+            "feats": torch.cat([pad_f(a["feats"]), pad_f(b["feats"])]),
+            "feats_lengths": torch.cat([a["feats_lengths"], b["feats_lengths"]]),
+            "target": torch.cat([pad_t(a["target"]), pad_t(b["target"])]),
+            "target_lengths": torch.cat([a["target_lengths"], b["target_lengths"]])}

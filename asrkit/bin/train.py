@@ -1,0 +1,172 @@
+"""Train a model from a YAML config.
+
+    python -m asrkit.bin.train --config conf/train.yaml --train_data data/train/data.list \\
+        --cv_data data/dev/data.list --model_dir exp/conformer [--checkpoint auto|PATH] \\
+        [--override optim_conf.lr=0.001 ...]
+
+Everything that can be checked is checked before the model is built: the config
+(unknown keys, types, unsupported values), the data lists, the units/BPE/CMVN files and
+the device/dtype combination.  The resolved config is written to ``<model_dir>/train.yaml``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from asrkit.config import ConfigError, TrainConfig, dump_config, load_config, to_dict
+
+log = logging.getLogger("asrkit.train")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", required=True, help="training config (YAML)")
+    p.add_argument("--train_data", required=True, help="train data.list (raw or shard list)")
+    p.add_argument("--cv_data", required=True, help="CV data.list (raw or shard list)")
+    p.add_argument("--model_dir", required=True, help="experiment directory")
+    p.add_argument("--checkpoint", default=None,
+                   help="'auto': resume from the newest valid checkpoint in model_dir (start fresh if "
+                        "none); a path: resume from that checkpoint")
+    p.add_argument("--override", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="override a config value (repeatable), e.g. optim_conf.lr=0.001")
+    p.add_argument("--num_threads", type=int, default=0,
+                   help="intra-op threads per process (0: this node's cores / processes per node)")
+    p.add_argument("--max_steps", type=int, default=None,
+                   help="stop after this many optimizer steps in total, saving a checkpoint")
+    p.add_argument("--tensorboard_dir", default=None, help="default: <model_dir>/tensorboard")
+    return p
+
+
+def setup_logging(model_dir: Path, rank: int) -> None:
+    (model_dir / "log").mkdir(parents=True, exist_ok=True)
+    fmt = logging.Formatter(f"%(asctime)s [rank {rank}] %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    file_handler = logging.FileHandler(model_dir / "log" / f"rank{rank}.log", encoding="utf-8")
+    file_handler.setFormatter(fmt)
+    root.addHandler(file_handler)
+    if rank == 0:
+        stream = logging.StreamHandler(sys.stderr)
+        stream.setFormatter(fmt)
+        root.addHandler(stream)
+
+
+def preflight(cfg: TrainConfig, args, device: torch.device) -> list[str]:
+    """Problems found before any heavy work (files, device/dtype)."""
+    problems = []
+    for flag in ("train_data", "cv_data"):
+        if not Path(getattr(args, flag)).is_file():
+            problems.append(f"--{flag} {getattr(args, flag)}: file not found")
+    units = cfg.tokenizer_conf.symbol_table_path
+    if not units:
+        problems.append("tokenizer_conf.symbol_table_path is not set (the units.txt of tools/make_units.py)")
+    elif not Path(units).is_file():
+        problems.append(f"tokenizer_conf.symbol_table_path {units}: file not found")
+    if cfg.tokenizer == "bpe" and cfg.tokenizer_conf.bpe_path and not Path(cfg.tokenizer_conf.bpe_path).is_file():
+        problems.append(f"tokenizer_conf.bpe_path {cfg.tokenizer_conf.bpe_path}: file not found")
+    cmvn_file = cfg.cmvn_conf.cmvn_file if cfg.cmvn else None
+    if cmvn_file and not Path(cmvn_file).is_file():
+        problems.append(f"cmvn_conf.cmvn_file {cmvn_file}: file not found")
+    if cfg.dtype != "fp32" and device.type != "cuda":
+        problems.append(f"dtype: {cfg.dtype} needs a CUDA device (mixed precision is for GPUs; on this CPU "
+                        f"bf16 is many times slower than fp32) -- use dtype: fp32")
+    if args.checkpoint not in (None, "auto") and not Path(args.checkpoint).is_file():
+        problems.append(f"--checkpoint {args.checkpoint}: file not found")
+    return problems
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    model_dir = Path(args.model_dir)
+    from asrkit.train.distributed import DistContext, default_num_threads
+    ctx = DistContext()
+    notes: list[str] = []
+    try:
+        cfg = load_config(args.config, args.override, notes=notes)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    problems = preflight(cfg, args, ctx.device)
+    if problems:
+        print("error: cannot start training:\n  " + "\n  ".join(problems), file=sys.stderr)
+        return 2
+
+    model_dir.mkdir(parents=True, exist_ok=True)
+    setup_logging(model_dir, ctx.rank)
+    for note in notes:
+        log.info("config: %s", note)
+    torch.set_num_threads(args.num_threads or default_num_threads(ctx.local_world_size))
+    seed_everything(cfg.seed)
+
+    from asrkit.data.dataset import build_dataloader
+    from asrkit.data.lists import read_list
+    from asrkit.data.processors import build_sample_processor
+    from asrkit.models import build_model
+    from asrkit.text import build_tokenizer
+    from asrkit.train import checkpoint as ckpt
+    from asrkit.train.scheduler import build_optimizer, build_scheduler
+    from asrkit.train.trainer import Trainer
+
+    tokenizer = build_tokenizer(cfg)
+    train_entries = read_list(args.train_data)
+    cv_entries = read_list(args.cv_data)
+    input_dim = cfg.dataset_conf.fbank_conf.num_mel_bins
+    cfg = dataclasses.replace(cfg, input_dim=input_dim, output_dim=tokenizer.vocab_size)
+    train_proc = build_sample_processor(cfg.dataset_conf, tokenizer, train=True, seed=cfg.seed)
+    cv_proc = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=cfg.seed)
+    train_loader = build_dataloader(train_entries, cfg.dataset_conf, train_proc, train=True, seed=cfg.seed,
+                                    rank=ctx.rank, world_size=ctx.world_size)
+    cv_loader = build_dataloader(cv_entries, cfg.dataset_conf, cv_proc, train=False, seed=cfg.seed,
+                                 rank=ctx.rank, world_size=ctx.world_size)
+
+    model = build_model(cfg, input_dim, tokenizer.vocab_size).to(ctx.device)
+    n_params = sum(p.numel() for p in model.parameters())
+    log.info("model: %s encoder + %s decoder, %.2f M parameters; %d train / %d CV utterances; "
+             "%d threads", cfg.encoder, cfg.decoder, n_params / 1e6, len(train_entries), len(cv_entries),
+             torch.get_num_threads())
+    optimizer = build_optimizer(cfg, model.parameters())
+    scheduler = build_scheduler(cfg, optimizer)
+    if ctx.is_main:
+        dump_config(cfg, model_dir / "train.yaml")
+
+    writer = None
+    if ctx.is_main:
+        from torch.utils.tensorboard import SummaryWriter
+        writer = SummaryWriter(args.tensorboard_dir or str(model_dir / "tensorboard"))
+    trainer = Trainer(cfg, ctx, model, optimizer, scheduler, train_loader, cv_loader, model_dir,
+                      config_dict=to_dict(cfg), writer=writer, max_steps=args.max_steps)
+    ckpt.remove_stale_temporaries(model_dir)
+    resume = args.checkpoint
+    if resume == "auto":
+        resume = ckpt.find_resume_checkpoint(model_dir)
+        if resume is None:
+            log.info("--checkpoint auto: no checkpoint in %s, starting fresh", model_dir)
+    if resume:
+        trainer.resume(resume)
+    try:
+        state = trainer.fit()
+    finally:
+        if writer is not None:
+            writer.close()
+    log.info("training finished at epoch %d, step %d", state.epoch, state.step)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

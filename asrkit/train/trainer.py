@@ -1,0 +1,162 @@
+"""Epoch loop around the Executor: CV, checkpoints, resume, early stopping.
+
+Checkpoints (see ``asrkit.train.checkpoint``) are written by rank 0 only:
+
+* ``step_<N>.pt`` every ``save_interval`` optimizer steps (mid-epoch; it records the
+  sampler position of the batches *consumed*, so a resume continues with exactly the
+  next batch), the newest ``keep_checkpoint_max`` kept;
+* ``epoch_<E>.pt`` after epoch E and its CV, with the CV loss in ``epoch_<E>.yaml``.
+
+Every decision (save now, stop early, stop at ``max_steps``) depends only on values
+that are identical on every rank (the step count, all-reduced CV numbers) and
+time-independent; the early-stop decision is additionally taken on rank 0 and broadcast.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from asrkit.train import checkpoint as ckpt
+from asrkit.train.distributed import DistContext, unwrap
+from asrkit.train.executor import Executor, TrainState
+
+log = logging.getLogger("asrkit.train")
+
+
+class Trainer:
+    def __init__(self, cfg, ctx: DistContext, model: torch.nn.Module, optimizer, scheduler,
+                 train_loader, cv_loader, model_dir: str | Path, *, config_dict: dict,
+                 scaler: Optional[torch.amp.GradScaler] = None, writer=None,
+                 max_steps: Optional[int] = None, progress: Optional[bool] = None):
+        self.cfg = cfg
+        self.ctx = ctx
+        self.model = model
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.scaler = scaler
+        self.train_loader = train_loader
+        self.cv_loader = cv_loader
+        self.model_dir = Path(model_dir)
+        self.config_dict = config_dict
+        self.writer = writer
+        self.max_steps = max_steps
+        self.state = TrainState()
+        self.resumed_mid_epoch = False
+        self.executor = Executor(cfg, model, optimizer, scheduler, ctx, self.model_dir, scaler=scaler,
+                                 writer=writer, progress=progress)
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _full_state(self, sampler_state: Optional[dict]) -> dict:
+        return {
+            "model": unwrap(self.model).state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler is not None else {},
+            "train_state": self.state.to_dict(),
+            "sampler": sampler_state,
+            "rng": ckpt.capture_rng_state(),
+            "config": self.config_dict,
+        }
+
+    def save(self, name: str, *, mid_epoch: bool, cv_loss: Optional[float] = None) -> Optional[Path]:
+        """Rank 0 writes ``<model_dir>/<name>.pt``; others wait at a barrier."""
+        path = None
+        if self.ctx.is_main:
+            sampler_state = self.train_loader.state_dict() if mid_epoch else None
+            info = {"epoch": self.state.epoch if mid_epoch else self.state.epoch - 1,
+                    "step": self.state.step, "cv_loss": cv_loss,
+                    "mid_epoch": mid_epoch, "lr": self.optimizer.param_groups[0]["lr"]}
+            path = ckpt.save_checkpoint(self.model_dir / f"{name}.pt", self._full_state(sampler_state), info)
+            ckpt.prune_step_checkpoints(self.model_dir, self.cfg.keep_checkpoint_max)
+            log.info("saved %s (epoch %d, step %d)", path, self.state.epoch, self.state.step)
+        self.ctx.barrier()
+        return path
+
+    def resume(self, path: str | Path) -> None:
+        """Restore everything from a checkpoint written by :meth:`save`.
+
+        A mid-epoch checkpoint resumes inside its epoch at the first batch not yet
+        trained on; an epoch-end checkpoint resumes at the start of the next epoch.
+        """
+        state = ckpt.load_checkpoint(path, map_location=self.ctx.device)
+        missing = [k for k in ("optimizer", "scheduler", "train_state", "rng") if k not in state]
+        if missing:
+            raise ckpt.CheckpointError(f"{path} is a model-only checkpoint (no {', '.join(missing)}); "
+                                       f"it can initialise a model but not resume a run")
+        unwrap(self.model).load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        self.state = TrainState.from_dict(state["train_state"])
+        ckpt.restore_rng_state(state["rng"])
+        if state.get("sampler") is not None:
+            self.train_loader.load_state_dict(state["sampler"])
+            self.resumed_mid_epoch = True
+        log.info("resumed from %s: epoch %d, step %d%s", path, self.state.epoch, self.state.step,
+                 " (mid-epoch)" if self.resumed_mid_epoch else "")
+
+    # ------------------------------------------------------------------ loop
+
+    def _on_step(self, state: TrainState) -> bool:
+        """After each optimizer step: CV / checkpoint at their intervals; True = stop now."""
+        stop = self.max_steps is not None and state.step >= self.max_steps
+        cv_loss = None
+        if self.cfg.cv_interval and state.step % self.cfg.cv_interval == 0:
+            cv_loss = self.run_cv(f"step {state.step}")["loss"]
+        if stop or (self.cfg.save_interval and state.step % self.cfg.save_interval == 0):
+            self.save(f"step_{state.step}", mid_epoch=True, cv_loss=cv_loss)
+        if stop:
+            log.info("reached max_steps=%d; stopping (resume with --checkpoint auto)", self.max_steps)
+        return stop
+
+    def run_cv(self, label: str) -> dict:
+        self.cv_loader.set_epoch(0)
+        result = self.executor.cv(self.cv_loader)
+        parts = [f"{k} {v:.4f}" for k, v in result.items() if k != "num_utts"]
+        log.info("CV %s: %s (%d utterances)", label, " | ".join(parts), result["num_utts"])
+        if self.writer is not None:
+            for k, v in result.items():
+                if k != "num_utts":
+                    self.writer.add_scalar(f"cv/{k}", v, self.state.step)
+        return result
+
+    def _early_stop(self, cv_loss: float) -> bool:
+        s = self.state
+        if s.best_cv_loss is None or cv_loss < s.best_cv_loss:
+            s.best_cv_loss, s.epochs_without_improvement = cv_loss, 0
+        else:
+            s.epochs_without_improvement += 1
+        patience = self.cfg.early_stop_patience
+        wants = bool(patience) and s.epochs_without_improvement >= patience
+        return self.ctx.decide(wants)
+
+    def fit(self) -> TrainState:
+        """Train from the current state to ``max_epoch`` (or ``max_steps``/early stop)."""
+        while self.state.epoch < self.cfg.max_epoch:
+            epoch = self.state.epoch
+            if not self.resumed_mid_epoch:
+                self.train_loader.set_epoch(epoch)
+            self.resumed_mid_epoch = False
+            log.info("epoch %d: %d batches per rank", epoch, len(self.train_loader))
+            finished = self.executor.train_epoch(self.train_loader, self.state, on_step=self._on_step)
+            skipped = getattr(self.train_loader, "skip_summary", None)
+            if callable(skipped):
+                summary = skipped()
+                if summary:
+                    log.info("epoch %d data skips: %s", epoch, summary)
+            if not finished:
+                return self.state
+            cv = self.run_cv(f"epoch {epoch}")
+            stop = self._early_stop(cv["loss"])
+            self.state.epoch = epoch + 1
+            self.save(f"epoch_{epoch}", mid_epoch=False, cv_loss=cv["loss"])
+            if stop:
+                log.info("early stop: no CV improvement for %d epochs (best %.4f)",
+                         self.state.epochs_without_improvement, self.state.best_cv_loss)
+                break
+        return self.state
