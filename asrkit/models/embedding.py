@@ -1,0 +1,72 @@
+"""Sinusoidal positional encodings (absolute, and relative for Transformer-XL attention)."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+def sinusoid_table(positions: torch.Tensor, d_model: int) -> torch.Tensor:
+    """``[len(positions), d_model]``: even columns ``sin(p / 10000^(2i/d))``,
+    odd columns ``cos(p / 10000^(2i/d))``, for each (possibly negative) position ``p``."""
+    if d_model % 2:
+        raise ValueError(f"positional encoding needs an even dimension, got {d_model}")
+    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    angles = positions.to(torch.float32).unsqueeze(1) * inv_freq.unsqueeze(0)
+    table = torch.empty(positions.numel(), d_model, dtype=torch.float32)
+    table[:, 0::2] = torch.sin(angles)
+    table[:, 1::2] = torch.cos(angles)
+    return table
+
+
+class PositionalEncoding(nn.Module):
+    """Absolute encoding: ``x · sqrt(d_model) + PE[0:T]``, then dropout.
+    ``forward`` returns ``(x, PE[0:T])`` (the table slice is unused by absolute attention
+    but keeps one signature for both encodings)."""
+
+    def __init__(self, d_model: int, dropout_rate: float, max_len: int = 5000):
+        super().__init__()
+        self.d_model = d_model
+        self.xscale = math.sqrt(d_model)
+        self.dropout = nn.Dropout(dropout_rate)
+        self.register_buffer("pe", sinusoid_table(torch.arange(max_len), d_model).unsqueeze(0), persistent=False)
+
+    def _table(self, length: int) -> torch.Tensor:
+        if length > self.pe.size(1):
+            self.pe = sinusoid_table(torch.arange(length), self.d_model).unsqueeze(0).to(self.pe.device)
+        return self.pe[:, :length]
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        pos = self._table(x.size(1)).to(x.dtype)
+        return self.dropout(x * self.xscale + pos), pos
+
+
+class RelPositionalEncoding(nn.Module):
+    """Relative encoding for ``T`` frames: returns ``(dropout(x · sqrt(d_model)),
+    dropout(R))`` where ``R[0, k] = PE(T − 1 − k)`` for ``k = 0 .. 2T−2``, i.e. the
+    relative distances ``i − j`` from ``T−1`` down to ``−(T−1)``."""
+
+    def __init__(self, d_model: int, dropout_rate: float, max_len: int = 5000):
+        super().__init__()
+        self.d_model = d_model
+        self.xscale = math.sqrt(d_model)
+        self.dropout = nn.Dropout(dropout_rate)
+        self.max_len = max_len
+        self.register_buffer("pe", self._build(max_len), persistent=False)
+
+    def _build(self, max_len: int) -> torch.Tensor:
+        positions = torch.arange(max_len - 1, -max_len, -1)
+        return sinusoid_table(positions, self.d_model).unsqueeze(0)
+
+    def relative_table(self, length: int) -> torch.Tensor:
+        """``[1, 2·length − 1, d_model]`` table for distances ``length−1 .. −(length−1)``."""
+        if length > self.max_len:
+            self.max_len = length
+            self.pe = self._build(length).to(self.pe.device)
+        center = self.max_len - 1
+        return self.pe[:, center - length + 1: center + length]
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        pos = self.relative_table(x.size(1)).to(x.dtype)
+        return self.dropout(x * self.xscale), self.dropout(pos)

@@ -1,0 +1,66 @@
+"""Building blocks shared by encoders and decoders: activations, the position-wise
+feed-forward network and the conformer convolution module."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "swish": nn.SiLU, "gelu": nn.GELU}
+
+
+def activation(name: str) -> nn.Module:
+    if name not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {name!r}; choose from {sorted(ACTIVATIONS)}")
+    return ACTIVATIONS[name]()
+
+
+class PositionwiseFeedForward(nn.Module):
+    """``w2(dropout(act(w1 x)))``: ``d_model -> hidden -> d_model``."""
+
+    def __init__(self, d_model: int, hidden: int, dropout_rate: float, act: str):
+        super().__init__()
+        self.w_1 = nn.Linear(d_model, hidden)
+        self.activation = activation(act)
+        self.dropout = nn.Dropout(dropout_rate)
+        self.w_2 = nn.Linear(hidden, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w_2(self.dropout(self.activation(self.w_1(x))))
+
+
+class ConvolutionModule(nn.Module):
+    """Conformer convolution module (Gulati et al. 2020, fig. 2):
+    pointwise conv to ``2·d`` channels -> GLU -> depthwise conv (``kernel``, same
+    padding) -> BatchNorm or LayerNorm -> activation -> pointwise conv.
+
+    Padded frames are zeroed before the depthwise convolution and on the output, so a
+    frame inside the utterance never sees values from beyond its end.  ``batch_norm``
+    uses ``nn.BatchNorm1d`` (convert with ``nn.SyncBatchNorm.convert_sync_batchnorm``
+    for synchronised statistics); its training-mode statistics include padded frames.
+    """
+
+    def __init__(self, channels: int, kernel_size: int, norm: str, act: str):
+        super().__init__()
+        if kernel_size % 2 == 0:
+            raise ValueError(f"cnn_module_kernel must be odd, got {kernel_size}")
+        if norm not in ("batch_norm", "layer_norm"):
+            raise ValueError(f"cnn_module_norm must be batch_norm or layer_norm, got {norm!r}")
+        self.pointwise_conv1 = nn.Conv1d(channels, 2 * channels, 1)
+        self.depthwise_conv = nn.Conv1d(channels, channels, kernel_size,
+                                        padding=(kernel_size - 1) // 2, groups=channels)
+        self.use_layer_norm = norm == "layer_norm"
+        self.norm = nn.LayerNorm(channels) if self.use_layer_norm else nn.BatchNorm1d(channels)
+        self.activation = activation(act)
+        self.pointwise_conv2 = nn.Conv1d(channels, channels, 1)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """``x [B, T, C]``, ``mask [B, 1, T]`` bool valid frames -> ``[B, T, C]``."""
+        x = x.transpose(1, 2)
+        x = nn.functional.glu(self.pointwise_conv1(x), dim=1)
+        x = self.depthwise_conv(x.masked_fill(~mask, 0.0))
+        if self.use_layer_norm:
+            x = self.norm(x.transpose(1, 2)).transpose(1, 2)
+        else:
+            x = self.norm(x)
+        x = self.pointwise_conv2(self.activation(x))
+        return x.masked_fill(~mask, 0.0).transpose(1, 2)

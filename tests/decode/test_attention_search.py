@@ -1,0 +1,97 @@
+import torch
+
+from asrkit.decode.attention_search import attention_beam_search, attention_rescoring
+from asrkit.decode.ctc_search import Hypothesis, ctc_prefix_beam_search
+from asrkit.models.mask import valid_mask
+from tests.models.tiny import random_batch, tiny_model
+
+
+def encode(model, lengths):
+    feats, feats_lengths, _, _ = random_batch(lengths, seed=5)
+    with torch.no_grad():
+        return model.encode(feats, feats_lengths)
+
+
+def greedy_step_by_step(model, enc_out, enc_length):
+    """Recompute the whole prefix with the teacher-forced decoder at every step."""
+    memory = enc_out.unsqueeze(0)
+    memory_mask = valid_mask(enc_length.view(1), enc_out.size(0)).unsqueeze(1)
+    ys = [model.sos]
+    score = 0.0
+    for _ in range(int(enc_length) + 1):
+        logits, _ = model.decoder(memory, memory_mask, torch.tensor([ys]), torch.tensor([len(ys)]))
+        logp = torch.log_softmax(logits[0, -1], -1)
+        if len(ys) - 1 == int(enc_length):  # length limit: the search forces <eos>
+            score += float(logp[model.eos])
+            break
+        token = int(logp.argmax())
+        score += float(logp[token])
+        if token == model.eos:
+            break
+        ys.append(token)
+    return ys[1:], score
+
+
+def test_attention_beam_one_equals_step_by_step_greedy():
+    # a sharpened output layer makes the greedy path non-trivial (not an immediate <eos>)
+    model = tiny_model(vocab_size=9, seed=3).eval()
+    with torch.no_grad():
+        model.decoder.output_layer.bias[model.eos] -= 3.0
+    enc_out, enc_lengths = encode(model, [60, 41, 23])
+    with torch.no_grad():
+        hyps = attention_beam_search(model.decoder, enc_out, enc_lengths, 1, model.sos, model.eos)
+        for b in range(3):
+            tokens, score = greedy_step_by_step(model, enc_out[b], enc_lengths[b])
+            assert list(hyps[b].tokens) == tokens
+            assert abs(hyps[b].score - score) < 1e-3
+    assert any(len(h.tokens) > 1 for h in hyps)
+
+
+def test_attention_beam_search_same_alone_and_in_batch():
+    model = tiny_model(vocab_size=9, seed=4).eval()
+    with torch.no_grad():
+        model.decoder.output_layer.bias[model.eos] -= 2.0
+    enc_out, enc_lengths = encode(model, [60, 41, 23])
+    with torch.no_grad():
+        batch = attention_beam_search(model.decoder, enc_out, enc_lengths, 4, model.sos, model.eos)
+        for b in range(3):
+            n = int(enc_lengths[b])
+            alone = attention_beam_search(model.decoder, enc_out[b:b + 1, :n], enc_lengths[b:b + 1], 4,
+                                          model.sos, model.eos)[0]
+            assert alone.tokens == batch[b].tokens
+            assert abs(alone.score - batch[b].score) < 1e-3
+            assert len(alone.tokens) <= n
+
+
+def independent_score(model, enc_out, enc_length, tokens, reverse_weight):
+    memory = enc_out[: int(enc_length)].unsqueeze(0)
+    mask = torch.ones(1, 1, memory.size(1), dtype=torch.bool)
+
+    def sequence_logp(decoder, seq):
+        ys_in = torch.tensor([[model.sos] + list(seq)])
+        logits = decoder.forward_logits(memory, mask, ys_in, torch.tensor([len(seq) + 1]))
+        logp = torch.log_softmax(logits[0], -1)
+        return sum(float(logp[i, t]) for i, t in enumerate(list(seq) + [model.eos]))
+
+    left = sequence_logp(model.decoder.left_decoder, tokens)
+    right = sequence_logp(model.decoder.right_decoder, tuple(reversed(tokens)))
+    return (1 - reverse_weight) * left + reverse_weight * right
+
+
+def test_attention_rescoring_picks_the_best_independently_scored_hypothesis():
+    model = tiny_model(vocab_size=9, seed=6, decoder="bitransformer", decoder_conf={"r_num_blocks": 1},
+                       model_conf={"reverse_weight": 0.3}).eval()
+    enc_out, enc_lengths = encode(model, [50, 35])
+    ctc_weight, reverse_weight = 0.5, 0.3
+    with torch.no_grad():
+        nbest = ctc_prefix_beam_search(model.ctc_log_probs(enc_out), enc_lengths, 6)
+        nbest[1] = nbest[1] + [Hypothesis((), -50.0)]  # an empty hypothesis must be scorable too
+        best = attention_rescoring(model.decoder, enc_out, enc_lengths, nbest, model.eos,
+                                   ctc_weight, reverse_weight)
+        for b in range(2):
+            totals = [independent_score(model, enc_out[b], enc_lengths[b], h.tokens, reverse_weight)
+                      + ctc_weight * h.score for h in nbest[b]]
+            winner = max(range(len(totals)), key=totals.__getitem__)
+            assert best[b].tokens == nbest[b][winner].tokens
+            assert abs(best[b].score - totals[winner]) < 1e-3
+            assert len(set(h.tokens for h in nbest[b])) > 1

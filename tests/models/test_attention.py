@@ -1,0 +1,79 @@
+import math
+
+import torch
+
+from asrkit.models.attention import MultiHeadedAttention, RelPositionMultiHeadedAttention, rel_shift
+from asrkit.models.embedding import RelPositionalEncoding
+
+
+def naive_sinusoid(position: int, dim: int) -> torch.Tensor:
+    row = torch.zeros(dim)
+    for i in range(0, dim, 2):
+        angle = position / (10000 ** (i / dim))
+        row[i] = math.sin(angle)
+        row[i + 1] = math.cos(angle)
+    return row
+
+
+def naive_rel_attention(att: RelPositionMultiHeadedAttention, x: torch.Tensor, length: int) -> torch.Tensor:
+    """score[i, j] = ((q_i + u)·k_j + (q_i + v)·W_pos PE(i − j)) / sqrt(d_k), one position at a time."""
+    t, d = x.shape
+    h, dk = att.h, att.d_k
+    q = att.linear_q(x).view(t, h, dk)
+    k = att.linear_k(x).view(t, h, dk)
+    v = att.linear_v(x).view(t, h, dk)
+    out = torch.zeros(t, h, dk)
+    for head in range(h):
+        for i in range(t):
+            scores = []
+            for j in range(length):
+                p = att.linear_pos(naive_sinusoid(i - j, d)).view(h, dk)[head]
+                content = torch.dot(q[i, head] + att.pos_bias_u[head], k[j, head])
+                position = torch.dot(q[i, head] + att.pos_bias_v[head], p)
+                scores.append((content + position) / math.sqrt(dk))
+            weights = torch.softmax(torch.stack(scores), dim=0)
+            out[i, head] = sum(weights[j] * v[j, head] for j in range(length))
+    return att.linear_out(out.reshape(t, d))
+
+
+def test_rel_shift_picks_relative_distance():
+    t = 5
+    # column k of row i holds distance T-1-k; encode (i, distance) to check the pick
+    scores = torch.tensor([[100 * i + (t - 1 - k) for k in range(2 * t - 1)] for i in range(t)])
+    shifted = rel_shift(scores)
+    for i in range(t):
+        for j in range(t):
+            assert shifted[i, j] == 100 * i + (i - j)
+
+
+def test_rel_position_attention_matches_naive_loop():
+    torch.manual_seed(0)
+    d, heads, t = 16, 4, 7
+    att = RelPositionMultiHeadedAttention(heads, d, 0.0).eval()
+    with torch.no_grad():
+        att.pos_bias_u.normal_()
+        att.pos_bias_v.normal_()
+    pos = RelPositionalEncoding(d, 0.0).eval()
+    x = torch.randn(2, t, d)
+    lengths = [t, 4]
+    mask = (torch.arange(t).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)).unsqueeze(1)
+    _, pos_emb = pos(x)
+    with torch.no_grad():
+        fast = att(x, x, x, mask, pos_emb)
+        for b, n in enumerate(lengths):
+            slow = naive_rel_attention(att, x[b], n)
+            torch.testing.assert_close(fast[b, :n], slow[:n], atol=1e-5, rtol=1e-4)
+            # padded queries still see only valid keys
+            torch.testing.assert_close(fast[b, n:], slow[n:], atol=1e-5, rtol=1e-4)
+
+
+def test_plain_attention_ignores_masked_keys():
+    torch.manual_seed(0)
+    att = MultiHeadedAttention(2, 8, 0.0).eval()
+    x = torch.randn(1, 6, 8)
+    mask = torch.tensor([[[True, True, True, False, False, False]]])
+    y = x.clone()
+    y[:, 3:] = 100.0  # garbage in masked keys must not matter
+    with torch.no_grad():
+        torch.testing.assert_close(att(x, x, x, mask)[:, :3], att(x[:, :3], x[:, :3], x[:, :3], mask[..., :3]))
+        torch.testing.assert_close(att(x, y, y, mask), att(x, x, x, mask))
