@@ -1,0 +1,300 @@
+"""The per-sample processing chain: :class:`ListEntry` -> sample dict (or :class:`Skip`),
+and the padding collate to the batch dict.
+
+A sample dict carries ``key``, ``txt``, ``tokens: list[int]``, ``wav: Tensor[1, T]``
+float32, ``sample_rate``, ``feat: Tensor[frames, mel]`` float32.  Each step is a small
+pure function ``step(sample, generator) -> sample`` configured with
+``functools.partial`` from ``dataset_conf``; :func:`build_sample_processor` composes
+them once:
+
+    load -> tokenize -> resample (+ down-mix at load) -> filter -> speed perturb
+    -> fbank (dither) -> CMVN (optional) -> SpecAugment -> spec_sub -> spec_trim
+
+**Skips.**  A step that meets a data fault raises :class:`asrkit.data.audio.DataFault`;
+:class:`SampleProcessor` turns it into a :class:`Skip` (key, reason, detail) -- the one
+path every dropped sample takes.  Only ``DataFault`` is caught: any other exception
+(a TypeError from a bug) propagates and fails the run.  :class:`SkipStats` counts skips
+per reason and logs each skipped key once (logger ``asrkit.data``).
+
+**Randomness.**  With ``train=True`` the speed, the dither noise and the masks are drawn,
+in that order, from :func:`sample_generator` (seed, epoch, key): the same utterance is
+augmented identically in the same epoch from a raw list or a shard, in any worker,
+before or after a resume.  ``train=False`` draws nothing and augments nothing.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import hashlib
+import logging
+from typing import Callable, Optional, Sequence, Union
+
+import torch
+
+from asrkit.data import audio, augment, features
+from asrkit.data.audio import DataFault
+from asrkit.data.lists import ListEntry
+
+logger = logging.getLogger("asrkit.data")
+
+Sample = dict
+Step = Callable[[Sample, Optional[torch.Generator]], Sample]
+
+
+# ----------------------------------------------------------------------------- skips
+
+
+@dataclasses.dataclass(frozen=True)
+class Skip:
+    """A sample dropped for a data fault: its ``key``, a short ``reason`` label and a
+    human-readable ``detail``."""
+
+    key: str
+    reason: str
+    detail: str
+
+
+class SkipStats:
+    """Counts skips per reason (call :meth:`reset` at each epoch start) and logs every
+    skipped key at WARNING level the first time it is added (over the whole life of the
+    object, so a bad utterance is logged once, not once per epoch)."""
+
+    def __init__(self):
+        self._counts: collections.Counter = collections.Counter()
+        self._logged: set[tuple[str, str]] = set()
+
+    def add(self, skip: Skip) -> None:
+        self._counts[skip.reason] += 1
+        if (skip.key, skip.reason) not in self._logged:
+            self._logged.add((skip.key, skip.reason))
+            logger.warning("skipped %s (%s): %s", skip.key, skip.reason, skip.detail)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Skips per reason since the last :meth:`reset`."""
+        return dict(self._counts)
+
+    @property
+    def total(self) -> int:
+        return sum(self._counts.values())
+
+    def reset(self) -> None:
+        """Zero the counts (keys already logged stay logged)."""
+        self._counts.clear()
+
+    def summary(self) -> str:
+        """``"3 skipped: 2 missing_file, 1 too_long"`` (``"0 skipped"`` when none)."""
+        if not self._counts:
+            return "0 skipped"
+        parts = ", ".join(f"{n} {reason}" for reason, n in sorted(self._counts.items()))
+        return f"{self.total} skipped: {parts}"
+
+
+def sample_generator(seed: int, epoch: int, key: str) -> torch.Generator:
+    """A CPU generator seeded from (seed, epoch, key) through BLAKE2b, identical in every
+    process and Python run (Python's ``hash()`` is salted per process)."""
+    digest = hashlib.blake2b(f"{seed}\x1f{epoch}\x1f{key}".encode("utf-8"), digest_size=8).digest()
+    gen = torch.Generator()
+    gen.manual_seed(int.from_bytes(digest, "little") & ((1 << 63) - 1))
+    return gen
+
+
+# ----------------------------------------------------------------------------- steps
+
+
+def load(entry: ListEntry) -> Sample:
+    """The sample of ``entry``: ``key``, ``txt``, mono ``wav`` ``[1, T]`` and ``sample_rate``."""
+    wav, sample_rate = audio.load_audio(entry)
+    return {"key": entry.key, "txt": entry.txt, "wav": wav, "sample_rate": sample_rate}
+
+
+def tokenize(sample: Sample, generator, *, tokenizer) -> Sample:
+    """Adds ``tokens``.  Faults: ``empty_transcript`` (no symbols), ``untokenizable_transcript``
+    (every symbol unknown to the units)."""
+    tokens = tokenizer.encode(sample["txt"])
+    if not tokens:
+        raise DataFault("empty_transcript", f"{sample['key']}: transcript {sample['txt']!r} has no units")
+    if all(t == tokenizer.unk_id for t in tokens):
+        raise DataFault("untokenizable_transcript",
+                        f"{sample['key']}: no symbol of {sample['txt']!r} is in the units")
+    sample["tokens"] = tokens
+    return sample
+
+
+def resample(sample: Sample, generator, *, resample_rate: int) -> Sample:
+    """Resamples ``wav`` to ``resample_rate`` Hz when it differs."""
+    if sample["sample_rate"] != resample_rate:
+        sample["wav"] = audio.resample(sample["wav"], sample["sample_rate"], resample_rate)
+        sample["sample_rate"] = resample_rate
+    return sample
+
+
+def filter_lengths(sample: Sample, generator, *, max_length: float, min_length: float,
+                   token_max_length: int, token_min_length: int, min_output_input_ratio: float,
+                   max_output_input_ratio: float) -> Sample:
+    """Faults ``too_short``/``too_long`` (10 ms frames outside [min_length, max_length]),
+    ``too_few_tokens``/``too_many_tokens``, ``token_frame_ratio`` (tokens / frames outside
+    [min_output_input_ratio, max_output_input_ratio])."""
+    frames = sample["wav"].shape[1] / sample["sample_rate"] * 100
+    tokens = len(sample["tokens"])
+    key = sample["key"]
+    if frames < min_length:
+        raise DataFault("too_short", f"{key}: {frames:.0f} frames < min_length {min_length:g}")
+    if frames > max_length:
+        raise DataFault("too_long", f"{key}: {frames:.0f} frames > max_length {max_length:g}")
+    if tokens < token_min_length:
+        raise DataFault("too_few_tokens", f"{key}: {tokens} tokens < token_min_length {token_min_length}")
+    if tokens > token_max_length:
+        raise DataFault("too_many_tokens", f"{key}: {tokens} tokens > token_max_length {token_max_length}")
+    if frames > 0 and not min_output_input_ratio <= tokens / frames <= max_output_input_ratio:
+        raise DataFault("token_frame_ratio", f"{key}: {tokens} tokens / {frames:.0f} frames outside "
+                        f"[{min_output_input_ratio:g}, {max_output_input_ratio:g}]")
+    return sample
+
+
+def speed_perturb(sample: Sample, generator, *, speeds: Sequence[float]) -> Sample:
+    """Plays ``wav`` at a speed drawn uniformly from ``speeds``."""
+    speed = speeds[int(torch.randint(len(speeds), (1,), generator=generator))]
+    sample["wav"] = audio.speed_perturb(sample["wav"], sample["sample_rate"], speed)
+    return sample
+
+
+def fbank(sample: Sample, generator, *, num_mel_bins: int, frame_length: float, frame_shift: float,
+          dither: float) -> Sample:
+    """Adds ``feat`` (see :func:`asrkit.data.features.compute_fbank`).  Fault ``too_short``
+    when the audio is shorter than one frame."""
+    feat = features.compute_fbank(sample["wav"], sample["sample_rate"], num_mel_bins=num_mel_bins,
+                                  frame_length=frame_length, frame_shift=frame_shift,
+                                  dither=dither, generator=generator)
+    if feat.shape[0] == 0:
+        raise DataFault("too_short", f"{sample['key']}: shorter than one {frame_length:g} ms frame")
+    sample["feat"] = feat
+    return sample
+
+
+def cmvn(sample: Sample, generator, *, mean: torch.Tensor, istd: torch.Tensor) -> Sample:
+    """Normalizes ``feat`` with global CMVN."""
+    sample["feat"] = features.apply_cmvn(sample["feat"], mean, istd)
+    return sample
+
+
+def spec_aug(sample: Sample, generator, **conf) -> Sample:
+    sample["feat"] = augment.spec_aug(sample["feat"], generator, **conf)
+    return sample
+
+
+def spec_sub(sample: Sample, generator, **conf) -> Sample:
+    sample["feat"] = augment.spec_sub(sample["feat"], generator, **conf)
+    return sample
+
+
+def spec_trim(sample: Sample, generator, **conf) -> Sample:
+    sample["feat"] = augment.spec_trim(sample["feat"], generator, **conf)
+    return sample
+
+
+# ----------------------------------------------------------------------------- chain
+
+
+class SampleProcessor:
+    """``processor(entry, epoch) -> sample dict | Skip``: the configured chain of steps.
+    Picklable (DataLoader workers receive a copy)."""
+
+    def __init__(self, steps: Sequence[Step], *, train: bool, seed: int, feat_dim: int):
+        self.steps = list(steps)
+        self.train = train
+        self.seed = seed
+        self.feat_dim = feat_dim
+
+    def __call__(self, entry: ListEntry, epoch: int) -> Union[Sample, Skip]:
+        generator = sample_generator(self.seed, epoch, entry.key) if self.train else None
+        try:
+            sample = load(entry)
+            for step in self.steps:
+                sample = step(sample, generator)
+        except DataFault as fault:
+            return Skip(entry.key, fault.reason, fault.detail)
+        return sample
+
+    def collate(self, samples: Sequence[Union[Sample, Skip]]) -> dict:
+        """:func:`collate` with this chain's feature dimension (for empty batches)."""
+        return collate(samples, feat_dim=self.feat_dim)
+
+
+def build_sample_processor(dataset_conf, tokenizer, *, train: bool, seed: int,
+                           apply_filter: bool = True) -> SampleProcessor:
+    """The chain ``dataset_conf`` (a :class:`asrkit.data.schema.ProcessorKeys`, e.g. the
+    ``dataset_conf`` of the root config) describes.
+
+    ``train=False`` (CV, decoding): no speed perturbation, no dither, no SpecAugment /
+    spec_sub / spec_trim.  ``apply_filter=False`` (decoding: every test utterance must be
+    scored) drops the length filter; empty or unreadable input is still skipped.
+    CMVN statistics are loaded here, once, when ``cmvn_file`` is set.
+    """
+    conf = dataset_conf
+    fb = conf.fbank_conf
+    steps: list[Step] = [functools.partial(tokenize, tokenizer=tokenizer),
+                         functools.partial(resample, resample_rate=conf.resample_conf.resample_rate)]
+    if apply_filter:
+        fc = conf.filter_conf
+        steps.append(functools.partial(
+            filter_lengths, max_length=fc.max_length, min_length=fc.min_length,
+            token_max_length=fc.token_max_length, token_min_length=fc.token_min_length,
+            min_output_input_ratio=fc.min_output_input_ratio,
+            max_output_input_ratio=fc.max_output_input_ratio))
+    if train and conf.speed_perturb:
+        steps.append(functools.partial(speed_perturb, speeds=tuple(conf.speeds)))
+    steps.append(functools.partial(fbank, num_mel_bins=fb.num_mel_bins, frame_length=fb.frame_length,
+                                   frame_shift=fb.frame_shift, dither=fb.dither if train else 0.0))
+    if conf.cmvn_file:
+        mean, istd = features.load_cmvn(conf.cmvn_file)
+        if mean.numel() != fb.num_mel_bins:
+            raise ValueError(f"{conf.cmvn_file}: {mean.numel()} dims, fbank_conf.num_mel_bins is {fb.num_mel_bins}")
+        steps.append(functools.partial(cmvn, mean=mean, istd=istd))
+    if train:
+        if conf.spec_aug:
+            sa = conf.spec_aug_conf
+            steps.append(functools.partial(spec_aug, num_t_mask=sa.num_t_mask, num_f_mask=sa.num_f_mask,
+                                           max_t=sa.max_t, max_f=sa.max_f))
+        if conf.spec_sub:
+            steps.append(functools.partial(spec_sub, num_t_sub=conf.spec_sub_conf.num_t_sub,
+                                           max_t=conf.spec_sub_conf.max_t))
+        if conf.spec_trim:
+            steps.append(functools.partial(spec_trim, max_t=conf.spec_trim_conf.max_t))
+    return SampleProcessor(steps, train=train, seed=seed, feat_dim=fb.num_mel_bins)
+
+
+# ----------------------------------------------------------------------------- collate
+
+
+def collate(samples: Sequence[Union[Sample, Skip]], feat_dim: int = 80) -> dict:
+    """Pad samples into the batch dict, keeping their order:
+
+    ``keys: list[str]``, ``feats: [B, T, F]`` float32 (zero-padded), ``feats_lengths: [B]``
+    int64, ``target: [B, L]`` int64 (padded with -1), ``target_lengths: [B]`` int64, and
+    ``skipped: list[Skip]`` -- the :class:`Skip` items found among ``samples`` (they are
+    not part of the batch; the caller counts them).
+
+    An empty input (or only skips) gives a B=0 batch: ``feats`` ``[0, 0, feat_dim]``,
+    ``target`` ``[0, 0]``.  ``feat_dim`` is only used then; otherwise F comes from the
+    samples, which must agree.
+    """
+    skipped = [s for s in samples if isinstance(s, Skip)]
+    kept = [s for s in samples if not isinstance(s, Skip)]
+    if kept:
+        feat_dim = kept[0]["feat"].shape[1]
+        for s in kept:
+            if s["feat"].dim() != 2 or s["feat"].shape[1] != feat_dim:
+                raise ValueError(f"sample {s['key']}: feat shape {list(s['feat'].shape)}, batch has F={feat_dim}")
+    feats_lengths = torch.tensor([s["feat"].shape[0] for s in kept], dtype=torch.int64)
+    target_lengths = torch.tensor([len(s["tokens"]) for s in kept], dtype=torch.int64)
+    max_t = int(feats_lengths.max()) if kept else 0
+    max_l = int(target_lengths.max()) if kept else 0
+    feats = torch.zeros(len(kept), max_t, feat_dim, dtype=torch.float32)
+    target = torch.full((len(kept), max_l), -1, dtype=torch.int64)
+    for i, s in enumerate(kept):
+        feats[i, :s["feat"].shape[0]] = s["feat"]
+        target[i, :len(s["tokens"])] = torch.as_tensor(s["tokens"], dtype=torch.int64)
+    return {"keys": [s["key"] for s in kept], "feats": feats, "feats_lengths": feats_lengths,
+            "target": target, "target_lengths": target_lengths, "skipped": skipped}

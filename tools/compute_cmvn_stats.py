@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Global CMVN statistics of a training set, as WeNet JSON.
+
+Features are exactly those of the training pipeline without augmentation: load
+(down-mix), resample to ``resample_conf.resample_rate``, Kaldi fbank with
+``fbank_conf`` from ``--train_config`` (dither off).  Output::
+
+    {"mean_stat": [sum per dim], "var_stat": [sum of squares per dim], "frame_num": N}
+
+Input: ``--in_scp`` (Kaldi ``wav.scp``) or ``--data_list`` (raw or shard list).
+Unreadable or empty audio is skipped, each logged with its reason and counted.
+Parallel over ``--num_workers`` processes; statistics are summed in float64, in input
+order, so the result does not depend on the number of workers.
+
+Usage:
+    tools/compute_cmvn_stats.py --train_config conf/train.yaml \\
+        --in_scp data/train/wav.scp --out_cmvn data/train/global_cmvn --num_workers 2
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import multiprocessing
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from asrkit.config import TrainConfig, load_config  # noqa: E402
+from asrkit.data import processors  # noqa: E402
+from asrkit.data.audio import DataFault  # noqa: E402
+from asrkit.data.features import CmvnStats, write_cmvn  # noqa: E402
+from asrkit.data.lists import ListEntry, read_list, read_wav_scp  # noqa: E402
+
+_CHUNK = 64
+
+
+def chunk_stats(job: tuple[list[ListEntry], object]) -> tuple[CmvnStats, list[processors.Skip]]:
+    """Statistics of one chunk of entries, and the entries skipped."""
+    torch.set_num_threads(1)
+    entries, conf = job
+    fb = conf.fbank_conf
+    stats, skipped = CmvnStats(fb.num_mel_bins), []
+    for entry in entries:
+        try:
+            sample = processors.load(entry)
+            sample = processors.resample(sample, None, resample_rate=conf.resample_conf.resample_rate)
+            sample = processors.fbank(sample, None, num_mel_bins=fb.num_mel_bins, frame_length=fb.frame_length,
+                                      frame_shift=fb.frame_shift, dither=0.0)
+        except DataFault as fault:
+            skipped.append(processors.Skip(entry.key, fault.reason, fault.detail))
+            continue
+        stats.add(sample["feat"])
+    return stats, skipped
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--in_scp", type=Path, help="Kaldi wav.scp")
+    src.add_argument("--data_list", type=Path, help="raw or shard data list")
+    p.add_argument("--train_config", type=Path, default=None, help="training YAML (fbank_conf, resample_conf)")
+    p.add_argument("--override", action="append", default=[], help="a.b=value edits of the config")
+    p.add_argument("--out_cmvn", type=Path, required=True)
+    p.add_argument("--num_workers", type=int, default=1)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+
+    cfg = load_config(args.train_config, args.override) if args.train_config else TrainConfig()
+    if args.in_scp:
+        entries = [ListEntry(key=k, txt="", duration=0.0, wav=w) for k, w in read_wav_scp(args.in_scp).items()]
+    else:
+        entries = read_list(args.data_list)
+    jobs = [(entries[i:i + _CHUNK], cfg.dataset_conf) for i in range(0, len(entries), _CHUNK)]
+    total = CmvnStats(cfg.dataset_conf.fbank_conf.num_mel_bins)
+    skips = processors.SkipStats()
+    with multiprocessing.Pool(max(1, min(args.num_workers, len(jobs)))) as pool:
+        for stats, skipped in pool.imap(chunk_stats, jobs):
+            total.merge(stats)
+            for skip in skipped:
+                skips.add(skip)
+    if total.frames == 0:
+        logging.error("no usable audio in the input (%s)", skips.summary())
+        return 1
+    write_cmvn(args.out_cmvn, total)
+    logging.info("wrote CMVN of %d frames from %d utterances to %s; %s", total.frames,
+                 len(entries) - skips.total, args.out_cmvn, skips.summary())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
