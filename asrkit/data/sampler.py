@@ -26,9 +26,10 @@ Dealing to ranks: equal batch counts, nothing lost, nothing repeated
     The ``N`` batches of the plan are made a multiple of the world size ``W`` by
     ``asrkit.data.batching.split_to_multiple``: ``(-N) % W`` batches are split (the
     largest ones; a split batch becomes near-equal halves, thirds...) -- no utterance is
-    dropped or repeated, in training or in CV.  Only when the list has fewer utterances
-    than ranks are empty batches added (``collate`` of an empty batch gives ``B = 0``;
-    the trainer must still take part in collective calls for it).  Rank ``r`` gets
+    dropped or repeated, in training or in CV.  Only when there are fewer utterances than
+    the ``ceil(N / W) x W`` batches needed (a list shorter than the world, or batches of
+    one utterance each) are empty batches appended (``collate`` of an empty batch gives
+    ``B = 0``; the trainer must still take part in collective calls for it).  Rank ``r`` gets
     batches ``r, r + W, r + 2W, ...``: every rank has exactly ``ceil(N / W)`` batches and
     every utterance is in exactly one batch of one rank, every epoch.
 
@@ -248,7 +249,7 @@ class RankBatchSampler:
             raise ValueError(f"epoch must be an int >= 0, got {epoch!r}")
         if self._resume_pending and epoch == self.epoch:
             return
-        if self._resume_pending:
+        if self._resume_pending and 0 < self.consumed < len(self):
             logger.warning("sampler: restored position (epoch %d, %d batches consumed) discarded by "
                            "set_epoch(%d)", self.epoch, self.consumed, epoch)
         self.epoch = epoch

@@ -154,6 +154,20 @@ def test_consumed_order_is_the_same_for_any_workers_and_persistence(tmp_path):
     assert first[0] != first[1] != first[2]
 
 
+def test_an_abandoned_pass_leaves_persistent_workers_ready_for_the_next(tmp_path):
+    entries = metadata_list(tmp_path, 40, "raw")
+    conf = loader_conf("static", num_workers=2, prefetch_factor=2, persistent_workers=True)
+    loader = build_dataloader(entries, conf, EchoProcessor(), train=True, seed=2, rank=0, world_size=1)
+    loader.set_epoch(1)
+    full = consume(loader)
+    loader.set_epoch(0)
+    consume(loader, limit=2)  # break off with batches still in flight
+    loader.set_epoch(1)
+    again = consume(loader)
+    assert [b["keys"] for b in again] == [b["keys"] for b in full]
+    assert all(processed_at(b, 1) for b in again)
+
+
 def test_state_counts_consumed_batches_and_resume_decodes_only_the_rest(tmp_path):
     entries = metadata_list(tmp_path, 40, "raw")
     conf = loader_conf("static", num_workers=2, prefetch_factor=2)
