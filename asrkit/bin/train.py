@@ -42,6 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max_steps", type=int, default=None,
                    help="stop after this many optimizer steps in total, saving a checkpoint")
     p.add_argument("--tensorboard_dir", default=None, help="default: <model_dir>/tensorboard")
+    legacy = p.add_argument_group(
+        "legacy launch (one process per GPU started by a shell loop); ignored under torchrun, whose "
+        "environment takes precedence; these flags take precedence over the config's launch section")
+    legacy.add_argument("--rank", type=int, default=None, help="global rank of this process")
+    legacy.add_argument("--world_size", type=int, default=None, help="number of processes in the job")
+    legacy.add_argument("--local_rank", type=int, default=None, help="GPU index on this node (default: rank)")
+    legacy.add_argument("--init_method", default=None, help="tcp://host:port, env:// or file:///path")
+    legacy.add_argument("--dist_backend", default=None, choices=["auto", "gloo", "nccl"])
     return p
 
 
@@ -85,6 +93,16 @@ def preflight(cfg: TrainConfig, args, device: torch.device) -> list[str]:
     return problems
 
 
+def effective_batch(cfg: TrainConfig, world_size: int) -> str:
+    """The per-rank batch, accum_grad and the effective global batch of one optimizer step."""
+    b = cfg.dataset_conf.batch_conf
+    per_rank = (f"{b.batch_size} utterances" if b.batch_type == "static"
+                else f"up to {b.max_frames_in_batch} frames ({b.batch_type})")
+    groups = cfg.accum_grad * world_size
+    return (f"batch per rank: {per_rank}; accum_grad {cfg.accum_grad}; world size {world_size}; "
+            f"effective global batch per optimizer step: {groups} x that")
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -94,24 +112,39 @@ def seed_everything(seed: int) -> None:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     model_dir = Path(args.model_dir)
-    from asrkit.train.distributed import DistContext, default_num_threads
-    ctx = DistContext()
+    from asrkit.train import distributed as D
     notes: list[str] = []
     try:
         cfg = load_config(args.config, args.override, notes=notes)
-    except ConfigError as e:
+        spec = D.resolve_launch(cfg.launch, rank=args.rank, world_size=args.world_size,
+                                local_rank=args.local_rank, init_method=args.init_method,
+                                dist_backend=args.dist_backend)
+        if spec.world_size > 1:
+            D.check_init_method(spec.init_method, spec.rank)
+    except (ConfigError, D.LaunchError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    problems = preflight(cfg, args, ctx.device)
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    problems = preflight(cfg, args, device)
     if problems:
         print("error: cannot start training:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 2
+    torch.set_num_threads(args.num_threads or D.default_num_threads(spec.local_world_size))
+    ctx = D.init_distributed(spec)
+    try:
+        return run(cfg, args, ctx, spec, notes, model_dir)
+    finally:
+        D.shutdown()
 
+
+def run(cfg: TrainConfig, args, ctx, spec, notes: list[str], model_dir: Path) -> int:
+    """Everything after the process group exists (``main`` tears it down afterwards)."""
+    from asrkit.train import distributed as D
     model_dir.mkdir(parents=True, exist_ok=True)
     setup_logging(model_dir, ctx.rank)
+    log.info(D.describe(ctx, spec))
     for note in notes:
         log.info("config: %s", note)
-    torch.set_num_threads(args.num_threads or default_num_threads(ctx.local_world_size))
     seed_everything(cfg.seed)
 
     from asrkit.data.dataset import build_dataloader
@@ -135,11 +168,13 @@ def main(argv=None) -> int:
     cv_loader = build_dataloader(cv_entries, cfg.dataset_conf, cv_proc, train=False, seed=cfg.seed,
                                  rank=ctx.rank, world_size=ctx.world_size)
 
-    model = build_model(cfg, input_dim, tokenizer.vocab_size).to(ctx.device)
-    n_params = sum(p.numel() for p in model.parameters())
+    bare_model = build_model(cfg, input_dim, tokenizer.vocab_size).to(ctx.device)
+    n_params = sum(p.numel() for p in bare_model.parameters())
     log.info("model: %s encoder + %s decoder, %.2f M parameters; %d train / %d CV utterances; "
              "%d threads", cfg.encoder, cfg.decoder, n_params / 1e6, len(train_entries), len(cv_entries),
              torch.get_num_threads())
+    model = D.wrap_ddp(bare_model, ctx, find_unused_parameters=bool(getattr(bare_model, "has_unused_parameters", False)))
+    log.info(effective_batch(cfg, ctx.world_size))
     optimizer = build_optimizer(cfg, model.parameters())
     scheduler = build_scheduler(cfg, optimizer)
     if ctx.is_main:

@@ -35,7 +35,7 @@ from typing import Callable, Optional
 
 import torch
 
-from asrkit.train.distributed import DistContext, no_sync_if, unwrap
+from asrkit.train.distributed import DistContext, iterate_together, no_sync_if, unwrap
 
 log = logging.getLogger("asrkit.train")
 
@@ -149,14 +149,14 @@ class Executor:
         self.model.train()
         accum = self.cfg.accum_grad
         n_batches = len(loader)
-        position = int(getattr(loader, "position", 0))  # batches of this epoch already consumed
+        position = consumed_position(loader)  # batches of this epoch already consumed (resume)
         group: list[dict] = []
         group_count = 0
         window = Window()
         epoch_start = time.perf_counter()
         start_position = position
         t_ready = time.perf_counter()
-        for batch in loader:
+        for batch in iterate_together(loader, self.ctx):
             wait = time.perf_counter() - t_ready
             last_in_group = (position + 1) % accum == 0 or position + 1 == n_batches
             utts, tokens, frames = self._counts(batch)
@@ -316,6 +316,12 @@ class Executor:
         if total["acc_total"]:
             result["acc"] = total["acc_correct"] / total["acc_total"]
         return result
+
+
+def consumed_position(loader) -> int:
+    """Batches of the current epoch the trainer already consumed (non-zero after a resume)."""
+    sampler = getattr(loader, "sampler", None)
+    return int(getattr(sampler, "consumed", 0)) if sampler is not None else 0
 
 
 def _fmt_time(seconds: float) -> str:

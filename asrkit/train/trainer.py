@@ -72,7 +72,7 @@ class Trainer:
                     "mid_epoch": mid_epoch, "lr": self.optimizer.param_groups[0]["lr"]}
             path = ckpt.save_checkpoint(self.model_dir / f"{name}.pt", self._full_state(sampler_state), info)
             ckpt.prune_step_checkpoints(self.model_dir, self.cfg.keep_checkpoint_max)
-            log.info("saved %s (epoch %d, step %d)", path, self.state.epoch, self.state.step)
+            log.info("saved %s (epoch %d, step %d)", path, info["epoch"], self.state.step)
         self.ctx.barrier()
         return path
 
@@ -125,6 +125,12 @@ class Trainer:
                     self.writer.add_scalar(f"cv/{k}", v, self.state.step)
         return result
 
+    def _report_skips(self, epoch: int) -> None:
+        """Per-reason counts of samples dropped as bad data this epoch (this rank)."""
+        stats = getattr(self.train_loader, "skip_stats", None)
+        if stats is not None and stats.counts:
+            log.warning("epoch %d: rank %d skipped bad samples: %s", epoch, self.ctx.rank, stats.summary())
+
     def _early_stop(self, cv_loss: float) -> bool:
         s = self.state
         if s.best_cv_loss is None or cv_loss < s.best_cv_loss:
@@ -144,11 +150,7 @@ class Trainer:
             self.resumed_mid_epoch = False
             log.info("epoch %d: %d batches per rank", epoch, len(self.train_loader))
             finished = self.executor.train_epoch(self.train_loader, self.state, on_step=self._on_step)
-            skipped = getattr(self.train_loader, "skip_summary", None)
-            if callable(skipped):
-                summary = skipped()
-                if summary:
-                    log.info("epoch %d data skips: %s", epoch, summary)
+            self._report_skips(epoch)
             if not finished:
                 return self.state
             cv = self.run_cv(f"epoch {epoch}")
