@@ -13,17 +13,21 @@ class TokenizerConf:
     ``bpe_path``: the sentencepiece model (``tokenizer: bpe`` only).
     ``split_with_space``: char tokenizer only; each whitespace-separated field of a
     transcript is one unit instead of each character.
+    ``special_tokens``: optional declaration of the special ids (keys ``<blank>``,
+    ``<unk>``, ``<sos>``, ``<eos>``); asrkit does not remap ids, it checks the declaration
+    against the units file when the tokenizer is built and refuses a mismatch (asrkit
+    units have ``<blank>`` 0, ``<unk>`` 1, ``<sos/eos>`` last).
     """
 
     symbol_table_path: str = ""
     bpe_path: Optional[str] = None
     split_with_space: bool = False
+    special_tokens: Optional[dict[str, int]] = None
 
     UNSUPPORTED: ClassVar[dict[str, tuple]] = {
         "non_lang_syms_path": (None,),
         "is_multilingual": (False,),
         "num_languages": (1,),
-        "special_tokens": (None,),  # asrkit fixes <blank> 0, <unk> 1, <sos/eos> last
     }
 
 

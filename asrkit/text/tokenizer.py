@@ -146,18 +146,37 @@ class BpeTokenizer(Tokenizer):
         return "".join(symbols).replace(SPACE, " ").strip()
 
 
+def check_special_tokens(declared: dict[str, int] | None, symbols: Sequence[str], source: str) -> None:
+    """Raise ValueError when a ``special_tokens`` declaration (``<blank>``, ``<unk>``,
+    ``<sos>``, ``<eos>`` -> id) disagrees with the symbol table ``symbols``."""
+    if not declared:
+        return
+    actual = {BLANK: 0, UNK: 1, "<sos>": len(symbols) - 1, "<eos>": len(symbols) - 1}
+    unknown = sorted(set(declared) - set(actual))
+    if unknown:
+        raise ValueError(f"tokenizer_conf.special_tokens: unknown token(s) {unknown}; "
+                         f"expected some of {sorted(actual)}")
+    wrong = [f"{tok}={idx} (units have {actual[tok]})" for tok, idx in declared.items() if actual[tok] != idx]
+    if wrong:
+        raise ValueError(f"tokenizer_conf.special_tokens disagrees with {source}: {', '.join(wrong)}. "
+                         f"asrkit units put {BLANK} at 0, {UNK} at 1 and {SOS_EOS} last; fix or remove "
+                         f"special_tokens")
+
+
 def build_tokenizer(cfg) -> Tokenizer:
     """The tokenizer a config describes.
 
     ``cfg`` is anything with ``.tokenizer`` (``"char"`` | ``"bpe"``) and
     ``.tokenizer_conf`` (:class:`asrkit.text.schema.TokenizerConf`): the root
     ``TrainConfig`` or a ``TextSections``.  Paths are used as given (relative to the
-    working directory, the recipe directory).
+    working directory, the recipe directory).  A ``special_tokens`` declaration is
+    checked against the units (:func:`check_special_tokens`).
     """
     conf = cfg.tokenizer_conf
     if not conf.symbol_table_path:
         raise ValueError("tokenizer_conf.symbol_table_path is not set")
     symbols = read_units(conf.symbol_table_path)
+    check_special_tokens(conf.special_tokens, symbols, conf.symbol_table_path)
     if cfg.tokenizer == "char":
         return CharTokenizer(symbols, split_with_space=conf.split_with_space)
     if cfg.tokenizer == "bpe":

@@ -95,3 +95,15 @@ def test_bpe_config_errors(tmp_path):
         build_tokenizer(cfg)
     with pytest.raises(ValueError, match="symbol_table_path"):
         build_tokenizer(TrainConfig())
+
+
+def test_special_tokens_declaration_is_checked_against_units(tmp_path):
+    write_units(tmp_path / "units.txt", ["a", "b"])  # <sos/eos> is id 4
+    conf = {"symbol_table_path": str(tmp_path / "units.txt")}
+    ok = {"<blank>": 0, "<unk>": 1, "<sos>": 4, "<eos>": 4}
+    assert build_tokenizer(build(TrainConfig, {"tokenizer_conf": {**conf, "special_tokens": ok}})).sos_eos_id == 4
+    wenet = {"<blank>": 0, "<unk>": 1, "<sos>": 2, "<eos>": 2}
+    with pytest.raises(ValueError, match="<sos>=2 \\(units have 4\\)"):
+        build_tokenizer(build(TrainConfig, {"tokenizer_conf": {**conf, "special_tokens": wenet}}))
+    with pytest.raises(ValueError, match="unknown token"):
+        build_tokenizer(build(TrainConfig, {"tokenizer_conf": {**conf, "special_tokens": {"<pad>": 3}}}))
