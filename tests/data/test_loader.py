@@ -248,6 +248,15 @@ def units(tiny_corpus, tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def dev_shard_list(tiny_corpus, tmp_path_factory):
+    """The dev split packed by tools/make_shard_list.py into tars of 5 members."""
+    out = tmp_path_factory.mktemp("dev_shards")
+    run_tool("make_shard_list.py", "--num_utts_per_shard", 5, tiny_corpus.splits["dev"].data_list,
+             out / "shards", out / "shards.list")
+    return out / "shards.list"
+
+
 def real_setup(units, *, train, **dataset_conf):
     cfg = build(TrainConfig, {"tokenizer": "char", "tokenizer_conf": {"symbol_table_path": str(units)},
                               "dataset_conf": dataset_conf})
@@ -287,14 +296,9 @@ def test_resume_gives_bit_identical_augmented_features(tiny_corpus, units):
 
 @pytest.mark.parametrize("world_size,num_workers,kind", [(1, 0, "raw"), (2, 1, "shard"), (3, 0, "raw"),
                                                          (5, 0, "shard")])
-def test_cv_evaluates_each_utterance_exactly_once_across_ranks(tiny_corpus, units, tmp_path, world_size,
+def test_cv_evaluates_each_utterance_exactly_once_across_ranks(tiny_corpus, units, dev_shard_list, world_size,
                                                                num_workers, kind):
-    data_list = tiny_corpus.splits["dev"].data_list
-    if kind == "shard":
-        run_tool("make_shard_list.py", "--num_utts_per_shard", 5, data_list, tmp_path / "shards",
-                 tmp_path / "shards.list")
-        data_list = tmp_path / "shards.list"
-    entries = read_list(data_list)
+    entries = read_list(dev_shard_list if kind == "shard" else tiny_corpus.splits["dev"].data_list)
     conf, processor = real_setup(units, train=False, num_workers=num_workers,
                                  batch_conf={"batch_type": "static", "batch_size": 5})
     seen, counts = [], []
