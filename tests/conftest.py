@@ -75,3 +75,48 @@ def pytest_runtest_makereport(item, call):
         report.outcome = "failed"
         report.longrepr = (f"time guard: this test took {call.duration:.1f} s > {TEST_LIMIT_S:.0f} s; "
                            f"make it faster or mark it @pytest.mark.slow")
+
+
+@dataclasses.dataclass(frozen=True)
+class TinyExperiment:
+    """A tiny corpus prepared up to training: units, CMVN and a base config."""
+
+    corpus: TinyCorpus
+    units: Path
+    cmvn: Path
+    root: Path
+
+    def config(self, path: Path, **top) -> Path:
+        """Write a tiny training config (see ``tests.helpers.tiny_config_dict``) to ``path``."""
+        import yaml
+        from tests.helpers import tiny_config_dict
+        base = tiny_config_dict(
+            cmvn="global_cmvn", cmvn_conf={"cmvn_file": str(self.cmvn)},
+            tokenizer="char", tokenizer_conf={"symbol_table_path": str(self.units)},
+            dataset_conf={"speed_perturb": False, "spec_aug": False,
+                          "fbank_conf": {"num_mel_bins": 40, "dither": 0.0},
+                          "batch_conf": {"batch_type": "static", "batch_size": 8},
+                          "num_workers": 0},
+            max_epoch=1, log_interval=1)
+        for key, value in top.items():
+            if isinstance(value, dict) and isinstance(base.get(key), dict):
+                merged = dict(base[key])
+                for k, v in value.items():
+                    merged[k] = {**merged[k], **v} if isinstance(v, dict) and isinstance(merged.get(k), dict) else v
+                base[key] = merged
+            else:
+                base[key] = value
+        path.write_text(yaml.safe_dump(base), encoding="utf-8")
+        return path
+
+
+@pytest.fixture(scope="session")
+def tiny_experiment(tiny_corpus, tmp_path_factory) -> TinyExperiment:
+    root = tmp_path_factory.mktemp("tiny_experiment")
+    units, cmvn = root / "units.txt", root / "global_cmvn"
+    run_tool("make_units.py", tiny_corpus.splits["train"].text, units)
+    exp = TinyExperiment(tiny_corpus, units, cmvn, root)
+    cfg = exp.config(root / "cmvn.yaml")
+    run_tool("compute_cmvn_stats.py", "--train_config", cfg, "--data_list",
+             tiny_corpus.splits["train"].data_list, "--out_cmvn", cmvn)
+    return exp

@@ -77,3 +77,36 @@ def concat_batches(a: dict, b: dict) -> dict:
             "feats_lengths": torch.cat([a["feats_lengths"], b["feats_lengths"]]),
             "target": torch.cat([pad_t(a["target"]), pad_t(b["target"])]),
             "target_lengths": torch.cat([a["target_lengths"], b["target_lengths"]])}
+
+
+def train_args(exp, model_dir, config, train_list=None, cv_list=None) -> list[str]:
+    """Arguments of ``asrkit.bin.train`` for a TinyExperiment (tests/conftest.py)."""
+    split = exp.corpus.splits
+    return ["--config", str(config), "--train_data", str(train_list or split["train"].data_list),
+            "--cv_data", str(cv_list or split["dev"].data_list), "--model_dir", str(model_dir),
+            "--num_threads", "1"]
+
+
+def run_checked(cmd, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
+    """Run ``cmd`` (list, or str for bash), raising with its output on failure."""
+    if isinstance(cmd, str):
+        cmd = ["bash", "-c", cmd]
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.update(kwargs.pop("env", {}))
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=kwargs.pop("cwd", REPO), env=env,
+                          timeout=timeout, **kwargs)
+    if proc.returncode != 0:
+        raise AssertionError(f"command failed ({proc.returncode}): {cmd}\n{proc.stdout[-3000:]}\n"
+                             f"{proc.stderr[-6000:]}")
+    return proc
+
+
+def identical_utterance_list(src_list: Path, dst: Path, count: int) -> Path:
+    """A data.list of ``count`` copies of the first utterance of ``src_list`` (distinct keys):
+    every batch of the same size is then the same batch, whatever the plan deals where."""
+    import json
+    first = json.loads(Path(src_list).read_text().splitlines()[0])
+    with open(dst, "w") as f:
+        for i in range(count):
+            f.write(json.dumps(dict(first, key=f"same{i:03d}")) + "\n")
+    return dst

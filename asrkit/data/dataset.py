@@ -109,6 +109,10 @@ class AsrDataLoader:
             persistent_workers=persistent_workers and workers,
             pin_memory=pin_memory and torch.cuda.is_available(),
             in_order=True,  # results in task order: the consumed order is the plan order
+            # The DataLoader draws its workers' base seed at every new iterator; from the global
+            # RNG that draw would shift dropout after a resume.  Workers need no randomness of
+            # their own (augmentation is seeded per sample), so a private generator suffices.
+            generator=torch.Generator().manual_seed(0),
         )
 
     @property

@@ -1,0 +1,103 @@
+"""asrkit.bin.recognize: train.yaml + checkpoint + data.list -> one text file per mode."""
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+
+from asrkit.bin.recognize import main
+from asrkit.config import load_config
+from asrkit.data.lists import read_list
+from asrkit.data.processors import build_sample_processor
+from asrkit.decode import MODES, decode
+from asrkit.models import build_model
+from asrkit.text import build_tokenizer, write_units
+from tests.helpers import REPO
+
+TINY_MODEL = {
+    "encoder": "conformer",
+    "encoder_conf": {"output_size": 32, "attention_heads": 2, "linear_units": 64, "num_blocks": 1,
+                     "cnn_module_kernel": 5, "dropout_rate": 0.0, "positional_dropout_rate": 0.0},
+    "decoder": "transformer",
+    "decoder_conf": {"attention_heads": 2, "linear_units": 64, "num_blocks": 1, "dropout_rate": 0.0,
+                     "positional_dropout_rate": 0.0},
+    "model_conf": {"ctc_weight": 0.3},
+}
+
+
+@pytest.fixture(scope="module")
+def experiment(tiny_corpus, tmp_path_factory):
+    """A resolved train.yaml, a units file and a checkpoint of a random tiny model whose
+    outputs are biased so every mode emits a few tokens."""
+    root = tmp_path_factory.mktemp("exp")
+    texts = [e.txt for e in read_list(tiny_corpus.splits["test"].data_list)]
+    units = write_units(root / "units.txt", {c for t in texts for c in t.replace(" ", "▁")})
+    cmvn = root / "global_cmvn"
+    cmvn.write_text('{"mean_stat": [%s], "var_stat": [%s], "frame_num": 1}' % (
+        ", ".join(["10.0"] * 40), ", ".join(["101.0"] * 40)))
+    config = dict(TINY_MODEL, tokenizer="char",
+                  tokenizer_conf={"symbol_table_path": str(root / "units.txt")},
+                  dataset_conf={"fbank_conf": {"num_mel_bins": 40}},
+                  cmvn="global_cmvn", cmvn_conf={"cmvn_file": str(cmvn)},
+                  input_dim=40, output_dim=len(units))
+    (root / "train.yaml").write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
+    cfg = load_config(root / "train.yaml")
+    torch.manual_seed(0)
+    model = build_model(cfg, 40, len(units))
+    with torch.no_grad():
+        model.decoder.output_layer.bias[model.eos] += 0.3  # short, non-empty attention hypotheses
+        model.ctc.ctc_lo.bias[0] += 1.0
+    torch.save({"model": model.state_dict(), "step": 7}, root / "ckpt.pt")
+    torch.save(model.state_dict(), root / "bare.pt")
+    return root, cfg, model.eval()
+
+
+def run_recognize(*args):
+    return subprocess.run([sys.executable, "-m", "asrkit.bin.recognize", *map(str, args)],
+                          capture_output=True, text=True, cwd=REPO)
+
+
+def read_text(path):
+    return [line.rstrip("\n").split(" ", 1) for line in open(path, encoding="utf-8")]
+
+
+def test_recognize_writes_one_text_per_mode_matching_direct_decoding(experiment, tiny_corpus):
+    root, cfg, model = experiment
+    data = tiny_corpus.splits["test"].data_list
+    out = root / "decode"
+    proc = run_recognize("--config", root / "train.yaml", "--checkpoint", root / "ckpt.pt", "--data", data,
+                         "--result_dir", out, "--modes", *MODES, "--beam_size", 3, "--batch_size", 5,
+                         "--score", "char")
+    assert proc.returncode == 0, proc.stderr
+    assert "RTF" in proc.stdout and "RTF" in proc.stderr
+    entries = read_list(data)
+    tokenizer = build_tokenizer(cfg)
+    processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False)
+    expected = {m: [] for m in MODES}
+    for entry in entries:  # one utterance at a time, no batching
+        batch = processor.collate([processor(entry, 0)])
+        hyps = decode(model, batch["feats"], batch["feats_lengths"], MODES, beam_size=3)
+        for mode in MODES:
+            expected[mode].append(tokenizer.decode(hyps[mode][0]))
+    for mode in MODES:
+        lines = read_text(out / mode / "text")
+        assert [line[0] for line in lines] == [e.key for e in entries]  # data.list order
+        assert [line[1] if len(line) > 1 else "" for line in lines] == expected[mode], mode
+        assert "%CER" in (out / mode / "wer").read_text(encoding="utf-8")
+    assert any(any(t for t in expected[m]) for m in MODES)
+
+
+def test_recognize_accepts_a_bare_state_dict_and_reports_clear_errors(experiment, tiny_corpus, tmp_path,
+                                                                      caplog):
+    root, _, _ = experiment
+    data = tiny_corpus.splits["dev"].data_list
+    common = ["--config", str(root / "train.yaml"), "--data", str(data)]
+    assert main(common + ["--checkpoint", str(root / "bare.pt"), "--result_dir", str(tmp_path / "d"),
+                          "--modes", "ctc_greedy_search"]) == 0
+    assert len(read_text(tmp_path / "d" / "ctc_greedy_search" / "text")) == len(read_list(data))
+    assert main(common + ["--checkpoint", str(tmp_path / "nope.pt"), "--result_dir", str(tmp_path / "e")]) == 1
+    assert "checkpoint not found" in caplog.text
+    assert main(common + ["--checkpoint", str(root / "ckpt.pt"), "--result_dir", str(tmp_path / "f"),
+                          "--override", "encoder_conf.num_blocks=2"]) == 1
+    assert "does not match" in caplog.text

@@ -1,0 +1,86 @@
+"""asrkit.bin.train end to end on the tiny corpus: validation first, exact resume, averaging."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from asrkit.train import checkpoint as ckpt
+from tests.helpers import REPO, run_checked, train_args
+
+
+def train(exp, model_dir, config, *extra) -> subprocess.CompletedProcess:
+    return run_checked([sys.executable, "-m", "asrkit.bin.train", *train_args(exp, model_dir, config),
+                        *map(str, extra)])
+
+
+def weights(path):
+    return ckpt.load_checkpoint(path)["model"]
+
+
+def test_bad_config_and_files_fail_before_work(tiny_experiment, tmp_path, capsys):
+    from asrkit.bin.train import main
+    split = tiny_experiment.corpus.splits
+
+    def run(config, *extra):
+        code = main(["--config", str(config), "--train_data", str(split["train"].data_list), "--cv_data",
+                     str(split["dev"].data_list), "--model_dir", str(tmp_path / "exp"), *extra])
+        return code, capsys.readouterr().err
+
+    code, err = run(tiny_experiment.config(tmp_path / "c.yaml", accum_grd=4))
+    assert code == 2 and "did you mean accum_grad?" in err
+    bad_units = tiny_experiment.config(tmp_path / "c2.yaml", tokenizer_conf={"symbol_table_path": "/nope/u.txt"})
+    code, err = run(bad_units, "--override", "accum_grad=0")
+    assert code == 2 and "accum_grad: must be > 0" in err
+    code, err = run(bad_units)
+    assert code == 2 and "/nope/u.txt: file not found" in err
+    code, err = run(tiny_experiment.config(tmp_path / "c3.yaml", dtype="bf16"))
+    assert code == 2 and "dtype: bf16 needs a CUDA device" in err
+    code, err = run(tiny_experiment.config(tmp_path / "c4.yaml"), "--dist_backend", "nccl")
+    assert code == 2 and "nccl needs CUDA" in err
+    assert not (tmp_path / "exp").exists()
+
+
+@pytest.mark.slow
+def test_resume_mid_epoch_matches_uninterrupted_run(tiny_experiment, tmp_path):
+    """Stopped after 3 steps (num_workers=2, prefetch, augmentation and dropout on) and
+    resumed with --checkpoint auto: the final weights equal an uninterrupted run's."""
+    cfg = tiny_experiment.config(
+        tmp_path / "c.yaml", max_epoch=2, save_interval=2,
+        encoder_conf={"dropout_rate": 0.1}, decoder_conf={"dropout_rate": 0.1},
+        dataset_conf={"speed_perturb": True, "spec_aug": True, "num_workers": 2, "prefetch_factor": 2,
+                      "fbank_conf": {"dither": 0.1}})
+    full, parted = tmp_path / "full", tmp_path / "parted"
+    train(tiny_experiment, full, cfg)
+    first = train(tiny_experiment, parted, cfg, "--max_steps", 3)
+    assert "reached max_steps=3" in first.stderr and (parted / "step_3.pt").is_file()
+    assert not (parted / "epoch_0.pt").exists()
+    second = train(tiny_experiment, parted, cfg, "--checkpoint", "auto")
+    assert "resumed from" in second.stderr and "(mid-epoch)" in second.stderr
+    a, b = weights(full / "epoch_1.pt"), weights(parted / "epoch_1.pt")
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6, msg=k)
+    info = ckpt.read_info(parted / "epoch_1.pt")
+    assert info["step"] == ckpt.read_info(full / "epoch_1.pt")["step"] and info["cv_loss"] > 0
+
+
+def test_train_writes_yaml_checkpoints_and_averages(tiny_experiment, tmp_path):
+    from asrkit.config import load_config
+    cfg = tiny_experiment.config(tmp_path / "c.yaml", max_epoch=2)
+    exp = tmp_path / "exp"
+    proc = train(tiny_experiment, exp, cfg)
+    for needle in ("frames/s", "data_wait", "eta", "grad_norm", "lr ", "CV epoch 1"):
+        assert needle in proc.stderr, needle
+    resolved = load_config(exp / "train.yaml")
+    assert resolved.input_dim == 40 and resolved.output_dim > 10
+    assert (exp / "log" / "rank0.log").is_file() and any((exp / "tensorboard").iterdir())
+    for path in (exp / "epoch_0.pt", exp / "epoch_1.pt"):
+        torch.load(path, weights_only=True)
+    avg = tmp_path / "avg.pt"
+    subprocess.run([sys.executable, "-m", "asrkit.bin.average_model", "--model_dir", str(exp), "--dst",
+                    str(avg), "--num", "2", "--mode", "best"], check=True, cwd=REPO, capture_output=True)
+    a0, a1, mean = weights(exp / "epoch_0.pt"), weights(exp / "epoch_1.pt"), weights(avg)
+    key = next(k for k, v in mean.items() if v.is_floating_point())
+    torch.testing.assert_close(mean[key], (a0[key] + a1[key]) / 2)
