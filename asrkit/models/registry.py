@@ -63,6 +63,10 @@ def build_model(cfg, input_dim: int, vocab_size: int, *, load_cmvn_stats: bool =
         raise ValueError(f"config output_dim {cfg.output_dim} != vocabulary size {vocab_size}")
     if vocab_size < 3:
         raise ValueError(f"vocab_size must be >= 3 (<blank>, <unk>, <sos/eos>), got {vocab_size}")
+    data_cmvn = getattr(getattr(cfg, "dataset_conf", None), "cmvn_file", None)
+    if cfg.cmvn is not None and data_cmvn:
+        raise ValueError("CMVN is configured twice: cmvn: global_cmvn (model layer) and "
+                         "dataset_conf.cmvn_file (data pipeline); keep one")
     mc = cfg.model_conf
     if cfg.decoder == "bitransformer" and mc.reverse_weight <= 0.0 and mc.ctc_weight < 1.0:
         raise ValueError("decoder bitransformer trains its right-to-left half only with "

@@ -1,0 +1,112 @@
+"""Decode a data list with a trained model, in one or more modes.
+
+    python -m asrkit.bin.recognize --config exp/conformer/train.yaml \\
+        --checkpoint exp/conformer/avg_10.pt --data data/test/data.list \\
+        --modes ctc_greedy_search ctc_prefix_beam_search attention attention_rescoring \\
+        --result_dir exp/conformer/decode_test [--beam_size 10] [--batch_size 16] \\
+        [--ctc_weight 0.3] [--reverse_weight 0.0] [--score char]
+
+Writes ``<result_dir>/<mode>/text`` (Kaldi ``key transcript``) for every mode; the
+encoder runs once per batch for all modes.  With ``--score word|char`` it also writes
+``<result_dir>/<mode>/wer`` against the list's transcripts (see tools/compute_wer.py).
+Progress lines report the real-time factor (wall time / audio time; "model" counts only
+encoder and searches).  Exit status 0 on success, 1 on a clear error, 2 on bad usage.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import torch
+
+from asrkit.config import ConfigError, load_config
+from asrkit.decode import MODES
+from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
+from asrkit.decode.recognizer import Progress, load_model, recognize, write_text
+from asrkit.metrics import format_alignment, score
+from asrkit.train.checkpoint import CheckpointError
+
+log = logging.getLogger("asrkit.recognize")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", required=True, help="the experiment's train.yaml")
+    p.add_argument("--checkpoint", required=True, help="checkpoint (training checkpoint or bare state_dict)")
+    p.add_argument("--data", required=True, help="data.list (raw or shard) to decode")
+    p.add_argument("--result_dir", required=True, help="writes <result_dir>/<mode>/text")
+    p.add_argument("--modes", nargs="+", default=["attention_rescoring"], choices=MODES, metavar="MODE",
+                   help=f"decoding modes, any of: {' '.join(MODES)}")
+    p.add_argument("--beam_size", type=int, default=10)
+    p.add_argument("--batch_size", type=int, default=16)
+    p.add_argument("--ctc_weight", type=float, default=0.3,
+                   help="attention_rescoring: weight of the CTC score")
+    p.add_argument("--reverse_weight", type=float, default=0.0,
+                   help="attention_rescoring: weight of the right-to-left decoder (bitransformer)")
+    p.add_argument("--blank_skip_threshold", type=float, default=DEFAULT_BLANK_SKIP_THRESHOLD,
+                   help="prefix beam search: frames with P(blank) above this add no new prefixes "
+                        "(1.0 disables)")
+    p.add_argument("--score", choices=["word", "char"], default=None,
+                   help="also score each mode against the list's transcripts (WER or CER)")
+    p.add_argument("--override", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="override a config value (repeatable), e.g. tokenizer_conf.symbol_table_path=...")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    p.add_argument("--num_threads", type=int, default=0, help="intra-op threads (0: torch default)")
+    return p
+
+
+def write_scores(result_dir: Path, mode: str, refs: dict[str, str], hyps: dict[str, str], unit: str) -> str:
+    totals, details = score(refs, hyps, unit)
+    label = "CER" if unit == "char" else "WER"
+    with open(result_dir / mode / "wer", "w", encoding="utf-8") as f:
+        for key, alignment in details:
+            f.write(format_alignment(key, alignment, label) + "\n")
+        f.write(totals.summary(label) + "\n" + totals.sentence_summary() + "\n")
+    return totals.summary(label)
+
+
+def run(args: argparse.Namespace) -> int:
+    from asrkit.data.lists import read_list
+    from asrkit.data.processors import build_sample_processor
+    from asrkit.text import build_tokenizer
+
+    if args.num_threads > 0:
+        torch.set_num_threads(args.num_threads)
+    cfg = load_config(args.config, args.override)
+    tokenizer = build_tokenizer(cfg)
+    entries = read_list(args.data)
+    processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False)
+    model = load_model(cfg, args.checkpoint, tokenizer.vocab_size, args.device)
+    log.info("decoding %d utterances in modes %s (beam %d, batch %d)", len(entries), " ".join(args.modes),
+             args.beam_size, args.batch_size)
+    progress = Progress()
+    results = recognize(model, entries, processor, tokenizer, args.modes, batch_size=args.batch_size,
+                        beam_size=args.beam_size, ctc_weight=args.ctc_weight,
+                        reverse_weight=args.reverse_weight, blank_skip_threshold=args.blank_skip_threshold,
+                        device=args.device, progress=progress)
+    result_dir = Path(args.result_dir)
+    refs = {e.key: e.txt for e in entries}
+    for mode, texts in results.items():
+        write_text(result_dir / mode / "text", texts)
+        if args.score:
+            log.info("%s: %s", mode, write_scores(result_dir, mode, refs, texts, args.score))
+    print(f"RTF {progress.rtf:.4f} (model {progress.model_rtf:.4f}) over {progress.audio_s:.1f} s of audio, "
+          f"{progress.utts} utterances, {progress.skipped} skipped")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+    try:
+        return run(args)
+    except (ConfigError, ValueError, OSError, CheckpointError) as e:
+        log.error("%s", e)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""Batch recognition of a data list: model loading from ``train.yaml`` + checkpoint,
+feature extraction through the (non-training) data chain, every requested mode from
+one encoder pass, and real-time-factor accounting."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+import torch
+
+from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
+from asrkit.decode.search import check_modes, decode
+from asrkit.models import AsrModel, build_model
+
+log = logging.getLogger("asrkit.recognize")
+
+
+def strip_module_prefix(state_dict: dict) -> dict:
+    """Drop a ``module.`` prefix that every key carries (a DDP-wrapped save)."""
+    if state_dict and all(k.startswith("module.") for k in state_dict):
+        return {k[len("module."):]: v for k, v in state_dict.items()}
+    return state_dict
+
+
+def load_model(cfg, checkpoint: str | Path, vocab_size: int, device: str = "cpu") -> AsrModel:
+    """Build the model of ``cfg`` (the experiment's resolved ``train.yaml``) and load
+    ``checkpoint`` (a training checkpoint holding ``"model"``, or a bare state_dict).
+    The feature dimension is ``cfg.input_dim`` or else ``dataset_conf.fbank_conf.num_mel_bins``.
+    CMVN statistics come from the checkpoint.  Returns the model in eval mode."""
+    from asrkit.train.checkpoint import load_checkpoint
+    input_dim = cfg.input_dim if cfg.input_dim is not None else cfg.dataset_conf.fbank_conf.num_mel_bins
+    model = build_model(cfg, input_dim, vocab_size, load_cmvn_stats=False)
+    state = strip_module_prefix(load_checkpoint(checkpoint)["model"])
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"checkpoint {checkpoint} does not match the config's model: "
+                         f"missing {sorted(missing)[:8]}, unexpected {sorted(unexpected)[:8]}")
+    return model.to(device).eval()
+
+
+@dataclasses.dataclass
+class Progress:
+    """Running totals; ``rtf`` = wall time / audio seconds, ``model_rtf`` counts only
+    encoder + searches (not audio loading and features)."""
+
+    utts: int = 0
+    audio_s: float = 0.0
+    wall_s: float = 0.0
+    model_s: float = 0.0
+    skipped: int = 0
+
+    @property
+    def rtf(self) -> float:
+        return self.wall_s / self.audio_s if self.audio_s else 0.0
+
+    @property
+    def model_rtf(self) -> float:
+        return self.model_s / self.audio_s if self.audio_s else 0.0
+
+    def line(self, total: int) -> str:
+        return (f"{self.utts}/{total} utts, {self.audio_s:.1f} s audio in {self.wall_s:.1f} s: "
+                f"RTF {self.rtf:.4f} (model {self.model_rtf:.4f}), skipped {self.skipped}")
+
+
+def duration_batches(entries: Sequence, batch_size: int) -> list[list[int]]:
+    """Indices of ``entries`` grouped ``batch_size`` at a time in order of decreasing
+    duration (little padding)."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    order = sorted(range(len(entries)), key=lambda i: -entries[i].duration)
+    return [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def recognize(model: AsrModel, entries: Sequence, processor, tokenizer, modes: Iterable[str], *,
+              batch_size: int = 16, beam_size: int = 10, ctc_weight: float = 0.3,
+              reverse_weight: float = 0.0, blank_skip_threshold: float = DEFAULT_BLANK_SKIP_THRESHOLD,
+              device: str = "cpu", log_every_s: float = 10.0,
+              progress: Optional[Progress] = None) -> dict[str, dict[str, str]]:
+    """Decode ``entries`` (``asrkit.data.lists.ListEntry``) with ``processor`` (from
+    ``build_sample_processor(..., train=False, apply_filter=False)``) in every mode.
+
+    Returns ``{mode: {key: text}}`` in the order of ``entries``.  A skipped utterance
+    (unreadable audio) is left out and counted; an utterance shorter than the
+    encoder's minimum input gets the empty text in every mode, with a warning."""
+    modes = check_modes(model, modes)
+    progress = progress if progress is not None else Progress()
+    texts: dict[str, list[Optional[str]]] = {m: [None] * len(entries) for m in modes}
+    min_frames = model.encoder.min_input_length
+    start = last_log = time.perf_counter()
+    for indices in duration_batches(entries, batch_size):
+        samples = [processor(entries[i], 0) for i in indices]
+        batch = processor.collate(samples)
+        if batch["skipped"]:
+            progress.skipped += len(batch["skipped"])
+            for skip in batch["skipped"]:
+                log.warning("skipped %s (%s): %s", skip.key, skip.reason, skip.detail)
+        position = {entries[i].key: i for i in indices}
+        kept = [position[k] for k in batch["keys"]]
+        lengths = batch["feats_lengths"]
+        long_enough = lengths >= min_frames
+        for row in (~long_enough).nonzero().flatten().tolist():
+            log.warning("%s has %d frames, fewer than the model's minimum %d: empty hypothesis",
+                        batch["keys"][row], int(lengths[row]), min_frames)
+            for mode in modes:
+                texts[mode][kept[row]] = ""
+        rows = long_enough.nonzero().flatten()
+        if rows.numel():
+            t0 = time.perf_counter()
+            feats = batch["feats"][rows].to(device)
+            feats = feats[:, : int(lengths[rows].max())]
+            hyps = decode(model, feats, lengths[rows].to(device), modes, beam_size=beam_size,
+                          ctc_weight=ctc_weight, reverse_weight=reverse_weight,
+                          blank_skip_threshold=blank_skip_threshold)
+            progress.model_s += time.perf_counter() - t0
+            for mode in modes:
+                for j, row in enumerate(rows.tolist()):
+                    texts[mode][kept[row]] = tokenizer.decode(hyps[mode][j])
+        progress.utts += len(kept)
+        progress.audio_s += sum(entries[i].duration for i in kept)
+        now = time.perf_counter()
+        progress.wall_s = now - start
+        if now - last_log >= log_every_s:
+            last_log = now
+            log.info("%s", progress.line(len(entries)))
+    progress.wall_s = time.perf_counter() - start
+    log.info("done: %s", progress.line(len(entries)))
+    return {mode: {entries[i].key: t for i, t in enumerate(texts[mode]) if t is not None} for mode in modes}
+
+
+def write_text(path: str | Path, texts: dict[str, str]) -> None:
+    """Kaldi ``text``: ``key transcript`` per line (``key`` alone for an empty one)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for key, text in texts.items():
+            f.write(f"{key} {text}\n" if text else f"{key}\n")
+
