@@ -73,7 +73,7 @@ class BaseEncoder(nn.Module):
     def forward(self, feats: torch.Tensor, feats_lengths: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         if feats.dim() != 3:
-            raise ValueError(f"encoder input must be [B, T, F], got shape {tuple(feats.shape)}")
+            raise ValueError(f"encoder input must be [B, T, F], got shape {feats.shape}")
         if feats.size(0) > 0 and int(feats_lengths.min()) < self.embed.min_input_length:
             raise ValueError(f"an utterance has {int(feats_lengths.min())} frames; the "
                              f"{self.embed.rate}x subsampling needs at least "

@@ -42,7 +42,7 @@ class Conv2dSubsampling(nn.Module):
         layers: list[nn.Module] = []
         channels = 1
         for kernel, stride in self.plan:
-            layers += [nn.Conv2d(channels, odim, kernel, stride), nn.ReLU()]
+            layers += [nn.Conv2d(channels, odim, kernel, stride), nn.ReLU(inplace=True)]
             channels = odim
         self.conv = nn.Sequential(*layers)
         self.out = nn.Linear(odim * freq, odim)

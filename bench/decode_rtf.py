@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Decoding real-time factor of a model on real audio.
+
+    bench/decode_rtf.py --data data/test/data.list [--config conf/train_conformer_small.yaml]
+        [--checkpoint exp/small/avg_5.pt] [--modes attention_rescoring] [--beam_size 10]
+        [--batch_size 16] [--threads 2] [--max_utts 200]
+
+Features (Kaldi fbank, ``dataset_conf.fbank_conf.num_mel_bins``) are computed first and
+timed separately; the reported RTF is **model time** (CMVN + encoder + searches, one
+encoder pass per batch for all modes) / audio duration, batches formed in order of
+decreasing length.  One warm-up batch is decoded first and not counted.
+
+Without ``--checkpoint`` the model is randomly initialised: its CTC posteriors are flat,
+so prefix beam search never skips a frame and keeps ``beam`` prefixes alive everywhere:
+a pessimistic figure.  The report says which was used.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from asrkit.config import load_config  # noqa: E402
+from asrkit.data.features import compute_fbank  # noqa: E402
+from asrkit.data.lists import read_list  # noqa: E402
+from asrkit.decode import MODES, decode  # noqa: E402
+from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD  # noqa: E402
+from asrkit.decode.recognizer import duration_batches, load_model  # noqa: E402
+from asrkit.models import build_model, count_parameters  # noqa: E402
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", required=True, help="raw data.list with wav paths and durations")
+    p.add_argument("--config", default="conf/train_conformer_small.yaml")
+    p.add_argument("--checkpoint", default=None, help="trained checkpoint (default: random init)")
+    p.add_argument("--vocab_size", type=int, default=None,
+                   help="units (default: the config's output_dim; required for random init without it)")
+    p.add_argument("--modes", nargs="+", default=["attention_rescoring"], choices=MODES)
+    p.add_argument("--beam_size", type=int, default=10)
+    p.add_argument("--batch_size", type=int, default=16)
+    p.add_argument("--ctc_weight", type=float, default=0.3)
+    p.add_argument("--blank_skip_threshold", type=float, default=DEFAULT_BLANK_SKIP_THRESHOLD)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--max_utts", type=int, default=0, help="use only the first N utterances (0: all)")
+    p.add_argument("--override", action="append", default=[], metavar="KEY.PATH=VALUE")
+    return p.parse_args(argv)
+
+
+def load_audio_features(entries, fbank_conf) -> tuple[list[torch.Tensor], float]:
+    import soundfile as sf
+    t0 = time.perf_counter()
+    feats = []
+    for e in entries:
+        wav, rate = sf.read(e.wav, dtype="float32", always_2d=True)
+        waveform = torch.from_numpy(wav.T[:1].copy())
+        feats.append(compute_fbank(waveform, rate, num_mel_bins=fbank_conf.num_mel_bins,
+                                   frame_length=fbank_conf.frame_length, frame_shift=fbank_conf.frame_shift,
+                                   dither=0.0))
+    return feats, time.perf_counter() - t0
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    cfg = load_config(args.config, args.override)
+    vocab = args.vocab_size or cfg.output_dim
+    if args.checkpoint and vocab is None:
+        from asrkit.train.checkpoint import load_checkpoint
+        vocab = int(load_checkpoint(args.checkpoint)["model"]["ctc.ctc_lo.bias"].numel())
+    if vocab is None:
+        raise SystemExit("--vocab_size is needed (the config has no output_dim)")
+    entries = read_list(args.data)
+    if args.max_utts:
+        entries = entries[: args.max_utts]
+    feats, fbank_s = load_audio_features(entries, cfg.dataset_conf.fbank_conf)
+    if args.checkpoint:
+        model = load_model(cfg, args.checkpoint, vocab)
+    else:
+        torch.manual_seed(0)
+        input_dim = cfg.dataset_conf.fbank_conf.num_mel_bins
+        model = build_model(cfg, input_dim, vocab, load_cmvn_stats=False).eval()
+    batches = duration_batches(entries, args.batch_size)
+    min_frames = model.encoder.min_input_length
+
+    def run(indices):
+        chosen = [i for i in indices if feats[i].size(0) >= min_frames]
+        x = torch.nn.utils.rnn.pad_sequence([feats[i] for i in chosen], batch_first=True)
+        lengths = torch.tensor([feats[i].size(0) for i in chosen])
+        return decode(model, x, lengths, args.modes, beam_size=args.beam_size, ctc_weight=args.ctc_weight,
+                      blank_skip_threshold=args.blank_skip_threshold)
+
+    run(batches[0])  # warm-up
+    t0 = time.perf_counter()
+    for indices in batches:
+        run(indices)
+    model_s = time.perf_counter() - t0
+    audio_s = sum(e.duration for e in entries)
+    report = {
+        "model": "checkpoint " + args.checkpoint if args.checkpoint else "random init (pessimistic)",
+        "config": args.config, "parameters": count_parameters(model), "vocab_size": vocab,
+        "modes": args.modes, "beam_size": args.beam_size, "batch_size": args.batch_size,
+        "threads": args.threads, "utterances": len(entries), "audio_s": round(audio_s, 1),
+        "model_s": round(model_s, 2), "rtf": round(model_s / audio_s, 4),
+        "fbank_rtf": round(fbank_s / audio_s, 4),
+    }
+    print(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
