@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Training throughput of a config on this machine, data loading included.
+
+    python bench/train_throughput.py --config conf/train_conformer_small.yaml \
+        --data data/train/data.list --units data/dict/units.txt --cmvn data/train/global_cmvn \
+        [--steps 30 --warmup 5 --threads 2 --num_workers 1 --override k=v ...]
+
+Runs the real pipeline (loader with workers -> model -> backward -> clip -> Adam step),
+timing each phase with wall clocks, and reports:
+
+* real frames/s: unpadded 10 ms fbank frames trained per second, end to end;
+* utterances/s, padding share, the share of time waiting for data;
+* the time split: data wait, forward, backward, optimizer (clip + step + zero_grad);
+* the model's FLOPs per frame (forward, counted by torch's FlopCounterMode; training is
+  ~3x forward) and the share of the machine's measured fp32 matmul peak that reaches.
+
+A JSON line with every figure is printed last (``--json`` writes it to a file too).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from asrkit.config import apply_overrides, build, read_yaml, TrainConfig  # noqa: E402
+
+
+def matmul_peak(threads: int, n: int = 1024, repeats: int = 20) -> float:
+    """Measured fp32 GFLOP/s of a square matmul with ``threads`` threads."""
+    torch.set_num_threads(threads)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    for _ in range(3):
+        a @ b
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return 2 * n ** 3 * repeats / (time.perf_counter() - start) / 1e9
+
+
+def forward_flops_per_frame(model, batch) -> float:
+    from torch.utils.flop_counter import FlopCounterMode
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        model(batch["feats"], batch["feats_lengths"], batch["target"], batch["target_lengths"])
+    return counter.get_total_flops() / float(batch["feats_lengths"].sum())
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", required=True)
+    p.add_argument("--data", required=True, help="data.list to train on")
+    p.add_argument("--units", required=True)
+    p.add_argument("--cmvn", default=None)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--num_workers", type=int, default=1)
+    p.add_argument("--override", action="append", default=[])
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+
+    raw = read_yaml(args.config)
+    raw = apply_overrides(raw, [f"tokenizer_conf.symbol_table_path={args.units}",
+                                f"dataset_conf.num_workers={args.num_workers}", *args.override])
+    if args.cmvn:
+        raw = apply_overrides(raw, ["cmvn=global_cmvn", f"cmvn_conf.cmvn_file={args.cmvn}"])
+    cfg = build(TrainConfig, raw)
+    peak = matmul_peak(args.threads)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(cfg.seed)
+
+    from asrkit.data.dataset import build_dataloader
+    from asrkit.data.lists import read_list
+    from asrkit.data.processors import build_sample_processor
+    from asrkit.models import build_model
+    from asrkit.text import build_tokenizer
+    from asrkit.train.scheduler import build_optimizer, build_scheduler
+
+    tok = build_tokenizer(cfg)
+    entries = read_list(args.data)
+    proc = build_sample_processor(cfg.dataset_conf, tok, train=True, seed=cfg.seed)
+    loader = build_dataloader(entries, cfg.dataset_conf, proc, train=True, seed=cfg.seed, rank=0, world_size=1)
+    model = build_model(cfg, cfg.dataset_conf.fbank_conf.num_mel_bins, tok.vocab_size)
+    model.train()
+    opt = build_optimizer(cfg, model.parameters())
+    sched = build_scheduler(cfg, opt)
+    params = [q for q in model.parameters() if q.requires_grad]
+
+    t = {"data": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0}
+    frames = padded = utts = steps = 0
+    flops = None
+    epoch = 0
+    loader.set_epoch(epoch)
+    it = iter(loader)
+    mark = time.perf_counter()
+    total_start = None
+    while steps < args.warmup + args.steps:
+        try:
+            batch = next(it)
+        except StopIteration:
+            epoch += 1
+            loader.set_epoch(epoch)
+            it = iter(loader)
+            continue
+        if batch["feats_lengths"].numel() == 0:
+            continue
+        if steps == args.warmup:
+            for k in t:
+                t[k] = 0.0
+            frames = padded = utts = 0
+            total_start = mark
+        now = time.perf_counter()
+        t["data"] += now - mark
+        out = model(batch["feats"], batch["feats_lengths"], batch["target"], batch["target_lengths"])
+        t1 = time.perf_counter()
+        (out["loss"] / batch["feats_lengths"].numel()).backward()
+        t2 = time.perf_counter()
+        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        t3 = time.perf_counter()
+        t["forward"] += t1 - now
+        t["backward"] += t2 - t1
+        t["optimizer"] += t3 - t2
+        frames += int(batch["feats_lengths"].sum())
+        padded += batch["feats"].shape[0] * batch["feats"].shape[1]
+        utts += batch["feats_lengths"].numel()
+        steps += 1
+        if flops is None:
+            flops = forward_flops_per_frame(model, batch)
+        mark = time.perf_counter()
+    wall = mark - total_start
+    train_flops = 3 * flops
+    result = {
+        "machine": f"{platform.processor() or platform.machine()}, {args.threads} threads, torch {torch.__version__}",
+        "config": args.config, "overrides": args.override, "steps": args.steps,
+        "real_frames_per_s": frames / wall, "utts_per_s": utts / wall,
+        "padding_share": 1 - frames / max(padded, 1), "data_wait_share": t["data"] / wall,
+        "split": {k: v / wall for k, v in t.items()},
+        "params_M": sum(q.numel() for q in model.parameters()) / 1e6,
+        "fwd_MFLOP_per_frame": flops / 1e6, "train_MFLOP_per_frame": train_flops / 1e6,
+        "matmul_peak_GFLOPs": peak,
+        "share_of_peak": frames / wall * train_flops / (peak * 1e9),
+    }
+    print(f"{result['real_frames_per_s']:.0f} real frames/s, {result['utts_per_s']:.1f} utts/s, "
+          f"padding {100 * result['padding_share']:.1f}%, data wait {100 * result['data_wait_share']:.1f}%",
+          file=sys.stderr)
+    print("split: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in result["split"].items()), file=sys.stderr)
+    print(f"{result['params_M']:.2f} M params, {result['train_MFLOP_per_frame']:.1f} MFLOP/frame (train), "
+          f"matmul peak {peak:.0f} GFLOP/s -> {100 * result['share_of_peak']:.1f}% of peak", file=sys.stderr)
+    line = json.dumps(result)
+    print(line)
+    if args.json:
+        Path(args.json).write_text(line + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Score every decoding mode of a decode directory and print one table.
+
+    tools/score_decodes.py --ref data/test/text --decode_dir exp/conformer/decode_test
+
+For each ``<decode_dir>/<mode>/text`` it writes ``<mode>/cer`` (characters, spaces
+excluded) and ``<mode>/wer`` (words) with per-utterance alignments and Kaldi-style
+totals, then prints (and writes to ``<decode_dir>/results.md``) a markdown table of CER,
+WER and sentence error rate per mode.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from asrkit.metrics import format_alignment, read_text, score
+
+MODES_ORDER = ["ctc_greedy_search", "ctc_prefix_beam_search", "attention", "attention_rescoring"]
+
+
+def score_mode(refs: dict, hyp_path: Path) -> dict:
+    hyps = read_text(hyp_path.read_text(encoding="utf-8").splitlines(), str(hyp_path))
+    out = {}
+    for label, mode in (("cer", "char"), ("wer", "word")):
+        totals, details = score(refs, hyps, mode=mode)
+        text = "".join(format_alignment(k, a, label.upper()) + "\n" for k, a in details)
+        text += totals.summary(label.upper()) + "\n" + totals.sentence_summary() + "\n"
+        (hyp_path.parent / label).write_text(text, encoding="utf-8")
+        out[label] = totals
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ref", required=True, type=Path, help="reference Kaldi text")
+    p.add_argument("--decode_dir", required=True, type=Path)
+    args = p.parse_args(argv)
+    refs = read_text(args.ref.read_text(encoding="utf-8").splitlines(), str(args.ref))
+    modes = sorted((d.name for d in args.decode_dir.iterdir() if (d / "text").is_file()),
+                   key=lambda m: (MODES_ORDER.index(m) if m in MODES_ORDER else 99, m))
+    if not modes:
+        print(f"error: no <mode>/text under {args.decode_dir}", file=sys.stderr)
+        return 1
+    rows = ["| mode | CER % | WER % | SER % | CER errors (ins/del/sub) / chars |",
+            "| --- | ---: | ---: | ---: | --- |"]
+    for mode in modes:
+        t = score_mode(refs, args.decode_dir / mode / "text")
+        cer, wer = t["cer"], t["wer"]
+        ser = 100 * cer.utts_wrong / max(cer.utts, 1)
+        rows.append(f"| {mode} | {100 * cer.rate:.2f} | {100 * wer.rate:.2f} | {ser:.2f} | "
+                    f"{cer.errors} ({cer.ins}/{cer.dels}/{cer.sub}) / {cer.ref_len} |")
+    table = "\n".join(rows) + "\n"
+    (args.decode_dir / "results.md").write_text(table, encoding="utf-8")
+    print(table, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
