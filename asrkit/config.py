@@ -74,6 +74,9 @@ class LaunchConf:
 
     dist_backend: Literal["auto", "gloo", "nccl"] = "auto"
     init_method: str = "env://"
+    # Seconds any collective (and any wait for the data loader) may block before the job
+    # fails naming the rank and what it was doing (asrkit.train.distributed.RankMonitor).
+    timeout_s: float = checked(1800.0, positive)
 
 
 from asrkit.data.schema import DataSections  # noqa: E402  (sections live beside their code)
@@ -100,6 +103,12 @@ class TrainerSections:
     early_stop_patience: int = checked(0, non_negative)
     keep_checkpoint_max: int = checked(3, positive)
     max_nonfinite_steps: int = checked(10, positive)
+    # World-size scaling: the world size this config was tuned on (0: not stated) and
+    # whether to scale accum_grad so the global batch stays the reference's.
+    reference_world_size: int = checked(0, non_negative)
+    keep_global_batch: bool = False
+    # Batch-norm conv modules as torch.nn.SyncBatchNorm (CUDA + nccl only).
+    sync_batchnorm: bool = False
     launch: LaunchConf = dataclasses.field(default_factory=LaunchConf)
 
     UNSUPPORTED: ClassVar[dict[str, tuple]] = {

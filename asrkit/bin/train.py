@@ -6,7 +6,14 @@
 
 Everything that can be checked is checked before the model is built: the config
 (unknown keys, types, unsupported values), the data lists, the units/BPE/CMVN files and
-the device/dtype combination.  The resolved config is written to ``<model_dir>/train.yaml``.
+the device/dtype/sync_batchnorm combination.  With several ranks, they then agree on
+hashes of the config (less ``launch``), those files and the data lists
+(``asrkit.train.agreement``) before any heavy work.  The resolved config is written to
+``<model_dir>/train.yaml``.
+
+Exit status: 0 done; 2 refused before training (config, files, device, ranks disagreeing);
+1 failed (e.g. a collective timed out: the message names the ranks and what they were
+doing); 3 this rank waited longer than ``launch.timeout_s`` for its data loader.
 """
 from __future__ import annotations
 
@@ -22,6 +29,7 @@ import numpy as np
 import torch
 
 from asrkit.config import ConfigError, TrainConfig, dump_config, load_config, to_dict
+from asrkit.train.agreement import AgreementError
 
 log = logging.getLogger("asrkit.train")
 
@@ -69,8 +77,8 @@ def setup_logging(model_dir: Path, rank: int) -> None:
         root.addHandler(stream)
 
 
-def preflight(cfg: TrainConfig, args, device: torch.device) -> list[str]:
-    """Problems found before any heavy work (files, device/dtype)."""
+def preflight(cfg: TrainConfig, args, device: torch.device, backend: str | None = None) -> list[str]:
+    """Problems found before any heavy work (files, device/dtype, sync_batchnorm, world-size scaling)."""
     problems = []
     for flag in ("train_data", "cv_data"):
         if not Path(getattr(args, flag)).is_file():
@@ -88,9 +96,29 @@ def preflight(cfg: TrainConfig, args, device: torch.device) -> list[str]:
     if cfg.dtype != "fp32" and device.type != "cuda":
         problems.append(f"dtype: {cfg.dtype} needs a CUDA device (mixed precision is for GPUs; on this CPU "
                         f"bf16 is many times slower than fp32) -- use dtype: fp32")
+    elif cfg.dtype == "bf16" and not torch.cuda.is_bf16_supported():
+        problems.append("dtype: bf16 is not supported by this GPU (it needs compute capability 8.0+, e.g. "
+                        "A100/H100) -- use dtype: fp16 (with loss scaling) or fp32")
+    if cfg.sync_batchnorm:
+        from asrkit.train.distributed import check_sync_batchnorm, resolve_backend
+        problem = check_sync_batchnorm(backend or resolve_backend(cfg.launch.dist_backend), device)
+        if problem:
+            problems.append(problem)
+    if cfg.keep_global_batch and not cfg.reference_world_size:
+        problems.append("keep_global_batch: true needs reference_world_size (the number of ranks the config "
+                        "was tuned on, e.g. 4)")
     if args.checkpoint not in (None, "auto") and not Path(args.checkpoint).is_file():
         problems.append(f"--checkpoint {args.checkpoint}: file not found")
     return problems
+
+
+def amp_scaler(cfg: TrainConfig, device: torch.device):
+    """The GradScaler for ``dtype: fp16`` on CUDA (None otherwise: fp32 needs none and
+    bf16 has fp32's exponent range).  Its calibration skips -- steps it drops while it
+    lowers the scale -- are counted apart from non-finite faults by the executor."""
+    if cfg.dtype == "fp16" and device.type == "cuda":
+        return torch.amp.GradScaler("cuda")
+    return None
 
 
 def effective_batch(cfg: TrainConfig, world_size: int) -> str:
@@ -125,16 +153,40 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    problems = preflight(cfg, args, device)
+    problems = preflight(cfg, args, device, spec.backend)
     if problems:
         print("error: cannot start training:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 2
     torch.set_num_threads(args.num_threads or D.default_num_threads(spec.local_world_size))
-    ctx = D.init_distributed(spec)
+    ctx = D.init_distributed(spec, timeout_s=cfg.launch.timeout_s)
+    monitor = D.RankMonitor.for_context(ctx, cfg.launch.timeout_s)
+    code, collective_failed = 1, False
     try:
-        return run(cfg, args, ctx, spec, notes, model_dir)
+        code = run(cfg, args, ctx, spec, notes, model_dir)
+        return code
+    except AgreementError as e:
+        code = 2
+        _fatal(ctx, str(e), to_stderr=ctx.local_rank == 0)
+        return code
+    except Exception as e:
+        if not (ctx.distributed and D.is_collective_failure(e)):
+            raise
+        collective_failed = True
+        _fatal(ctx, monitor.explain(e), to_stderr=True)
+        return code
     finally:
-        D.shutdown()
+        monitor.stop("finished" if code == 0 else "failed")
+        # After a failed collective, an nccl group can hang in its destructor: leave it to the exit.
+        if not (collective_failed and spec.backend == "nccl"):
+            D.shutdown()
+
+
+def _fatal(ctx, msg: str, to_stderr: bool) -> None:
+    """Log ``msg`` as an error (rank 0's log also goes to stderr); other ranks print it too
+    when ``to_stderr``."""
+    log.error("%s", msg)
+    if to_stderr and not ctx.is_main:
+        print(f"[rank {ctx.rank}] error: {msg}", file=sys.stderr, flush=True)
 
 
 def run(cfg: TrainConfig, args, ctx, spec, notes: list[str], model_dir: Path) -> int:
@@ -145,6 +197,24 @@ def run(cfg: TrainConfig, args, ctx, spec, notes: list[str], model_dir: Path) ->
     log.info(D.describe(ctx, spec))
     for note in notes:
         log.info("config: %s", note)
+    monitor = ctx.monitor or D.RankMonitor(ctx, cfg.launch.timeout_s)  # (not started: phases only)
+
+    from asrkit.train import agreement
+    monitor.set_phase("checking that the ranks agree (all-gathering config and file hashes)", "collective")
+    agreement.check_agreement(ctx, to_dict(cfg), agreement.job_files(to_dict(cfg), args.train_data, args.cv_data),
+                              extra={"--max_steps": args.max_steps, "torch version": torch.__version__,
+                                     "asrkit source": agreement.package_digest()})
+    monitor.set_phase("building the tokenizer, loaders and model", "other")
+
+    accum, scaling, inexact = D.scale_accum_grad(cfg.accum_grad, ctx.world_size, cfg.reference_world_size,
+                                                 cfg.keep_global_batch)
+    if scaling:
+        (log.warning if inexact else log.info)("world-size scaling: %s", scaling)
+    scaler = amp_scaler(cfg, ctx.device)
+    if cfg.dtype != "fp32":
+        log.info("mixed precision: %s autocast on %s%s; CTC is computed in fp32", cfg.dtype, ctx.device,
+                 " with a dynamic GradScaler (its calibration skips are counted apart from faults)"
+                 if scaler is not None else " (no loss scaling needed)")
     seed_everything(cfg.seed)
 
     from asrkit.data.dataset import build_dataloader
@@ -163,18 +233,29 @@ def run(cfg: TrainConfig, args, ctx, spec, notes: list[str], model_dir: Path) ->
     cfg = dataclasses.replace(cfg, input_dim=input_dim, output_dim=tokenizer.vocab_size)
     train_proc = build_sample_processor(cfg.dataset_conf, tokenizer, train=True, seed=cfg.seed)
     cv_proc = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=cfg.seed)
-    train_loader = build_dataloader(train_entries, cfg.dataset_conf, train_proc, train=True, seed=cfg.seed,
-                                    rank=ctx.rank, world_size=ctx.world_size)
-    cv_loader = build_dataloader(cv_entries, cfg.dataset_conf, cv_proc, train=False, seed=cfg.seed,
-                                 rank=ctx.rank, world_size=ctx.world_size)
+    train_loader = D.MonitoredLoader(
+        build_dataloader(train_entries, cfg.dataset_conf, train_proc, train=True, seed=cfg.seed,
+                         rank=ctx.rank, world_size=ctx.world_size), monitor, "train", ctx.rank)
+    cv_loader = D.MonitoredLoader(
+        build_dataloader(cv_entries, cfg.dataset_conf, cv_proc, train=False, seed=cfg.seed,
+                         rank=ctx.rank, world_size=ctx.world_size), monitor, "cv", ctx.rank)
 
     bare_model = build_model(cfg, input_dim, tokenizer.vocab_size).to(ctx.device)
     n_params = sum(p.numel() for p in bare_model.parameters())
     log.info("model: %s encoder + %s decoder, %.2f M parameters; %d train / %d CV utterances; "
              "%d threads", cfg.encoder, cfg.decoder, n_params / 1e6, len(train_entries), len(cv_entries),
              torch.get_num_threads())
-    model = D.wrap_ddp(bare_model, ctx, find_unused_parameters=bool(getattr(bare_model, "has_unused_parameters", False)))
-    log.info(effective_batch(cfg, ctx.world_size))
+    if cfg.sync_batchnorm and not D.count_batchnorm(bare_model):
+        log.info("sync_batchnorm: the model has no BatchNorm layer (encoder_conf.cnn_module_norm: %s); "
+                 "nothing to convert", getattr(cfg.encoder_conf, "cnn_module_norm", "?"))
+    elif cfg.sync_batchnorm and not ctx.distributed:
+        log.info("sync_batchnorm: one process, nothing to synchronise; BatchNorm left as it is")
+    model = D.wrap_ddp(bare_model, ctx, find_unused_parameters=bool(getattr(bare_model, "has_unused_parameters", False)),
+                       sync_batchnorm=cfg.sync_batchnorm)
+    # The run steps with the scaled accum_grad; train.yaml and checkpoints keep the config as
+    # written (with reference_world_size/keep_global_batch), so it rescales on any world size.
+    train_cfg = dataclasses.replace(cfg, accum_grad=accum)
+    log.info(effective_batch(train_cfg, ctx.world_size))
     optimizer = build_optimizer(cfg, model.parameters())
     scheduler = build_scheduler(cfg, optimizer)
     if ctx.is_main:
@@ -184,16 +265,24 @@ def run(cfg: TrainConfig, args, ctx, spec, notes: list[str], model_dir: Path) ->
     if ctx.is_main:
         from torch.utils.tensorboard import SummaryWriter
         writer = SummaryWriter(args.tensorboard_dir or str(model_dir / "tensorboard"))
-    trainer = Trainer(cfg, ctx, model, optimizer, scheduler, train_loader, cv_loader, model_dir,
-                      config_dict=to_dict(cfg), writer=writer, max_steps=args.max_steps)
+    trainer = Trainer(train_cfg, ctx, model, optimizer, scheduler, train_loader, cv_loader, model_dir,
+                      config_dict=to_dict(cfg), scaler=scaler, writer=writer, max_steps=args.max_steps)
     ckpt.remove_stale_temporaries(model_dir)
     resume = args.checkpoint
     if resume == "auto":
         resume = ckpt.find_resume_checkpoint(model_dir)
         if resume is None:
             log.info("--checkpoint auto: no checkpoint in %s, starting fresh", model_dir)
+    info = ckpt.read_info(resume) if resume else None
+    monitor.set_phase("checking that the ranks resume from the same checkpoint", "collective")
+    agreement.agree_on(ctx, "the checkpoint to resume from",
+                       {"checkpoint": Path(resume).name if resume else None,
+                        "step": (info or {}).get("step"), "epoch": (info or {}).get("epoch")},
+                       hint="every rank must resume from the same checkpoint: with --checkpoint auto on several "
+                            "nodes, model_dir must be on a shared filesystem (or copy the checkpoint to each node)")
     if resume:
         trainer.resume(resume)
+    monitor.set_phase("starting the training loop", "other")
     try:
         state = trainer.fit()
     finally:

@@ -1,0 +1,167 @@
+"""Agreement preflight: ranks refuse to start when the config (less ``launch``), the
+units/BPE/CMVN files or the data lists differ, naming the rank, host and item.
+
+(That ranks differing only in their ``launch`` sections start and train is shown by
+tests/train/test_world_scaling.py, whose 2-rank run gives each rank its own ``launch``.)
+"""
+from __future__ import annotations
+
+import copy
+import os
+import datetime
+import shutil
+import subprocess
+import sys
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from asrkit.config import TrainConfig, to_dict
+from asrkit.train import agreement as A
+from asrkit.train.distributed import DistContext
+from tests.helpers import REPO, free_port, train_args
+
+
+def plain_env() -> dict:
+    """This environment without torchrun's variables (the ranks get launch flags instead)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    return dict(env, PYTHONPATH=str(REPO))
+
+
+def _base_config(tmp_path) -> dict:
+    cfg = to_dict(TrainConfig())
+    cfg["tokenizer_conf"]["symbol_table_path"] = str(tmp_path / "units.txt")
+    return cfg
+
+
+def _files(tmp_path, units="units.txt", train="train.list") -> dict:
+    return {"units file": str(tmp_path / units), "BPE model": None, "train data list": str(tmp_path / train)}
+
+
+def test_message_names_config_keys_files_and_extras(tmp_path):
+    (tmp_path / "units.txt").write_text("<blank> 0\n<unk> 1\na 2\n")
+    (tmp_path / "units_b.txt").write_text("<blank> 0\n<unk> 1\nb 2\n")
+    (tmp_path / "train.list").write_text('{"key": "u1"}\n')
+    cfg0 = _base_config(tmp_path)
+    cfg1 = copy.deepcopy(cfg0)
+    cfg1["optim_conf"]["lr"] = 0.002
+    cfg1["tokenizer_conf"]["symbol_table_path"] = str(tmp_path / "units_b.txt")
+    cfg1["launch"]["init_method"] = "tcp://10.0.0.1:1"  # launch may differ: never reported
+    fp0 = dict(A.fingerprint(cfg0, _files(tmp_path), {"--max_steps": None}), rank=0, host="n0")
+    fp1 = dict(A.fingerprint(cfg1, _files(tmp_path, units="units_b.txt"), {"--max_steps": 5}), rank=1, host="n1")
+    msg = A.disagreement_message([fp0, fp1], [A.comparable_config(cfg0), A.comparable_config(cfg1)])
+    assert "rank 1 (host n1) differs from rank 0 (host n0) in: " in msg
+    assert "config key optim_conf.lr (rank 1: 0.002, rank 0: 0.001)" in msg
+    assert f"units file (rank 1: {tmp_path}/units_b.txt (sha256 " in msg
+    assert "--max_steps (rank 1: 5, rank 0: null)" in msg
+    assert "launch" not in msg.split("(only the config's launch")[0] and "symbol_table_path" not in msg
+    # same contents under another path and another launch section: agreement
+    shutil.copy(tmp_path / "units.txt", tmp_path / "units_copy.txt")
+    cfg2 = copy.deepcopy(cfg0)
+    cfg2["launch"] = {"dist_backend": "gloo", "init_method": "file:///x", "timeout_s": 5.0}
+    fp2 = dict(A.fingerprint(cfg2, _files(tmp_path, units="units_copy.txt"), {"--max_steps": None}), rank=1, host="n1")
+    assert A.disagreement_message([fp0, fp2]) is None
+    # a missing file on one rank
+    fp3 = dict(A.fingerprint(cfg0, _files(tmp_path, train="nope.list"), {"--max_steps": None}), rank=1, host="n1")
+    assert "train data list (rank 1: " in A.disagreement_message([fp0, fp3]) and "unreadable" in \
+        A.disagreement_message([fp0, fp3])
+
+
+def test_job_files_follow_the_config():
+    cfg = to_dict(TrainConfig())
+    cfg["tokenizer_conf"]["symbol_table_path"] = "u.txt"
+    cfg["tokenizer_conf"]["bpe_path"] = "bpe.model"
+    cfg["cmvn"], cfg["cmvn_conf"]["cmvn_file"] = "global_cmvn", "cmvn.json"
+    files = A.job_files(cfg, "train.list", "cv.list")
+    assert files["units file"] == "u.txt" and files["CMVN file"] == "cmvn.json"
+    assert files["BPE model"] is None  # tokenizer char: the bpe model is not used
+    assert files["train data list"] == "train.list" and files["CV data list"] == "cv.list"
+
+
+def _worker(rank, port, root, results):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=60))
+    ctx = DistContext(rank=rank, world_size=2)
+    from pathlib import Path
+    root = Path(root)
+    base = _base_config(root)
+    scenarios = {
+        "launch only": (lambda c: c["launch"].update(timeout_s=10.0 + rank), _files(root)),
+        "lr": (lambda c: c["optim_conf"].update(lr=0.001 * (rank + 1)), _files(root)),
+        "units": (lambda c: None, _files(root, units=f"units_r{rank}.txt")),
+        "data list": (lambda c: None, _files(root, train=f"train_r{rank}.list")),
+    }
+    out = {}
+    try:
+        for name, (edit, files) in scenarios.items():
+            cfg = copy.deepcopy(base)
+            edit(cfg)
+            try:
+                A.check_agreement(ctx, cfg, files, {"--max_steps": None})
+                out[name] = None
+            except A.AgreementError as e:
+                out[name] = str(e)
+        try:
+            A.agree_on(ctx, "the checkpoint to resume from", {"checkpoint": "step_4.pt" if rank == 0 else None})
+            out["resume"] = None
+        except A.AgreementError as e:
+            out["resume"] = str(e)
+        results[rank] = out
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_ranks_refuse_naming_the_difference(tmp_path):
+    (tmp_path / "units.txt").write_text("<blank> 0\n<unk> 1\na 2\n")
+    (tmp_path / "units_r0.txt").write_text("<blank> 0\n<unk> 1\na 2\n")
+    (tmp_path / "units_r1.txt").write_text("<blank> 0\n<unk> 1\nb 2\n")
+    (tmp_path / "train.list").write_text('{"key": "u1"}\n')
+    (tmp_path / "train_r0.list").write_text('{"key": "u1"}\n')
+    (tmp_path / "train_r1.list").write_text('{"key": "u2"}\n')
+    results = mp.Manager().dict()
+    mp.spawn(_worker, args=(free_port(), str(tmp_path), results), nprocs=2, join=True)
+    for rank in (0, 1):  # every rank refuses, with the same message
+        r = results[rank]
+        assert r["launch only"] is None
+        assert "rank 1 (host " in r["lr"] and "config key optim_conf.lr (rank 1: 0.002, rank 0: 0.001)" in r["lr"]
+        assert "in: units file (rank 1: " in r["units"] and "units_r1.txt" in r["units"]
+        assert "in: train data list (rank 1: " in r["data list"]
+        assert "ranks disagree on the checkpoint to resume from" in r["resume"]
+        assert '"checkpoint":"step_4.pt"' in r["resume"] and '"checkpoint":null' in r["resume"]
+    assert results[0] == results[1]
+
+
+def test_train_refuses_ranks_with_different_config_units_and_data(tiny_experiment, tmp_path):
+    """Two `asrkit.bin.train` processes (legacy shell-loop launch): rank 1 has another lr, a
+    units file with other contents and another train list; both exit 2 naming all three."""
+    cfg = tiny_experiment.config(tmp_path / "c.yaml")
+    units1 = tmp_path / "units1.txt"
+    units1.write_text(tiny_experiment.units.read_text() + "extra 9999\n")
+    train1 = tmp_path / "train1.list"
+    train1.write_text("".join(tiny_experiment.corpus.splits["train"].data_list.read_text().splitlines(True)[:-1]))
+    port = free_port()
+    procs = []
+    for rank in (0, 1):
+        argv = train_args(tiny_experiment, tmp_path / "exp", cfg, train_list=train1 if rank else None)
+        if rank:
+            argv += ["--override", "optim_conf.lr=0.004", "--override",
+                     f"tokenizer_conf.symbol_table_path={units1}"]
+        argv += ["--rank", str(rank), "--world_size", "2", "--dist_backend", "gloo",
+                 "--init_method", f"tcp://127.0.0.1:{port}"]
+        procs.append(subprocess.Popen([sys.executable, "-m", "asrkit.bin.train", *argv], cwd=REPO, env=plain_env(),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:  # never leave a hanging rank behind
+                p.kill()
+    assert [p.returncode for p in procs] == [2, 2], outs
+    err = outs[0][1]
+    assert "ranks disagree on what must be identical in one job; refusing to start" in err
+    assert "rank 1 (host " in err and "differs from rank 0" in err
+    assert "config key optim_conf.lr (rank 1: 0.004, rank 0: 0.002)" in err
+    assert f"units file (rank 1: {units1} (sha256 " in err
+    assert "train data list (rank 1: " in err
+    assert not list((tmp_path / "exp").glob("*.pt")) and not (tmp_path / "exp" / "train.yaml").exists()

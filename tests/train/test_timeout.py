@@ -1,0 +1,132 @@
+"""No silent hang: a rank stuck in its data loader ends the job within ``launch.timeout_s``
+with a message naming the rank and what it was doing.
+
+Fault injection: ``ASRKIT_TEST_STALL_RANK=r`` makes rank r's train loader hang forever
+before batch ``ASRKIT_TEST_STALL_BATCH`` (default 0) of the pass.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from asrkit.train import distributed as D
+from tests.helpers import REPO, free_port, train_args
+
+TIMEOUT_S = 6
+
+
+class _Batches:
+    """A loader stand-in: 4 batches of epoch 0."""
+
+    epoch = 0
+
+    def __len__(self):
+        return 4
+
+    def __iter__(self):
+        yield from range(4)
+
+
+def _stall_worker(rank, port, timeout_s, queue):
+    if rank == 1:
+        os.environ[D.STALL_RANK_ENV] = "1"
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    ctx = D.DistContext(rank=rank, world_size=2)
+    monitor = D.RankMonitor.for_context(ctx, timeout_s)
+    start = time.monotonic()
+    try:
+        got = list(D.iterate_together(D.MonitoredLoader(_Batches(), monitor, "train", rank), ctx))
+        queue.put((rank, "finished", got, 0.0))
+    except RuntimeError as e:
+        assert D.is_collective_failure(e)
+        queue.put((rank, "failed", monitor.explain(e), time.monotonic() - start))
+    finally:
+        monitor.stop("failed")
+        dist.destroy_process_group()
+
+
+def test_stuck_loader_ends_both_ranks_without_an_agent():
+    """Plain processes (as a legacy shell loop starts them): rank 0 times out in the has-next
+    all-reduce and names rank 1's phase; rank 1's watchdog ends rank 1 itself (status 3)."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_stall_worker, args=(r, port, 3.0, queue)) for r in range(2)]
+    start = time.monotonic()
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=60)
+    elapsed = time.monotonic() - start
+    assert all(p.exitcode is not None for p in procs), "a rank is still hanging"
+    assert procs[1].exitcode == D.EXIT_STALLED
+    rank, outcome, message, waited = queue.get(timeout=5)
+    assert (rank, outcome) == (0, "failed")
+    assert "while in the has-next all-reduce before train batch 1/4 of epoch 0" in message
+    assert re.search(r"rank 1 \(host .*pid \d+\): (STALLED, )?waiting for train batch 1/4 of epoch 0 "
+                     r"from the data loader", message), message
+    assert 2.5 < waited < 10 and elapsed < 40
+
+
+def test_peer_summary_and_failure_classification():
+    assert D.is_collective_failure(RuntimeError("[../gloo/transport/tcp/unbound_buffer.cc:78] Timed out "
+                                                "waiting 4000ms for recv operation to complete"))
+    assert not D.is_collective_failure(ValueError("bad config"))
+    assert D._first_line(RuntimeError("[x.cc:1] Timed out waiting\nmore")) == "Timed out waiting"
+
+    class Store(dict):
+        def check(self, keys):
+            return all(k in self for k in keys)
+
+        def get(self, key):
+            return self[key]
+
+        def set(self, key, value):
+            self[key] = value
+
+    store = Store()
+    for r in range(1, 12):
+        peer = D.RankMonitor(D.DistContext(rank=r, world_size=12), 10, store)
+        if r == 7:
+            peer.set_phase("waiting for train batch 3/9 of epoch 1 from the data loader", "data")
+        else:
+            peer.set_phase("in the has-next all-reduce before train batch 3/9 of epoch 1", "collective")
+        peer._publish()
+    me = D.RankMonitor(D.DistContext(rank=0, world_size=12), 10, store)
+    lines = me.describe_peers()
+    assert len(lines) == 2 and "rank 7 " in lines[0] and "from the data loader" in lines[0]
+    assert lines[1].startswith("10 other rank(s) were in a collective too: 1, 2, 3, 4, 5, 6, 8")
+
+
+@pytest.mark.slow
+def test_torchrun_job_with_a_stuck_rank_fails_within_the_timeout(tiny_experiment, tmp_path):
+    cfg = tiny_experiment.config(tmp_path / "c.yaml", launch={"timeout_s": TIMEOUT_S})
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", str(free_port()), "-m", "asrkit.bin.train",
+           *train_args(tiny_experiment, tmp_path / "exp", cfg)]
+    env = dict(os.environ, PYTHONPATH=str(REPO), **{D.STALL_RANK_ENV: "1"})
+    start = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=240)
+    end = time.time()
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    # the stall began when rank 1 logged the fault injection; the job ended within the timeout + slack
+    log1 = (tmp_path / "exp" / "log" / "rank1.log").read_text()
+    hh, mm, ss = map(int, re.search(r"^(\d\d):(\d\d):(\d\d) .*fault injection", log1, re.M).groups())
+    stalled = datetime.datetime.fromtimestamp(end).replace(hour=hh, minute=mm, second=ss).timestamp()
+    print(f"job: {end - start:.1f} s in total, {end - stalled:.1f} s after the stall began "
+          f"(timeout_s {TIMEOUT_S})")
+    assert end - stalled < TIMEOUT_S + 12, out[-3000:]
+    assert re.search(r"rank 1 \(host .*\): (STALLED, )?waiting for train batch 1/3 of epoch 0 from the data "
+                     r"loader", out), out[-3000:]
+    assert "a collective failed" in (tmp_path / "exp" / "log" / "rank0.log").read_text()
