@@ -25,8 +25,8 @@ def attention_beam_search(decoder: torch.nn.Module, enc_out: torch.Tensor, enc_l
     device = enc_out.device
     k = beam_size
     rows = batch * k
-    memory = enc_out.repeat_interleave(k, dim=0)
-    memory_mask = valid_mask(enc_lengths, enc_out.size(1)).unsqueeze(1).repeat_interleave(k, dim=0)
+    memory_index = torch.arange(batch, device=device).repeat_interleave(k)  # row -> utterance
+    memory_mask = valid_mask(enc_lengths, enc_out.size(1)).unsqueeze(1).index_select(0, memory_index)
     limit = enc_lengths.repeat_interleave(k)
     ys = torch.full((rows, 1), sos, dtype=torch.long, device=device)
     scores = torch.full((batch, k), float("-inf"), device=device)
@@ -38,7 +38,7 @@ def attention_beam_search(decoder: torch.nn.Module, enc_out: torch.Tensor, enc_l
     eos_only: Optional[torch.Tensor] = None
     base = (torch.arange(batch, device=device) * k).unsqueeze(1)
     for step in range(int(limit.max()) + 1 if rows else 0):
-        logp, cache = decoder.forward_one_step(memory, memory_mask, ys, cache)
+        logp, cache = decoder.forward_one_step(enc_out, memory_mask, ys, cache, memory_index)
         if eos_only is None:
             vocab = logp.size(-1)
             eos_only = torch.full((vocab,), float("-inf"), device=device)
@@ -104,14 +104,13 @@ def rescoring_scores(decoder: torch.nn.Module, enc_out: torch.Tensor, enc_length
         return [[] for _ in nbest]
     device = enc_out.device
     index = torch.tensor(owner, dtype=torch.long, device=device)
-    memory = enc_out[index]
     memory_mask = valid_mask(enc_lengths[index], enc_out.size(1)).unsqueeze(1)
     ys_in, ys_out, lengths = _decoder_io(flat, sos_eos, device)
     r_ys_in: Optional[torch.Tensor] = None
     r_ys_out: Optional[torch.Tensor] = None
     if reverse_weight > 0.0:
         r_ys_in, r_ys_out, _ = _decoder_io([tuple(reversed(h)) for h in flat], sos_eos, device)
-    logits, r_logits = decoder(memory, memory_mask, ys_in, lengths, r_ys_in)
+    logits, r_logits = decoder(enc_out, memory_mask, ys_in, lengths, r_ys_in, index)
     score = _teacher_forced_scores(logits, ys_out)
     if reverse_weight > 0.0:
         if r_logits is None or r_ys_out is None:

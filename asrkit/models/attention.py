@@ -47,11 +47,18 @@ class MultiHeadedAttention(nn.Module):
         return self.linear_out(self.merge_heads(out))
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                mask: torch.Tensor, pos_emb: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``pos_emb`` is ignored (kept so both attention types share one signature)."""
+                mask: torch.Tensor, pos_emb: Optional[torch.Tensor] = None,
+                kv_index: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``pos_emb`` is ignored (kept so both attention types share one signature).
+        ``kv_index [N]``: query row ``n`` attends to key/value row ``kv_index[n]`` (keys
+        and values are projected once per distinct row, e.g. once per utterance for all
+        its hypotheses); ``mask`` is then per query row."""
         q = self.split_heads(self.linear_q(query))
         k = self.split_heads(self.linear_k(key))
         v = self.split_heads(self.linear_v(value))
+        if kv_index is not None:
+            k = k.index_select(0, kv_index)
+            v = v.index_select(0, kv_index)
         return self.attend(q, k, v, mask.unsqueeze(1))
 
 
@@ -86,9 +93,13 @@ class RelPositionMultiHeadedAttention(MultiHeadedAttention):
         nn.init.xavier_uniform_(self.pos_bias_v)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                mask: torch.Tensor, pos_emb: Optional[torch.Tensor] = None) -> torch.Tensor:
+                mask: torch.Tensor, pos_emb: Optional[torch.Tensor] = None,
+                kv_index: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``pos_emb``: ``[1, 2T−1, n_feat]`` from ``RelPositionalEncoding``; self-attention
-        only (``query``, ``key``, ``value`` have the same length ``T``)."""
+        only (``query``, ``key``, ``value`` have the same length ``T``; ``kv_index`` must
+        be ``None``)."""
+        if kv_index is not None:
+            raise ValueError("relative-position attention is self-attention only (no kv_index)")
         if pos_emb is None:
             raise ValueError("relative-position attention needs pos_emb")
         q = self.split_heads(self.linear_q(query))

@@ -35,11 +35,12 @@ class DecoderLayer(nn.Module):
         self.normalize_before = normalize_before
 
     def forward(self, tgt: torch.Tensor, tgt_mask: torch.Tensor, memory: torch.Tensor,
-                memory_mask: torch.Tensor, cache: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``tgt [N, L, D]``, ``tgt_mask [N, L, L]``, ``memory [N, T, D]``,
-        ``memory_mask [N, 1, T]``.  With ``cache`` (this layer's outputs for the first
-        ``L − 1`` positions) only the last position is computed and the result is
-        ``cat(cache, new)``."""
+                memory_mask: torch.Tensor, cache: Optional[torch.Tensor] = None,
+                memory_index: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``tgt [N, L, D]``, ``tgt_mask [N, L, L]``, ``memory [N, T, D]`` (or ``[B, T, D]``
+        with ``memory_index [N]`` naming each row's memory), ``memory_mask [N, 1, T]``.
+        With ``cache`` (this layer's outputs for the first ``L − 1`` positions) only the
+        last position is computed and the result is ``cat(cache, new)``."""
         pre = self.normalize_before
         h = self.norm1(tgt) if pre else tgt
         if cache is None:
@@ -50,7 +51,7 @@ class DecoderLayer(nn.Module):
         if not pre:
             x = self.norm1(x)
         h = self.norm2(x) if pre else x
-        x = x + self.dropout(self.src_attn(h, memory, memory, memory_mask))
+        x = x + self.dropout(self.src_attn(h, memory, memory, memory_mask, None, memory_index))
         if not pre:
             x = self.norm2(x)
         h = self.norm3(x) if pre else x
@@ -92,25 +93,29 @@ class TransformerDecoder(nn.Module):
         return self.output_layer(x)
 
     def forward_logits(self, memory: torch.Tensor, memory_mask: torch.Tensor,
-                       ys_in: torch.Tensor, ys_in_lengths: torch.Tensor) -> torch.Tensor:
+                       ys_in: torch.Tensor, ys_in_lengths: torch.Tensor,
+                       memory_index: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Teacher-forced logits ``[N, L, V]`` for inputs ``ys_in [N, L]`` (valid up to
-        ``ys_in_lengths``), attending to ``memory [N, T, D]`` under ``memory_mask [N, 1, T]``."""
+        ``ys_in_lengths``), attending to ``memory [N, T, D]`` under ``memory_mask [N, 1, T]``
+        (or to ``memory[memory_index[n]]`` for row ``n``; see :class:`DecoderLayer`)."""
         tgt_mask = decoder_self_mask(ys_in_lengths, ys_in.size(1))
         x, _ = self.pos_enc(self.embed(ys_in))
         for layer in self.decoders:
-            x = layer(x, tgt_mask, memory, memory_mask)
+            x = layer(x, tgt_mask, memory, memory_mask, None, memory_index)
         return self._final(x)
 
     def forward(self, memory: torch.Tensor, memory_mask: torch.Tensor, ys_in: torch.Tensor,
-                ys_in_lengths: torch.Tensor, r_ys_in: Optional[torch.Tensor] = None
+                ys_in_lengths: torch.Tensor, r_ys_in: Optional[torch.Tensor] = None,
+                memory_index: Optional[torch.Tensor] = None
                 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """``(left-to-right logits, None)``; ``r_ys_in`` is ignored."""
-        return self.forward_logits(memory, memory_mask, ys_in, ys_in_lengths), None
+        return self.forward_logits(memory, memory_mask, ys_in, ys_in_lengths, memory_index), None
 
     def forward_one_step(self, memory: torch.Tensor, memory_mask: torch.Tensor, ys: torch.Tensor,
-                         cache: Optional[list[torch.Tensor]] = None
+                         cache: Optional[list[torch.Tensor]] = None,
+                         memory_index: Optional[torch.Tensor] = None
                          ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Incremental decoding.  ``ys [N, t]`` is the full prefix (``<sos>`` first);
+        """Incremental decoding (``memory_index`` as in :meth:`forward_logits`).  ``ys [N, t]`` is the full prefix (``<sos>`` first);
         ``cache`` holds each layer's outputs for the first ``t − 1`` positions (or
         ``None`` at ``t = 1``).  Returns log-probabilities ``[N, V]`` (fp32) of the next
         token and the cache for positions ``0 .. t − 1``."""
@@ -120,7 +125,7 @@ class TransformerDecoder(nn.Module):
         new_cache: list[torch.Tensor] = []
         for i, layer in enumerate(self.decoders):
             layer_cache = None if cache is None else cache[i]
-            x = layer(x, tgt_mask, memory, memory_mask, layer_cache)
+            x = layer(x, tgt_mask, memory, memory_mask, layer_cache, memory_index)
             new_cache.append(x)
         logits = self._final(x[:, -1])
         return torch.log_softmax(logits.float(), dim=-1), new_cache
@@ -141,18 +146,21 @@ class BiTransformerDecoder(nn.Module):
         return True
 
     def forward(self, memory: torch.Tensor, memory_mask: torch.Tensor, ys_in: torch.Tensor,
-                ys_in_lengths: torch.Tensor, r_ys_in: Optional[torch.Tensor] = None
+                ys_in_lengths: torch.Tensor, r_ys_in: Optional[torch.Tensor] = None,
+                memory_index: Optional[torch.Tensor] = None
                 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """``(left-to-right logits, right-to-left logits or None)``; ``r_ys_in`` is
         ``<sos>`` followed by the reversed tokens, with the same lengths as ``ys_in``."""
-        left = self.left_decoder.forward_logits(memory, memory_mask, ys_in, ys_in_lengths)
+        left = self.left_decoder.forward_logits(memory, memory_mask, ys_in, ys_in_lengths, memory_index)
         right: Optional[torch.Tensor] = None
         if r_ys_in is not None:
-            right = self.right_decoder.forward_logits(memory, memory_mask, r_ys_in, ys_in_lengths)
+            right = self.right_decoder.forward_logits(memory, memory_mask, r_ys_in, ys_in_lengths,
+                                                      memory_index)
         return left, right
 
     def forward_one_step(self, memory: torch.Tensor, memory_mask: torch.Tensor, ys: torch.Tensor,
-                         cache: Optional[list[torch.Tensor]] = None
+                         cache: Optional[list[torch.Tensor]] = None,
+                         memory_index: Optional[torch.Tensor] = None
                          ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Left-to-right incremental step (see :meth:`TransformerDecoder.forward_one_step`)."""
-        return self.left_decoder.forward_one_step(memory, memory_mask, ys, cache)
+        return self.left_decoder.forward_one_step(memory, memory_mask, ys, cache, memory_index)
