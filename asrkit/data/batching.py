@@ -6,15 +6,13 @@ epoch plan.  Every function is deterministic given its inputs (randomness comes 
 explicit ``numpy.random.Generator``).
 
 Planned frames
-    ``planned_frames(d, stretch) = max(1, floor(100 * d * stretch))`` for a listed
-    duration of ``d`` seconds: the frame count of a 10 ms frame shift.  (Kaldi fbank with
-    a 25 ms window and ``snip_edges`` yields ``1 + (samples - 400) // 160`` frames at
-    16 kHz, one or two fewer, so the plan does not under-count.)  ``stretch`` accounts for
-    speed perturbation: the plan cannot know which speed each utterance will get, so a
-    training loader with speed perturbation plans every utterance at its slowest speed
-    ``s``, ``stretch = 1 / s`` (1.11 for WeNet's 0.9).  ``max_frames_in_batch`` and the
-    bucket boundaries therefore bound the real padded frames of a batch whatever speeds
-    are drawn.
+    ``planned_frames(d) = max(1, floor(100 * d))`` for a duration of ``d`` seconds: the
+    frame count of a 10 ms frame shift.  (Kaldi fbank with a 25 ms window and
+    ``snip_edges`` yields ``1 + (samples - 400) // 160`` frames at 16 kHz, one or two
+    fewer, so the plan does not under-count.)  Under speed perturbation the sampler passes
+    ``d / speed`` with the speed each utterance really gets in the epoch
+    (``asrkit.data.processors.draw_speed``), so ``max_frames_in_batch`` and the bucket
+    boundaries bound the real padded frames of a batch.
 """
 from __future__ import annotations
 
@@ -27,21 +25,16 @@ import numpy as np
 FRAMES_PER_SECOND = 100
 
 
-def planned_frames(durations: Sequence[float], stretch: float = 1.0) -> np.ndarray:
-    """Planned frame count of each duration (seconds):
-    ``max(1, floor(100 * d * stretch))``, int64.
-
-    Raises ``ValueError`` naming the first position whose duration is negative or not
-    finite (a list without durations cannot be planned)."""
+def planned_frames(durations: Sequence[float]) -> np.ndarray:
+    """Planned frames of each utterance: ``max(1, floor(100 * d))``, int64.
+    Durations must be finite and >= 0 (a 0 duration marks audio whose length could not be
+    measured; it is planned as one frame and skipped when loaded)."""
     d = np.asarray(durations, dtype=np.float64)
-    bad = ~np.isfinite(d) | (d < 0)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"list entry {i}: duration {d[i]!r} is not a finite number >= 0; "
-                         f"every list line needs its duration in seconds to plan batches")
-    if not (math.isfinite(stretch) and stretch > 0):
-        raise ValueError(f"stretch must be a finite number > 0, got {stretch!r}")
-    return np.maximum(1, np.floor(d * (FRAMES_PER_SECOND * stretch))).astype(np.int64)
+    bad = np.flatnonzero(~(np.isfinite(d) & (d >= 0)))
+    if bad.size:
+        raise ValueError(f"list entry {int(bad[0])} has an unplannable duration {d[bad[0]]!r} "
+                         f"(durations must be finite and >= 0)")
+    return np.maximum(1, np.floor(d * FRAMES_PER_SECOND)).astype(np.int64)
 
 
 def permute_within_windows(order: np.ndarray, window: int, rng: np.random.Generator) -> np.ndarray:

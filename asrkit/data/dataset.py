@@ -157,12 +157,12 @@ class AsrDataLoader:
         self.sampler.load_state_dict(state)
 
 
-def speed_stretch(dataset_conf, *, train: bool) -> float:
-    """Planned-frame stretch for speed perturbation: ``1 / min(speeds)`` when a training
-    loader perturbs speed, else 1 (see ``asrkit.data.batching``)."""
+def planned_speeds(dataset_conf, *, train: bool) -> tuple[float, ...] | None:
+    """The speed-perturbation factors a training loader applies (None: no perturbation);
+    the plan uses them to know every utterance's real length (see ``asrkit.data.sampler``)."""
     if train and dataset_conf.speed_perturb:
-        return 1.0 / min(dataset_conf.speeds)
-    return 1.0
+        return tuple(dataset_conf.speeds)
+    return None
 
 
 def build_dataloader(entries: Sequence[Any], dataset_conf, sample_processor, *, train: bool, seed: int,
@@ -177,7 +177,7 @@ def build_dataloader(entries: Sequence[Any], dataset_conf, sample_processor, *, 
     same on every rank).  ``rank``/``world_size`` are explicit so that a rank's loader can
     be built (and tested) without ``torch.distributed``."""
     planner = EpochPlanner.from_entries(entries, dataset_conf, train=train, seed=seed,
-                                        stretch=speed_stretch(dataset_conf, train=train))
+                                        speeds=planned_speeds(dataset_conf, train=train))
     sampler = RankBatchSampler(planner, rank=rank, world_size=world_size)
     loader = AsrDataLoader(entries, sample_processor, sampler, num_workers=dataset_conf.num_workers,
                            prefetch_factor=dataset_conf.prefetch_factor,

@@ -100,6 +100,15 @@ def sample_generator(seed: int, epoch: int, key: str) -> torch.Generator:
     return gen
 
 
+def draw_speed(seed: int, epoch: int, key: str, speeds: Sequence[float]) -> float:
+    """The speed-perturbation factor of utterance ``key`` in ``epoch``: uniform over
+    ``speeds``, a pure function of (seed, epoch, key) (BLAKE2b, like
+    :func:`sample_generator` but its own stream).  The sampler calls it too, so epochs are
+    planned on the lengths the utterances really get."""
+    digest = hashlib.blake2b(f"{seed}\x1f{epoch}\x1f{key}\x1fspeed".encode("utf-8"), digest_size=8).digest()
+    return float(speeds[int.from_bytes(digest, "little") % len(speeds)])
+
+
 # ----------------------------------------------------------------------------- steps
 
 
@@ -153,9 +162,9 @@ def filter_lengths(sample: Sample, generator, *, max_length: float, min_length: 
     return sample
 
 
-def speed_perturb(sample: Sample, generator, *, speeds: Sequence[float]) -> Sample:
-    """Plays ``wav`` at a speed drawn uniformly from ``speeds``."""
-    speed = speeds[int(torch.randint(len(speeds), (1,), generator=generator))]
+def speed_perturb(sample: Sample, generator, *, speeds: Sequence[float], seed: int) -> Sample:
+    """Plays ``wav`` at the speed :func:`draw_speed` gives this sample in its epoch."""
+    speed = draw_speed(seed, sample["epoch"], sample["key"], speeds)
     sample["wav"] = audio.speed_perturb(sample["wav"], sample["sample_rate"], speed)
     return sample
 
@@ -211,6 +220,7 @@ class SampleProcessor:
         generator = sample_generator(self.seed, epoch, entry.key) if self.train else None
         try:
             sample = load(entry)
+            sample["epoch"] = epoch
             for step in self.steps:
                 sample = step(sample, generator)
         except DataFault as fault:
@@ -244,7 +254,7 @@ def build_sample_processor(dataset_conf, tokenizer, *, train: bool, seed: int,
             min_output_input_ratio=fc.min_output_input_ratio,
             max_output_input_ratio=fc.max_output_input_ratio))
     if train and conf.speed_perturb:
-        steps.append(functools.partial(speed_perturb, speeds=tuple(conf.speeds)))
+        steps.append(functools.partial(speed_perturb, speeds=tuple(conf.speeds), seed=seed))
     steps.append(functools.partial(fbank, num_mel_bins=fb.num_mel_bins, frame_length=fb.frame_length,
                                    frame_shift=fb.frame_shift, dither=fb.dither if train else 0.0))
     if conf.cmvn_file:

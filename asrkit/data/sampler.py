@@ -95,12 +95,14 @@ class EpochPlanner:
 
     ``keys``, ``durations`` (seconds) and ``tars`` (shard path or ``None``) describe the
     list in list order; ``conf`` is the ``dataset_conf`` (any object with the
-    ``asrkit.data.loader_schema.LoaderKeys`` attributes); ``stretch`` scales the planned
-    frames (``1 / slowest speed`` under speed perturbation, see
-    ``asrkit.data.batching``)."""
+    ``asrkit.data.loader_schema.LoaderKeys`` attributes).  ``speeds``: the speed
+    perturbation factors of a training loader (None: no perturbation); each utterance is
+    then planned at the length it really gets in that epoch,
+    ``duration / asrkit.data.processors.draw_speed(seed, epoch, key, speeds)``, so sorting
+    and ``max_frames_in_batch`` see the perturbed lengths (see ``asrkit.data.batching``)."""
 
     def __init__(self, keys: Sequence[str], durations: Sequence[float], tars: Sequence[str | None],
-                 conf: Any, *, train: bool, seed: int, stretch: float = 1.0):
+                 conf: Any, *, train: bool, seed: int, speeds: Sequence[float] | None = None):
         if not (len(keys) == len(durations) == len(tars)):
             raise ValueError("keys, durations and tars must have one item per utterance")
         if len(keys) == 0:
@@ -109,11 +111,15 @@ class EpochPlanner:
             raise ValueError(f"seed must be an int >= 0, got {seed!r}")
         self.train = bool(train)
         self.seed = seed
-        self.frames = planned_frames(durations, stretch)
+        self.keys = list(keys)
+        self.durations = np.asarray(durations, dtype=np.float64)
+        self.speeds = tuple(float(v) for v in speeds) if speeds and self.train else None
+        self.frames = planned_frames(durations)
         self.groups = group_ids(tars)
+        self._frames_cache: tuple[int, np.ndarray] | None = None
         batch_conf = conf.batch_conf
         self.settings = {
-            "stretch": float(stretch),
+            "speeds": list(self.speeds) if self.speeds else None,
             "list_shuffle": bool(conf.list_shuffle) and self.train,
             "list_shuffle_size": conf.list_shuffle_conf.shuffle_size,
             "shuffle": bool(conf.shuffle) and self.train,
@@ -130,10 +136,21 @@ class EpochPlanner:
 
     @classmethod
     def from_entries(cls, entries: Sequence[Any], conf: Any, *, train: bool, seed: int,
-                     stretch: float = 1.0) -> "EpochPlanner":
+                     speeds: Sequence[float] | None = None) -> "EpochPlanner":
         """Planner for ``asrkit.data.lists.ListEntry`` items (uses ``key``, ``duration``, ``tar``)."""
         return cls([e.key for e in entries], [e.duration for e in entries], [e.tar for e in entries],
-                   conf, train=train, seed=seed, stretch=stretch)
+                   conf, train=train, seed=seed, speeds=speeds)
+
+    def frames_of(self, epoch: int) -> np.ndarray:
+        """Planned frames of every utterance in ``epoch`` (speed-perturbed when configured)."""
+        if self.speeds is None:
+            return self.frames
+        if self._frames_cache is None or self._frames_cache[0] != epoch:
+            from asrkit.data.processors import draw_speed
+            drawn = np.fromiter((draw_speed(self.seed, epoch, k, self.speeds) for k in self.keys),
+                                dtype=np.float64, count=len(self.keys))
+            self._frames_cache = (epoch, planned_frames(self.durations / drawn))
+        return self._frames_cache[1]
 
     def __len__(self) -> int:
         return len(self.frames)
@@ -159,7 +176,7 @@ class EpochPlanner:
         if s["shuffle"]:
             order = permute_within_windows(order, s["shuffle_size"], self._rng(epoch, _STAGE_SHUFFLE))
         if s["sort"]:
-            order = sort_within_windows(order, self.frames, s["sort_size"])
+            order = sort_within_windows(order, self.frames_of(epoch), s["sort_size"])
         return order
 
     def batches(self, epoch: int) -> list[np.ndarray]:
@@ -169,12 +186,17 @@ class EpochPlanner:
             raise ValueError(f"epoch must be an int >= 0, got {epoch!r}")
         s = self.settings
         order = self.utterance_order(epoch)
+        frames = self.frames_of(epoch)
+        # static and dynamic batches never span two sort windows: a batch across a window
+        # boundary would join the longest utterances of one window with the shortest of the next
+        windows = (np.split(order, range(s["sort_size"], len(order), s["sort_size"])) if s["sort"]
+                   else [order])
         if s["batch_type"] == "static":
-            batches = static_batches(order, s["batch_size"])
+            batches = [b for w in windows for b in static_batches(w, s["batch_size"])]
         elif s["batch_type"] == "dynamic":
-            batches = dynamic_batches(order, self.frames, s["max_frames_in_batch"])
+            batches = [b for w in windows for b in dynamic_batches(w, frames, s["max_frames_in_batch"])]
         elif s["batch_type"] == "bucket":
-            batches = bucket_batches(order, self.frames, s["bucket_boundaries"], s["bucket_batch_sizes"])
+            batches = bucket_batches(order, frames, s["bucket_boundaries"], s["bucket_batch_sizes"])
         else:
             raise ValueError(f"unknown batch_type {s['batch_type']!r}")
         if s["list_shuffle"] or s["shuffle"]:

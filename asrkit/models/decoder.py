@@ -14,7 +14,7 @@ from torch import nn
 
 from asrkit.models.attention import MultiHeadedAttention
 from asrkit.models.embedding import PositionalEncoding
-from asrkit.models.layers import PositionwiseFeedForward
+from asrkit.models.layers import Dropout, PositionwiseFeedForward
 from asrkit.models.mask import causal_mask, decoder_self_mask
 from asrkit.models.schema import DecoderConf
 
@@ -31,7 +31,7 @@ class DecoderLayer(nn.Module):
         self.norm1 = nn.LayerNorm(size, eps=1e-5)
         self.norm2 = nn.LayerNorm(size, eps=1e-5)
         self.norm3 = nn.LayerNorm(size, eps=1e-5)
-        self.dropout = nn.Dropout(dropout_rate)
+        self.dropout = Dropout(dropout_rate)
         self.normalize_before = normalize_before
 
     def forward(self, tgt: torch.Tensor, tgt_mask: torch.Tensor, memory: torch.Tensor,

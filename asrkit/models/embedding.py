@@ -6,6 +6,8 @@ import math
 import torch
 from torch import nn
 
+from asrkit.models.layers import Dropout
+
 
 def sinusoid_table(positions: torch.Tensor, d_model: int) -> torch.Tensor:
     """``[len(positions), d_model]``: even columns ``sin(p / 10000^(2i/d))``,
@@ -29,7 +31,7 @@ class PositionalEncoding(nn.Module):
         super().__init__()
         self.d_model = d_model
         self.xscale = math.sqrt(d_model)
-        self.dropout = nn.Dropout(dropout_rate)
+        self.dropout = Dropout(dropout_rate)
         self.register_buffer("pe", sinusoid_table(torch.arange(max_len), d_model).unsqueeze(0), persistent=False)
 
     def _table(self, length: int) -> torch.Tensor:
@@ -51,7 +53,7 @@ class RelPositionalEncoding(nn.Module):
         super().__init__()
         self.d_model = d_model
         self.xscale = math.sqrt(d_model)
-        self.dropout = nn.Dropout(dropout_rate)
+        self.dropout = Dropout(dropout_rate)
         self.max_len = max_len
         self.register_buffer("pe", self._build(max_len), persistent=False)
 

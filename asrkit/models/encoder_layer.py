@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from asrkit.models.attention import MultiHeadedAttention
-from asrkit.models.layers import ConvolutionModule, PositionwiseFeedForward
+from asrkit.models.layers import Dropout, ConvolutionModule, PositionwiseFeedForward
 
 
 class TransformerEncoderLayer(nn.Module):
@@ -23,7 +23,7 @@ class TransformerEncoderLayer(nn.Module):
         self.feed_forward = feed_forward
         self.norm1 = nn.LayerNorm(size, eps=1e-5)
         self.norm2 = nn.LayerNorm(size, eps=1e-5)
-        self.dropout = nn.Dropout(dropout_rate)
+        self.dropout = Dropout(dropout_rate)
         self.normalize_before = normalize_before
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, pos_emb: torch.Tensor) -> torch.Tensor:
@@ -61,7 +61,7 @@ class ConformerEncoderLayer(nn.Module):
         self.norm_conv = nn.LayerNorm(size, eps=1e-5) if conv_module is not None else None
         self.norm_final = nn.LayerNorm(size, eps=1e-5) if conv_module is not None else None
         self.ff_scale = 0.5 if feed_forward_macaron is not None else 1.0
-        self.dropout = nn.Dropout(dropout_rate)
+        self.dropout = Dropout(dropout_rate)
         self.normalize_before = normalize_before
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, pos_emb: torch.Tensor) -> torch.Tensor:

@@ -16,9 +16,9 @@ def _flat(batches):
     return sorted(int(i) for b in batches for i in b)
 
 
-def test_planned_frames_is_100_per_second_floor_at_least_one_and_stretched():
+def test_planned_frames_is_100_per_second_floor_at_least_one():
     assert planned_frames([0.0, 0.004, 1.0, 2.555]).tolist() == [1, 1, 100, 255]
-    assert planned_frames([1.0, 2.0], stretch=1 / 0.9).tolist() == [111, 222]
+    assert planned_frames([1.0 / 0.9, 2.0 / 0.9]).tolist() == [111, 222]
 
 
 @pytest.mark.parametrize("bad", [float("nan"), -0.5, float("inf")])

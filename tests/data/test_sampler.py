@@ -145,13 +145,33 @@ def test_list_shuffle_without_shuffle_keeps_tar_members_together():
     assert tars.tolist() != sorted(tars.tolist())
 
 
-def test_speed_perturb_stretch_bounds_the_slowed_down_batches():
+def test_speed_perturbation_is_planned_at_the_lengths_drawn():
+    """The plan knows each utterance's speed in each epoch (the processor draws it with the
+    same pure function), so the real perturbed padded size of every batch is bounded."""
+    from asrkit.data.processors import draw_speed
     keys, durations, tars = make_list(200)
     conf = make_conf("dynamic")
-    planner = EpochPlanner(keys, durations, tars, conf, train=True, seed=1, stretch=1 / 0.9)
-    real_slowest = np.floor(np.asarray(durations) / 0.9 * 100)
-    for b in planner.batches(0):
-        assert real_slowest[b].max() * len(b) <= conf.batch_conf.max_frames_in_batch
+    speeds = (0.9, 1.0, 1.1)
+    planner = EpochPlanner(keys, durations, tars, conf, train=True, seed=1, speeds=speeds)
+    for epoch in (0, 1):
+        real = np.array([np.floor(d / draw_speed(1, epoch, k, speeds) * 100) for k, d in zip(keys, durations)])
+        for b in planner.batches(epoch):
+            assert real[b].max() * len(b) <= conf.batch_conf.max_frames_in_batch
+        assert sorted(int(i) for b in planner.batches(epoch) for i in b) == list(range(200))
+    drawn = [draw_speed(1, 0, k, speeds) for k in keys]
+    assert set(drawn) == set(speeds) and drawn != [draw_speed(1, 1, k, speeds) for k in keys]
+    cv = EpochPlanner(keys, durations, tars, conf, train=False, seed=1, speeds=speeds)
+    assert cv.speeds is None  # no perturbation outside training
+
+
+def test_batches_never_span_two_sort_windows():
+    keys, durations, tars = make_list(100)
+    for mode in ("static", "dynamic"):
+        planner = EpochPlanner(keys, durations, tars, make_conf(mode, sort_size=8), train=True, seed=3)
+        order = planner.utterance_order(0).tolist()
+        window_of = {u: pos // 8 for pos, u in enumerate(order)}
+        for b in planner.batches(0):
+            assert len({window_of[int(u)] for u in b}) == 1
 
 
 # ----------------------------------------------------------------------------- positions
