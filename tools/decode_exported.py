@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Decode wav files with an exported asrkit model (final.zip) -- torch, torchaudio and
+soundfile only, no asrkit import: what a deployment needs.
+
+    tools/decode_exported.py --model exp/conformer/final.zip a.wav b.wav
+    tools/decode_exported.py --model exp/conformer/final.zip --wav_scp data/test/wav.scp \\
+        [--mode attention_rescoring|ctc_greedy_search|ctc_prefix_beam_search] [--beam_size 10] \\
+        [--ctc_weight 0.3] [--reverse_weight 0.0] [--batch_size 16] [--result_dir DIR]
+
+Prints ``key text`` per utterance (the key of a wav file given on the command line is
+its name without the extension) in the input order; ``--result_dir`` also writes every
+mode's Kaldi ``text`` to ``DIR/<mode>/text`` (all modes come from one encoder pass).
+Features are computed exactly as asrkit computes them for decoding, with the options
+stored in the model: down-mix, resample to ``sample_rate()``, Kaldi fbank of the
+16-bit-scaled waveform (``num_mel_bins()``, ``frame_length()``, ``frame_shift()``, no
+dither, energy floor 0).  CMVN is inside the model.  Utterances are decoded
+``--batch_size`` at a time, longest first (as ``asrkit.bin.recognize`` does).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import soundfile
+import torch
+import torchaudio
+
+SPACE = "\u2581"
+MODES = ("ctc_greedy_search", "ctc_prefix_beam_search", "attention_rescoring")
+
+
+def read_inputs(wavs: list[str], wav_scp: str | None) -> list[tuple[str, str]]:
+    """``(key, path)`` pairs: the wav.scp lines, then the files given as arguments."""
+    pairs = []
+    if wav_scp:
+        base = Path(wav_scp).parent
+        for lineno, line in enumerate(open(wav_scp, encoding="utf-8"), 1):
+            if not line.strip():
+                continue
+            fields = line.strip().split(maxsplit=1)
+            if len(fields) != 2 or fields[1].endswith("|"):
+                sys.exit(f"{wav_scp}:{lineno}: expected 'key path' (pipes are not supported): {line.strip()!r}")
+            path = fields[1]
+            if not os.path.isabs(path) and not os.path.exists(path) and (base / path).exists():
+                path = str(base / path)
+            pairs.append((fields[0], path))
+    pairs += [(Path(w).stem, w) for w in wavs]
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        sys.exit("duplicate utterance keys in the input")
+    return pairs
+
+
+class Frontend:
+    """Waveform -> Kaldi fbank with the options stored in the exported model."""
+
+    def __init__(self, model):
+        self.sample_rate = model.sample_rate()
+        self.num_mel_bins = model.num_mel_bins()
+        self.frame_length = model.frame_length()
+        self.frame_shift = model.frame_shift()
+        self.dither = model.dither()
+        self.energy_floor = model.energy_floor()
+        self.resamplers: dict[int, torchaudio.transforms.Resample] = {}
+
+    def load(self, path: str) -> torch.Tensor:
+        """Mono float32 waveform ``[1, T]`` in [-1, 1) at the model's sample rate."""
+        data, rate = soundfile.read(path, dtype="float32", always_2d=True)
+        mono = data[:, 0] if data.shape[1] == 1 else data.mean(axis=1, dtype=np.float32)
+        wav = torch.from_numpy(np.ascontiguousarray(mono)).unsqueeze(0)
+        if rate != self.sample_rate:
+            if rate not in self.resamplers:
+                self.resamplers[rate] = torchaudio.transforms.Resample(rate, self.sample_rate)
+            wav = self.resamplers[rate](wav)
+        return wav
+
+    def fbank(self, wav: torch.Tensor) -> torch.Tensor:
+        """``[frames, num_mel_bins]`` (no frame for audio shorter than one window)."""
+        window = int(self.sample_rate * self.frame_length * 0.001)
+        if wav.shape[-1] < window:
+            return torch.zeros(0, self.num_mel_bins)
+        return torchaudio.compliance.kaldi.fbank(
+            wav * (1 << 15), num_mel_bins=self.num_mel_bins, frame_length=self.frame_length,
+            frame_shift=self.frame_shift, dither=self.dither, energy_floor=self.energy_floor,
+            sample_frequency=float(self.sample_rate))
+
+
+def to_text(tokens: list[int], units: list[str], separator: str, skip: set[int]) -> str:
+    """The text of a hypothesis (the rule of the model's ``unit_separator()``)."""
+    symbols = [units[t] for t in tokens if t not in skip]
+    if separator:
+        return separator.join(symbols)
+    return "".join(symbols).replace(SPACE, " ").strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="exported TorchScript archive (final.zip)")
+    p.add_argument("wavs", nargs="*", help="wav files (key = file name without extension)")
+    p.add_argument("--wav_scp", help="Kaldi wav.scp (key path per line)")
+    p.add_argument("--mode", choices=MODES, default="attention_rescoring", help="mode printed to stdout")
+    p.add_argument("--beam_size", type=int, default=10)
+    p.add_argument("--ctc_weight", type=float, default=0.3)
+    p.add_argument("--reverse_weight", type=float, default=0.0)
+    p.add_argument("--blank_skip_threshold", type=float, default=0.999)
+    p.add_argument("--batch_size", type=int, default=16)
+    p.add_argument("--result_dir", help="also write <result_dir>/<mode>/text for every mode")
+    p.add_argument("--num_threads", type=int, default=0, help="intra-op threads (0: torch default)")
+    args = p.parse_args(argv)
+    if not args.wavs and not args.wav_scp:
+        p.error("give wav files and/or --wav_scp")
+    if args.batch_size < 1:
+        p.error("--batch_size must be >= 1")
+    if args.num_threads > 0:
+        torch.set_num_threads(args.num_threads)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch.jit's deprecation notice
+        model = torch.jit.load(args.model, map_location="cpu").eval()
+    if args.mode == "attention_rescoring" and not model.has_decoder():
+        sys.exit("this model has no attention decoder: use --mode ctc_greedy_search or ctc_prefix_beam_search")
+    units = model.units()
+    skip = {model.blank_id(), model.eos_symbol()}
+    separator = model.unit_separator()
+    min_frames = model.min_input_length()
+    frontend = Frontend(model)
+
+    pairs = read_inputs(args.wavs, args.wav_scp)
+    texts: dict[str, dict[str, str]] = {}
+    durations = {}
+    for key, path in pairs:  # durations from the headers, to batch similar lengths
+        info = soundfile.info(path)
+        durations[key] = info.frames / info.samplerate
+    order = sorted(range(len(pairs)), key=lambda i: -durations[pairs[i][0]])
+    audio_s = sum(durations.values())
+    start = time.perf_counter()
+    model_s = 0.0
+    for first in range(0, len(order), args.batch_size):
+        batch = [pairs[i] for i in order[first: first + args.batch_size]]
+        feats = []
+        for key, path in batch:
+            feat = frontend.fbank(frontend.load(path))
+            if feat.shape[0] < min_frames:
+                print(f"warning: {key} has {feat.shape[0]} frames, fewer than the model's minimum "
+                      f"{min_frames}: empty hypothesis", file=sys.stderr)
+                texts[key] = {m: "" for m in MODES}
+            else:
+                feats.append((key, feat))
+        if not feats:
+            continue
+        lengths = torch.tensor([f.shape[0] for _, f in feats], dtype=torch.long)
+        padded = torch.zeros(len(feats), int(lengths.max()), frontend.num_mel_bins)
+        for i, (_, f) in enumerate(feats):
+            padded[i, : f.shape[0]] = f
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            hyps = model.decode(padded, lengths, args.beam_size, args.ctc_weight, args.reverse_weight,
+                                args.blank_skip_threshold)
+        model_s += time.perf_counter() - t0
+        for i, (key, _) in enumerate(feats):
+            texts[key] = {mode: to_text(hyps[mode][i], units, separator, skip) for mode in hyps}
+
+    for key, _ in pairs:
+        text = texts[key][args.mode]
+        print(f"{key} {text}" if text else key)
+    if args.result_dir:
+        for mode in MODES:
+            if not all(mode in texts[key] for key, _ in pairs):
+                continue
+            out = Path(args.result_dir) / mode / "text"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with open(out, "w", encoding="utf-8") as f:
+                for key, _ in pairs:
+                    text = texts[key][mode]
+                    f.write(f"{key} {text}\n" if text else f"{key}\n")
+    wall = time.perf_counter() - start
+    if audio_s > 0:
+        print(f"{len(pairs)} utterances, {audio_s:.1f} s of audio: RTF {wall / audio_s:.4f} "
+              f"(model {model_s / audio_s:.4f})", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
