@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from asrkit.config import ConfigError, load_config
+from asrkit.config import ConfigError, load_config, to_dict
 from asrkit.train.checkpoint import CheckpointError
 
 log = logging.getLogger("asrkit.export")
@@ -51,6 +51,9 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.num_threads)
     config_text = Path(args.config).read_text(encoding="utf-8")
     cfg = load_config(args.config, args.override)
+    if args.override:  # store the config the model was built from
+        import yaml
+        config_text = yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True)
     tokenizer = build_tokenizer(cfg)
     model = load_model(cfg, args.checkpoint, tokenizer.vocab_size, "cpu")
     dc = cfg.dataset_conf
