@@ -21,6 +21,10 @@ setup(
     extras_require={"test": ["pytest>=7.4"]},
     entry_points={
         "console_scripts": [
+            "asrkit-train = asrkit.bin.train:main",
+            "asrkit-average-model = asrkit.bin.average_model:main",
+            "asrkit-recognize = asrkit.bin.recognize:main",
+            "asrkit-export = asrkit.bin.export:main",
         ],
     },
 )
