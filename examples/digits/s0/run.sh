@@ -29,7 +29,7 @@ master_addr=127.0.0.1
 master_port=29500
 HOST_NODE_ADDR=${HOST_NODE_ADDR:-}   # host:port for c10d rendezvous (instead of master_addr/port)
 # decoding
-average_num=5
+average_num=3
 average_mode=best             # best (lowest CV loss) | last
 decode_checkpoint=            # default: $dir/avg_${average_num}.pt
 decode_modes="ctc_greedy_search ctc_prefix_beam_search attention attention_rescoring"
