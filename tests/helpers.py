@@ -110,3 +110,31 @@ def identical_utterance_list(src_list: Path, dst: Path, count: int) -> Path:
         for i in range(count):
             f.write(json.dumps(dict(first, key=f"same{i:03d}")) + "\n")
     return dst
+
+
+def plain_env() -> dict:
+    """This environment without torchrun's variables (ranks get launch flags instead)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    return dict(env, PYTHONPATH=str(REPO))
+
+
+def launch_ranks(rank_argvs: list[list[str]], timeout: float = 240) -> list[tuple[int, str, str]]:
+    """Start ``asrkit.bin.train`` once per argument list as ranks 0..N-1 of one gloo job
+    (legacy ``--rank/--world_size/--init_method tcp://`` flags are appended) and wait;
+    returns (returncode, stdout, stderr) per rank.  No rank is left running."""
+    port = free_port()
+    world = len(rank_argvs)
+    procs = []
+    for rank, argv in enumerate(rank_argvs):
+        argv = [*argv, "--rank", str(rank), "--world_size", str(world), "--dist_backend", "gloo",
+                "--init_method", f"tcp://127.0.0.1:{port}"]
+        procs.append(subprocess.Popen([sys.executable, "-m", "asrkit.bin.train", *argv], cwd=REPO,
+                                      env=plain_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        outs = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return [(p.returncode, o, e) for p, (o, e) in zip(procs, outs)]

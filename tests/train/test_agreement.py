@@ -7,11 +7,8 @@ tests/train/test_world_scaling.py, whose 2-rank run gives each rank its own ``la
 from __future__ import annotations
 
 import copy
-import os
 import datetime
 import shutil
-import subprocess
-import sys
 
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -19,14 +16,7 @@ import torch.multiprocessing as mp
 from asrkit.config import TrainConfig, to_dict
 from asrkit.train import agreement as A
 from asrkit.train.distributed import DistContext
-from tests.helpers import REPO, free_port, train_args
-
-
-def plain_env() -> dict:
-    """This environment without torchrun's variables (the ranks get launch flags instead)."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
-    return dict(env, PYTHONPATH=str(REPO))
+from tests.helpers import free_port, launch_ranks, train_args
 
 
 def _base_config(tmp_path) -> dict:
@@ -140,24 +130,12 @@ def test_train_refuses_ranks_with_different_config_units_and_data(tiny_experimen
     units1.write_text(tiny_experiment.units.read_text() + "extra 9999\n")
     train1 = tmp_path / "train1.list"
     train1.write_text("".join(tiny_experiment.corpus.splits["train"].data_list.read_text().splitlines(True)[:-1]))
-    port = free_port()
-    procs = []
-    for rank in (0, 1):
-        argv = train_args(tiny_experiment, tmp_path / "exp", cfg, train_list=train1 if rank else None)
-        if rank:
-            argv += ["--override", "optim_conf.lr=0.004", "--override",
-                     f"tokenizer_conf.symbol_table_path={units1}"]
-        argv += ["--rank", str(rank), "--world_size", "2", "--dist_backend", "gloo",
-                 "--init_method", f"tcp://127.0.0.1:{port}"]
-        procs.append(subprocess.Popen([sys.executable, "-m", "asrkit.bin.train", *argv], cwd=REPO, env=plain_env(),
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    try:
-        outs = [p.communicate(timeout=120) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:  # never leave a hanging rank behind
-                p.kill()
-    assert [p.returncode for p in procs] == [2, 2], outs
+    argvs = [train_args(tiny_experiment, tmp_path / "exp", cfg),
+             train_args(tiny_experiment, tmp_path / "exp", cfg, train_list=train1)
+             + ["--override", "optim_conf.lr=0.004", "--override", f"tokenizer_conf.symbol_table_path={units1}"]]
+    results = launch_ranks(argvs, timeout=120)
+    assert [r[0] for r in results] == [2, 2], results
+    outs = [(o, e) for _, o, e in results]
     err = outs[0][1]
     assert "ranks disagree on what must be identical in one job; refusing to start" in err
     assert "rank 1 (host " in err and "differs from rank 0" in err

@@ -31,6 +31,7 @@ class Payload:
         return (os.system, ("echo pwned > /dev/null",))
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
 def test_pickled_object_is_refused(tmp_path):
     path = tmp_path / "step_5.pt"
     torch.save({"model": {"w": torch.zeros(1)}, "evil": Payload()}, path)

@@ -8,9 +8,7 @@ differ only there pass the agreement preflight and train.
 """
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import sys
 
 import pytest
@@ -18,14 +16,7 @@ import torch
 
 from asrkit.train import checkpoint as ckpt
 from asrkit.train.distributed import scale_accum_grad
-from tests.helpers import REPO, free_port, identical_utterance_list, run_checked, train_args
-
-
-def plain_env() -> dict:
-    """This environment without torchrun's variables (the ranks get launch flags instead)."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
-    return dict(env, PYTHONPATH=str(REPO))
+from tests.helpers import identical_utterance_list, launch_ranks, run_checked, train_args
 
 
 def test_scaling_rule_and_messages():
@@ -70,24 +61,13 @@ def test_one_rank_and_two_ranks_keep_the_reference_global_batch(tiny_experiment,
     run_checked([sys.executable, "-m", "asrkit.bin.train", *train_args(tiny_experiment, one, cfg, train_list=same)])
 
     two = tmp_path / "two"
-    port = free_port()
-    procs = []
-    for rank in (0, 1):
-        argv = train_args(tiny_experiment, two, cfg, train_list=same)
-        if rank == 1:  # another launch section on this rank: allowed to differ
-            argv += ["--override", "launch.timeout_s=90", "--override", "launch.dist_backend=gloo",
-                     "--override", "launch.init_method=tcp://10.9.9.9:1"]
-        argv += ["--rank", str(rank), "--world_size", "2", "--dist_backend", "gloo",
-                 "--init_method", f"tcp://127.0.0.1:{port}"]
-        procs.append(subprocess.Popen([sys.executable, "-m", "asrkit.bin.train", *argv], cwd=REPO, env=plain_env(),
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    try:
-        outs = [p.communicate(timeout=240) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:  # never leave a hanging rank behind
-                p.kill()
-    assert [p.returncode for p in procs] == [0, 0], outs
+    argvs = [train_args(tiny_experiment, two, cfg, train_list=same),
+             # another launch section on rank 1: allowed to differ
+             train_args(tiny_experiment, two, cfg, train_list=same)
+             + ["--override", "launch.timeout_s=90", "--override", "launch.dist_backend=gloo",
+                "--override", "launch.init_method=tcp://10.9.9.9:1"]]
+    results = launch_ranks(argvs)
+    assert [r[0] for r in results] == [0, 0], results
 
     log1 = (one / "log" / "rank0.log").read_text()
     log2 = (two / "log" / "rank0.log").read_text()
