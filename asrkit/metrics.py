@@ -19,14 +19,9 @@ import dataclasses
 import unicodedata
 from typing import Iterable, Literal, Sequence
 
+from asrkit.text.cjk import is_cjk
+
 Mode = Literal["word", "char"]
-
-
-def is_cjk(ch: str) -> bool:
-    """CJK ideographs, kana, hangul and CJK punctuation/compatibility blocks."""
-    code = ord(ch)
-    return (0x2E80 <= code <= 0x9FFF or 0xAC00 <= code <= 0xD7AF or 0xF900 <= code <= 0xFAFF
-            or 0xFF00 <= code <= 0xFFEF or 0x20000 <= code <= 0x2FA1F)
 
 
 @dataclasses.dataclass(frozen=True)
