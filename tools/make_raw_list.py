@@ -5,8 +5,9 @@ Each output line is one JSON object: ``{"key", "wav", "txt", "duration"}`` (WeNe
 format plus the duration in seconds that the sampler plans batches with), and
 ``"start"``/``"end"`` (seconds) for entries cut from a longer recording by ``segments``.
 
-* ``wav.scp`` lines are ``<key> <path>``; the path is the rest of the line, so paths
-  with spaces work.  Shell pipes (``<key> cmd ... |``) are refused with an error naming
+* ``wav.scp`` lines are ``<key> <path>`` (read by ``asrkit.data.lists.read_wav_scp``);
+  the path is the rest of the line, so paths with spaces work; relative paths are kept
+  as written and resolve against the working directory, as everywhere in asrkit.  Shell pipes (``<key> cmd ... |``) are refused with an error naming
   the line: asrkit never builds a shell command from list content.
 * Durations come from the audio file header (no decoding).
 * Utterances without a transcript or without audio, and unreadable audio files, are
@@ -22,9 +23,8 @@ from pathlib import Path
 
 import soundfile as sf
 
-
-class ListError(ValueError):
-    pass
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from asrkit.data.lists import ListError, read_wav_scp  # noqa: E402  (one wav.scp reader, pipes refused)
 
 
 def read_table(path: Path, what: str) -> dict[str, str]:
@@ -41,24 +41,6 @@ def read_table(path: Path, what: str) -> dict[str, str]:
                 raise ListError(f"{path}:{lineno}: duplicate key {key!r} in {what}")
             table[key] = value
     return table
-
-
-def read_wav_scp(path: Path) -> dict[str, str]:
-    table = read_table(path, "wav.scp")
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if line.rstrip().endswith("|"):
-                raise ListError(f"{path}:{lineno}: shell pipe entries are not supported "
-                                f"(convert the audio to files first): {line.strip()}")
-    base = path.parent
-    out = {}
-    for key, wav in table.items():
-        wav = wav.strip()
-        if not wav:
-            raise ListError(f"{path}: key {key!r} has no audio path")
-        p = Path(wav)
-        out[key] = str(p if p.is_absolute() else (base / p))
-    return out
 
 
 def read_segments(path: Path) -> dict[str, tuple[str, float, float]]:
