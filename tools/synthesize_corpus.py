@@ -2,7 +2,8 @@
 """Synthesize a speaker-independent speech corpus with espeak-ng + sox.
 
 The default task, ``digits``, is a TIDIGITS-style connected-digit corpus: 1-7 words
-drawn from "zero oh one two ... nine".  A *speaker* is an (accent, voice variant)
+drawn from "zero oh one two ... nine".  ``sentences`` draws 4-10 word English sentences
+from the grammar in ``tools/sentence_grammar.py`` (864 words).  A *speaker* is an (accent, voice variant)
 pair; the variants are partitioned between the splits, so **no dev/test variant is
 ever heard in train** (speaker-independent evaluation).
 
@@ -35,6 +36,9 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sentence_grammar import sentence  # noqa: E402  (tools/sentence_grammar.py)
+
 SAMPLE_RATE = 16000
 ACCENTS = ["en-us", "en-gb", "en-gb-scotland", "en-gb-x-rp", "en-029",
            "en-gb-x-gbclan", "en-gb-x-gbcwmd", "en-us-nyc"]
@@ -51,7 +55,7 @@ def digits_text(rng: np.random.Generator) -> str:
     return " ".join(DIGIT_WORDS[int(i)] for i in rng.integers(0, len(DIGIT_WORDS), size=n))
 
 
-TASKS = {"digits": digits_text}
+TASKS = {"digits": digits_text, "sentences": sentence}
 
 
 # ----------------------------------------------------------------------------- system tools
