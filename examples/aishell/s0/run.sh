@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# AISHELL-1 (Mandarin, 178 h, openslr 33): conformer CTC/attention with character units.
+#   bash run.sh --data /export/data/openslr/33            # all stages (0-6), corpus already there
+#   bash run.sh --stage -1 --data /export/data/openslr/33 # download it first (about 15 GB)
+#   bash run.sh --stage 4 --stop_stage 5                  # train, then average + decode + score
+# --data is the directory holding data_aishell/ (or data_aishell itself).  Multi-node: run the
+# same command on every node with its own --node_rank, e.g.
+#   bash run.sh --stage 4 --stop_stage 4 --num_nodes 2 --node_rank 0 --master_addr 10.0.0.1
+# Stages are idempotent: a finished stage is skipped; stage 4 resumes (checkpoint=auto).
+cd "$(dirname "${BASH_SOURCE[0]}")" || exit 1
+. ./path.sh || exit 1
+
+stage=0
+stop_stage=6
+# data
+data=/export/data/openslr/33  # holds data_aishell/ (stage -1 downloads into it)
+data_url=https://www.openslr.org/resources/33
+data_type=raw                 # raw | shard
+num_utts_per_shard=1000
+# training
+train_config=conf/train_conformer.yaml
+dir=exp/conformer
+checkpoint=auto               # auto: resume from the newest valid checkpoint in $dir, if any
+num_workers=4
+train_overrides=""            # e.g. "max_epoch=2 accum_grad=2" (each a KEY.PATH=VALUE)
+# launch (torchrun): nproc_per_node defaults to the GPU count, or 1 process on CPU
+num_nodes=1
+max_restarts=0                # torchrun restarts the whole node's workers this often after a failure
+node_rank=0
+nproc_per_node=
+master_addr=127.0.0.1
+master_port=29500
+HOST_NODE_ADDR=${HOST_NODE_ADDR:-}   # host:port for c10d rendezvous (instead of master_addr/port)
+# decoding
+average_num=20
+average_mode=best             # best (lowest CV loss) | last
+decode_checkpoint=            # default: $dir/avg_${average_num}.pt
+decode_modes="ctc_greedy_search ctc_prefix_beam_search attention attention_rescoring"
+beam_size=10
+decode_batch_size=16
+test_sets="test"
+
+. tools/parse_options.sh || exit 1
+set -euo pipefail
+. tools/recipe_stages.sh
+
+if run_stage -1; then
+  say "-1: download and extract AISHELL-1 into $data"
+  bash local/download_and_untar.sh "$data" "$data_url"
+fi
+
+if run_stage 0; then
+  say "0: prepare data/{train,dev,test} from $data"
+  python local/aishell_data_prep.py "$data" data
+fi
+
+run_stage 1 && stage_cmvn
+
+if run_stage 2; then
+  if [ -s data/dict/units.txt ]; then say "2: data/dict/units.txt exists, skipped"; else
+    say "2: character units"
+    mkdir -p data/dict
+    python tools/make_units.py data/train/text data/dict/units.txt
+  fi
+fi
+
+run_stage 3 && stage_data_lists train dev $test_sets
+run_stage 4 && stage_train
+
+decode_checkpoint=${decode_checkpoint:-$dir/avg_${average_num}.pt}
+
+run_stage 5 && stage_average_decode_score
+run_stage 6 && stage_export
+exit 0
