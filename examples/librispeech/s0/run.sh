@@ -45,10 +45,11 @@ decode_checkpoint=            # default: $dir/avg_${average_num}.pt
 decode_modes="ctc_greedy_search ctc_prefix_beam_search attention attention_rescoring"
 beam_size=10
 decode_batch_size=16
-test_sets="test_clean test_other"
+test_sets=                    # default: the prepared test subsets ("test_clean test_other")
 
 . tools/parse_options.sh || exit 1
 set -euo pipefail
+test_sets=${test_sets:-$(echo "$test_subsets" | tr -- - _)}
 . tools/recipe_stages.sh
 
 if run_stage -1; then
