@@ -14,6 +14,11 @@ timing each phase with wall clocks, and reports:
 * the model's FLOPs per frame (forward, counted by torch's FlopCounterMode; training is
   ~3x forward) and the share of the machine's measured fp32 matmul peak that reaches.
 
+``--profile N`` additionally runs N more steps under ``torch.profiler`` and prints the
+self CPU time per operator category (convolution, matmul, attention softmax, norms and
+elementwise, dropout masks, CTC, optimizer, other) and the top operators -- where the
+step time goes.
+
 A JSON line with every figure is printed last (``--json`` writes it to a file too).
 """
 from __future__ import annotations
@@ -52,6 +57,49 @@ def forward_flops_per_frame(model, batch) -> float:
     return counter.get_total_flops() / float(batch["feats_lengths"].sum())
 
 
+# operator name fragments -> category, first match wins (self CPU time of aten ops)
+CATEGORIES = [
+    ("convolution", ("conv", "mkldnn")),
+    ("matmul", ("addmm", "::mm", "bmm", "matmul", "linear")),
+    ("softmax", ("softmax",)),
+    ("ctc", ("ctc",)),
+    ("dropout masks", ("uniform", "bernoulli", "random_")),
+    ("norms", ("layer_norm", "batch_norm")),
+    ("elementwise", ("add", "mul", "sub", "div", "silu", "sigmoid", "glu", "relu", "threshold",
+                     "where", "masked_fill", "exp", "log", "neg", "pow", "sqrt", "gt", "lt", "eq", "ne")),
+    ("memory", ("copy_", "clone", "contiguous", "cat", "empty", "zero", "fill", "index", "gather",
+                "scatter", "pad", "stack", "to", "sum", "mean", "max", "_foreach")),
+]
+
+
+def categorise(name: str) -> str:
+    for category, fragments in CATEGORIES:
+        if any(f in name for f in fragments):
+            return category
+    return "other"
+
+
+def profile_steps(step_fn, steps: int) -> dict:
+    """Run ``step_fn`` ``steps`` times under the profiler; self CPU seconds per category
+    and the 15 most expensive operators."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step_fn()
+    by_cat: dict[str, float] = {}
+    ops = []
+    for ev in prof.key_averages():
+        if not ev.key.startswith("aten::"):
+            continue
+        seconds = ev.self_cpu_time_total / 1e6
+        by_cat[categorise(ev.key)] = by_cat.get(categorise(ev.key), 0.0) + seconds
+        ops.append((seconds, ev.key, ev.count))
+    total = sum(by_cat.values()) or 1.0
+    ops.sort(reverse=True)
+    return {"category_share": {k: v / total for k, v in sorted(by_cat.items(), key=lambda kv: -kv[1])},
+            "top_ops": [{"op": k, "share": s / total, "calls": n} for s, k, n in ops[:15]]}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True)
@@ -64,6 +112,7 @@ def main(argv=None) -> int:
     p.add_argument("--num_workers", type=int, default=1)
     p.add_argument("--override", action="append", default=[])
     p.add_argument("--json", default=None)
+    p.add_argument("--profile", type=int, default=0, metavar="N", help="profile N more steps by operator")
     args = p.parse_args(argv)
 
     raw = read_yaml(args.config)
@@ -101,16 +150,29 @@ def main(argv=None) -> int:
     it = iter(loader)
     mark = time.perf_counter()
     total_start = None
+    def next_batch():
+        nonlocal epoch, it
+        while True:
+            try:
+                batch = next(it)
+            except StopIteration:
+                epoch += 1
+                loader.set_epoch(epoch)
+                it = iter(loader)
+                continue
+            if batch["feats_lengths"].numel():
+                return batch
+
+    def train_step(batch):
+        out = model(batch["feats"], batch["feats_lengths"], batch["target"], batch["target_lengths"])
+        (out["loss"] / batch["feats_lengths"].numel()).backward()
+        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+
     while steps < args.warmup + args.steps:
-        try:
-            batch = next(it)
-        except StopIteration:
-            epoch += 1
-            loader.set_epoch(epoch)
-            it = iter(loader)
-            continue
-        if batch["feats_lengths"].numel() == 0:
-            continue
+        batch = next_batch()
         if steps == args.warmup:
             for k in t:
                 t[k] = 0.0
@@ -156,6 +218,12 @@ def main(argv=None) -> int:
     print("split: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in result["split"].items()), file=sys.stderr)
     print(f"{result['params_M']:.2f} M params, {result['train_MFLOP_per_frame']:.1f} MFLOP/frame (train), "
           f"matmul peak {peak:.0f} GFLOP/s -> {100 * result['share_of_peak']:.1f}% of peak", file=sys.stderr)
+    if args.profile:
+        result["profile"] = profile_steps(lambda: train_step(next_batch()), args.profile)
+        print("profile (self CPU time): " + ", ".join(
+            f"{k} {100 * v:.1f}%" for k, v in result["profile"]["category_share"].items()), file=sys.stderr)
+        for op in result["profile"]["top_ops"]:
+            print(f"  {100 * op['share']:5.1f}%  {op['op']} x{op['calls']}", file=sys.stderr)
     line = json.dumps(result)
     print(line)
     if args.json:
