@@ -171,6 +171,7 @@ def test_toy_stages_1_to_5(prepared):
     exp = recipe / "exp" / "toy run"
     for mode in MODES:
         assert re.search(CER_LINE, (exp / "decode_test" / mode / "cer").read_text(), re.M)
-    assert "(3 utterances)" in (exp / "log" / "rank0.log").read_text()  # every dev utterance is in CV
+    log = (exp / "log" / "rank0.log").read_text()
+    assert "8 utterances trained, 0 skipped" in log and "(3 utterances)" in log  # every dev utterance in CV
     table = (exp / "decode_test" / "results.md").read_text()
     assert all(f"| {m} |" in table for m in MODES) and table in proc.stdout

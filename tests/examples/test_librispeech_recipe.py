@@ -5,6 +5,7 @@ error messages, the download stage against a local HTTP server, the configs, and
 1-5 at toy scale with a small sentencepiece vocabulary."""
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -189,7 +190,11 @@ def test_toy_stages_1_to_5(prepared):
     assert (recipe / "data" / "dict" / "bpe.model").is_file()
     units = read_lines(recipe / "data" / "dict" / "units.txt")
     assert 10 < len(units) <= 53 and any(u.startswith("▁") for u in units)
+    entries = [json.loads(line) for line in read_lines(recipe / "data" / "train" / "data.list")]
+    assert len(entries) == 10 and all(e["wav"].endswith(".flac") and e["duration"] > 0.5 for e in entries)
     exp = recipe / "exp" / "toy run"
+    log = (exp / "log" / "rank0.log").read_text()
+    assert "10 utterances trained, 0 skipped" in log and "(4 utterances)" in log  # FLAC read in training and CV
     for test_set in ("test_clean", "test_other"):
         for mode in MODES:
             assert re.search(CER_LINE, (exp / f"decode_{test_set}" / mode / "cer").read_text(), re.M)
