@@ -5,7 +5,9 @@
 #   stage_cmvn                 data/train/global_cmvn from data/train/wav.scp
 #   stage_data_lists SET...    data/<set>/data.list (+ data.shards.list with data_type=shard)
 #   stage_train                torchrun -m asrkit.bin.train (1..N nodes, resumes with checkpoint=auto)
-#   stage_average_decode_score average checkpoints, decode $test_sets, score (CER and WER)
+#   stage_average_decode_score average checkpoints, decode $test_sets, score (CER and WER);
+#                              decode_ctc_weight (default 0.3; WeNet decodes AISHELL with 0.5) and
+#                              decode_device (default cpu; cuda on a GPU node) may be set
 #   stage_export               TorchScript $dir/final.zip
 
 say() { echo "[$(date +%H:%M:%S)] stage $*" >&2; }
@@ -67,7 +69,8 @@ stage_average_decode_score() {
     # shellcheck disable=SC2086  # decode_modes is a word list
     python -m asrkit.bin.recognize --config "$dir/train.yaml" --checkpoint "$decode_checkpoint" \
       --data "data/$s/$lst" --modes $decode_modes --beam_size "$beam_size" \
-      --batch_size "$decode_batch_size" --result_dir "$result_dir"
+      --batch_size "$decode_batch_size" --ctc_weight "${decode_ctc_weight:-0.3}" \
+      --device "${decode_device:-cpu}" --result_dir "$result_dir"
     python tools/score_decodes.py --ref "data/$s/text" --decode_dir "$result_dir"
   done
 }

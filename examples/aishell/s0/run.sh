@@ -38,6 +38,8 @@ decode_checkpoint=            # default: $dir/avg_${average_num}.pt
 decode_modes="ctc_greedy_search ctc_prefix_beam_search attention attention_rescoring"
 beam_size=10
 decode_batch_size=16
+decode_ctc_weight=0.5          # CTC weight in attention_rescoring (WeNet's recipe value)
+decode_device=cpu             # cuda to decode on a GPU
 test_sets="test"
 
 . tools/parse_options.sh || exit 1
