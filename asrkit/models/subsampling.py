@@ -13,6 +13,44 @@ _CONV_PLANS: dict[int, list[tuple[int, int]]] = {
 INPUT_LAYERS: dict[str, int] = {"conv2d": 4, "conv2d6": 6, "conv2d8": 8}
 
 
+class _ConvWeightGradByOffsets(torch.autograd.Function):
+    """``conv2d(x, weight, bias, stride)`` (no padding, channels-last ``x``) whose weight
+    gradient is computed as one ``[C_out, N] @ [N, C_in]`` matmul per kernel offset.
+
+    oneDNN's weight-gradient kernel for the 144→144 3×3 stride-2 convolution reaches
+    only ~70 GFLOP/s on this CPU (its forward: ~165); the per-offset matmuls reach ~120
+    (measured on 2 cores).  Forward and input gradient stay oneDNN's.  Results equal
+    the plain convolution's up to float rounding (tests/models/test_subsampling.py)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, stride: int):
+        ctx.save_for_backward(x, weight)
+        ctx.stride = stride
+        return nn.functional.conv2d(x, weight, bias, stride=stride)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weight = ctx.saved_tensors
+        s = ctx.stride
+        c_out, c_in, kt, kf = weight.shape
+        grad_out = grad_out.contiguous(memory_format=torch.channels_last)
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            grad_x = torch.ops.aten.convolution_backward(
+                grad_out, x, weight, [c_out], [s, s], [0, 0], [1, 1], False, [0, 0], 1,
+                [True, False, False])[0]
+        t2, f2 = grad_out.shape[2], grad_out.shape[3]
+        go = grad_out.permute(0, 2, 3, 1).reshape(-1, c_out)       # [N, C_out]
+        xl = x.permute(0, 2, 3, 1)                                 # [B, T, F, C_in] view
+        grad_w = weight.new_empty(c_out, kt, kf, c_in)
+        for i in range(kt):
+            for j in range(kf):
+                patch = xl[:, i:i + s * (t2 - 1) + 1:s, j:j + s * (f2 - 1) + 1:s].reshape(-1, c_in)
+                grad_w[:, i, j] = go.t() @ patch
+        grad_w = grad_w.permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
+        return grad_x, grad_w, go.sum(0), None
+
+
 def conv_output_length(length: int, plan: list[tuple[int, int]]) -> int:
     for kernel, stride in plan:
         length = (length - kernel) // stride + 1
@@ -59,12 +97,53 @@ class Conv2dSubsampling(nn.Module):
             lengths = torch.div(lengths - kernel, stride, rounding_mode="floor") + 1
         return lengths
 
+    def first_layer(self, x: torch.Tensor) -> torch.Tensor:
+        """The first convolution (1 input channel) and its ReLU as patches × weights:
+        ``[B, T, F] -> [B, C, T1, F1]`` in channels-last memory.
+
+        Equal to ``relu(conv(x.unsqueeze(1)))``, but the ``k·k`` strided views of the
+        input stacked as ``[B, T1, F1, k·k]`` and multiplied by the ``[C, k·k]`` weights
+        write the output once, already in the layout the next convolution wants; oneDNN's
+        single-input-channel kernel was as slow as the 144-channel one (memory-bound)."""
+        conv = self.conv[0]
+        kernel, stride = self.plan[0]
+        t1 = (x.size(1) - kernel) // stride + 1
+        f1 = (x.size(2) - kernel) // stride + 1
+        views: list[torch.Tensor] = []
+        for i in range(kernel):
+            for j in range(kernel):
+                views.append(x[:, i:i + stride * (t1 - 1) + 1:stride, j:j + stride * (f1 - 1) + 1:stride])
+        patches = torch.stack(views, dim=-1)  # [B, T1, F1, k*k], (i, j) row-major like the weight
+        out = nn.functional.linear(patches, conv.weight.reshape(conv.weight.size(0), -1), conv.bias)
+        return torch.relu(out).permute(0, 3, 1, 2)  # [B, C, T1, F1], channels-last memory
+
+    def later_layers(self, x: torch.Tensor) -> torch.Tensor:
+        """The convolutions after the first (and their ReLUs)."""
+        for index, layer in enumerate(self.conv):
+            if index >= 2:  # conv[0] and its ReLU (conv[1]) ran in first_layer
+                x = layer(x)
+        return x
+
+    @torch.jit.unused
+    def later_layers_for_training(self, x: torch.Tensor) -> torch.Tensor:
+        """``later_layers`` with the faster weight gradient (eager training only)."""
+        for layer in list(self.conv)[2:]:
+            if isinstance(layer, nn.Conv2d):
+                x = _ConvWeightGradByOffsets.apply(x, layer.weight, layer.bias, layer.stride[0])
+            else:
+                x = layer(x)
+        return x
+
     def forward(self, x: torch.Tensor, lengths: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Returns ``(x [B, T', odim], pos_emb, out_lengths [B])``."""
-        # channels-last activations let oneDNN run both convolutions near the machine's
-        # matmul rate on CPU (the second conv is half the small conformer's FLOPs)
-        x = self.conv(x.unsqueeze(1).contiguous(memory_format=torch.channels_last))  # [B, C, T', F']
+        # channels-last activations let oneDNN run the later convolutions near the
+        # machine's matmul rate on CPU (the second conv is half the small conformer's FLOPs)
+        x = self.first_layer(x)
+        if self.training and not torch.jit.is_scripting():
+            x = self.later_layers_for_training(x)
+        else:
+            x = self.later_layers(x)
         b, c, t, f = x.size()
         x = self.out(x.transpose(1, 2).reshape(b, t, c * f))
         x, pos_emb = self.pos_enc(x)
