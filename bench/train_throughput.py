@@ -34,19 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from asrkit.config import apply_overrides, build, read_yaml, TrainConfig  # noqa: E402
-
-
-def matmul_peak(threads: int, n: int = 1024, repeats: int = 20) -> float:
-    """Measured fp32 GFLOP/s of a square matmul with ``threads`` threads."""
-    torch.set_num_threads(threads)
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    for _ in range(3):
-        a @ b
-    start = time.perf_counter()
-    for _ in range(repeats):
-        a @ b
-    return 2 * n ** 3 * repeats / (time.perf_counter() - start) / 1e9
+from bench.pipeline import add_pipeline_args, build_pipeline, matmul_peak  # noqa: E402
 
 
 def forward_flops_per_frame(model, batch) -> float:
@@ -102,77 +90,31 @@ def profile_steps(step_fn, steps: int) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", required=True)
-    p.add_argument("--data", required=True, help="data.list to train on")
-    p.add_argument("--units", required=True)
-    p.add_argument("--cmvn", default=None)
+    add_pipeline_args(p)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--num_workers", type=int, default=1)
-    p.add_argument("--override", action="append", default=[])
     p.add_argument("--json", default=None)
     p.add_argument("--profile", type=int, default=0, metavar="N", help="profile N more steps by operator")
     args = p.parse_args(argv)
 
-    raw = read_yaml(args.config)
-    raw = apply_overrides(raw, [f"tokenizer_conf.symbol_table_path={args.units}",
-                                f"dataset_conf.num_workers={args.num_workers}", *args.override])
-    if args.cmvn:
-        raw = apply_overrides(raw, ["cmvn=global_cmvn", f"cmvn_conf.cmvn_file={args.cmvn}"])
-    cfg = build(TrainConfig, raw)
     peak = matmul_peak(args.threads)
     torch.set_num_threads(args.threads)
-    torch.manual_seed(cfg.seed)
-
-    from asrkit.data.dataset import build_dataloader
-    from asrkit.data.lists import read_list
-    from asrkit.data.processors import build_sample_processor
-    from asrkit.models import build_model
-    from asrkit.text import build_tokenizer
-    from asrkit.train.scheduler import build_optimizer, build_scheduler
-
-    tok = build_tokenizer(cfg)
-    entries = read_list(args.data)
-    proc = build_sample_processor(cfg.dataset_conf, tok, train=True, seed=cfg.seed)
-    loader = build_dataloader(entries, cfg.dataset_conf, proc, train=True, seed=cfg.seed, rank=0, world_size=1)
-    model = build_model(cfg, cfg.dataset_conf.fbank_conf.num_mel_bins, tok.vocab_size)
-    model.train()
-    opt = build_optimizer(cfg, model.parameters())
-    sched = build_scheduler(cfg, opt)
-    params = [q for q in model.parameters() if q.requires_grad]
+    pipe = build_pipeline(args)
+    cfg, model = pipe.cfg, pipe.model
 
     t = {"data": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0}
     frames = padded = utts = steps = 0
     flops = None
-    epoch = 0
-    loader.set_epoch(epoch)
-    it = iter(loader)
     mark = time.perf_counter()
     total_start = None
-    def next_batch():
-        nonlocal epoch, it
-        while True:
-            try:
-                batch = next(it)
-            except StopIteration:
-                epoch += 1
-                loader.set_epoch(epoch)
-                it = iter(loader)
-                continue
-            if batch["feats_lengths"].numel():
-                return batch
 
     def train_step(batch):
-        out = model(batch["feats"], batch["feats_lengths"], batch["target"], batch["target_lengths"])
-        (out["loss"] / batch["feats_lengths"].numel()).backward()
-        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
+        pipe.forward_backward(batch)
+        pipe.optimizer_step()
 
     while steps < args.warmup + args.steps:
-        batch = next_batch()
+        batch = pipe.next_batch()
         if steps == args.warmup:
             for k in t:
                 t[k] = 0.0
@@ -184,10 +126,7 @@ def main(argv=None) -> int:
         t1 = time.perf_counter()
         (out["loss"] / batch["feats_lengths"].numel()).backward()
         t2 = time.perf_counter()
-        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
+        pipe.optimizer_step()
         t3 = time.perf_counter()
         t["forward"] += t1 - now
         t["backward"] += t2 - t1
@@ -219,7 +158,7 @@ def main(argv=None) -> int:
     print(f"{result['params_M']:.2f} M params, {result['train_MFLOP_per_frame']:.1f} MFLOP/frame (train), "
           f"matmul peak {peak:.0f} GFLOP/s -> {100 * result['share_of_peak']:.1f}% of peak", file=sys.stderr)
     if args.profile:
-        result["profile"] = profile_steps(lambda: train_step(next_batch()), args.profile)
+        result["profile"] = profile_steps(lambda: train_step(pipe.next_batch()), args.profile)
         print("profile (self CPU time): " + ", ".join(
             f"{k} {100 * v:.1f}%" for k, v in result["profile"]["category_share"].items()), file=sys.stderr)
         for op in result["profile"]["top_ops"]:
