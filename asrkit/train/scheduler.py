@@ -35,9 +35,18 @@ def build_scheduler(cfg, optimizer: torch.optim.Optimizer) -> LRScheduler:
 
 
 def build_optimizer(cfg, params) -> torch.optim.Optimizer:
-    """Adam or AdamW from ``cfg.optim`` / ``cfg.optim_conf``."""
+    """Adam or AdamW from ``cfg.optim`` / ``cfg.optim_conf``.
+
+    The fused implementation (one kernel over all parameters) is used when every
+    parameter is a float tensor on CPU or CUDA -- the same update as the per-parameter
+    loop, but ~9 ms instead of 30-600 ms per step for the small conformer's 315 tensors
+    on 2 CPU cores (the loop's many small ops suffer most from a busy machine)."""
     conf = cfg.optim_conf
-    kwargs = dict(lr=conf.lr, betas=tuple(conf.betas), eps=conf.eps, weight_decay=conf.weight_decay)
+    params = list(params)
+    tensors = [q for group in params for q in (group["params"] if isinstance(group, dict) else [group])]
+    fused = bool(tensors) and all(q.is_floating_point() and q.device.type in ("cpu", "cuda") for q in tensors)
+    kwargs = dict(lr=conf.lr, betas=tuple(conf.betas), eps=conf.eps, weight_decay=conf.weight_decay,
+                  fused=fused)
     if cfg.optim == "adam":
         return torch.optim.Adam(params, **kwargs)
     if cfg.optim == "adamw":
