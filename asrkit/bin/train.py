@@ -11,9 +11,12 @@ hashes of the config (less ``launch``), those files and the data lists
 (``asrkit.train.agreement``) before any heavy work.  The resolved config is written to
 ``<model_dir>/train.yaml``.
 
-Exit status: 0 done; 2 refused before training (config, files, device, ranks disagreeing);
-1 failed (e.g. a collective timed out: the message names the ranks and what they were
-doing); 3 this rank waited longer than ``launch.timeout_s`` for its data loader.
+Exit status: 0 done; 2 refused before training (config, files, device, ranks disagreeing,
+a ``--checkpoint`` that does not load); 1 failed (a collective timed out: the message names
+the ranks and what they were doing; a checkpoint could not be written; too many
+non-finite steps); 3 this rank waited longer than ``launch.timeout_s`` for its data
+loader; 4 stopped by SIGTERM/SIGINT after saving a checkpoint at an optimizer-step
+boundary (``asrkit.train.preemption``): rerun with ``--checkpoint auto`` to continue.
 """
 from __future__ import annotations
 
@@ -30,6 +33,8 @@ import torch
 
 from asrkit.config import ConfigError, TrainConfig, dump_config, load_config, to_dict
 from asrkit.train.agreement import AgreementError
+from asrkit.train.checkpoint import CheckpointError
+from asrkit.train.executor import NonFiniteError
 
 log = logging.getLogger("asrkit.train")
 
@@ -168,6 +173,9 @@ def main(argv=None) -> int:
         code = 2
         _fatal(ctx, str(e), to_stderr=ctx.local_rank == 0)
         return code
+    except (CheckpointError, NonFiniteError) as e:
+        _fatal(ctx, f"training stopped: {e}", to_stderr=True)
+        return code
     except Exception as e:
         if not (ctx.distributed and D.is_collective_failure(e)):
             raise
@@ -175,7 +183,7 @@ def main(argv=None) -> int:
         _fatal(ctx, monitor.explain(e), to_stderr=True)
         return code
     finally:
-        monitor.stop("finished" if code == 0 else "failed")
+        monitor.stop({0: "finished", 4: "preempted"}.get(code, "failed"))
         # After a failed collective, an nccl group can hang in its destructor: leave it to the exit.
         if not (collective_failed and spec.backend == "nccl"):
             D.shutdown()
@@ -223,6 +231,7 @@ def run(cfg: TrainConfig, args, ctx, spec, notes: list[str], model_dir: Path) ->
     from asrkit.models import build_model
     from asrkit.text import build_tokenizer
     from asrkit.train import checkpoint as ckpt
+    from asrkit.train.preemption import EXIT_PREEMPTED, Preemption
     from asrkit.train.scheduler import build_optimizer, build_scheduler
     from asrkit.train.trainer import Trainer
 
@@ -265,8 +274,10 @@ def run(cfg: TrainConfig, args, ctx, spec, notes: list[str], model_dir: Path) ->
     if ctx.is_main:
         from torch.utils.tensorboard import SummaryWriter
         writer = SummaryWriter(args.tensorboard_dir or str(model_dir / "tensorboard"))
+    preemption = Preemption()
     trainer = Trainer(train_cfg, ctx, model, optimizer, scheduler, train_loader, cv_loader, model_dir,
-                      config_dict=to_dict(cfg), scaler=scaler, writer=writer, max_steps=args.max_steps)
+                      config_dict=to_dict(cfg), scaler=scaler, writer=writer, max_steps=args.max_steps,
+                      preemption=preemption)
     ckpt.remove_stale_temporaries(model_dir)
     resume = args.checkpoint
     if resume == "auto":
@@ -281,13 +292,25 @@ def run(cfg: TrainConfig, args, ctx, spec, notes: list[str], model_dir: Path) ->
                        hint="every rank must resume from the same checkpoint: with --checkpoint auto on several "
                             "nodes, model_dir must be on a shared filesystem (or copy the checkpoint to each node)")
     if resume:
-        trainer.resume(resume)
+        try:
+            trainer.resume(resume)
+        except CheckpointError as e:
+            _fatal(ctx, f"cannot resume: {e}", to_stderr=True)
+            return 2
     monitor.set_phase("starting the training loop", "other")
+    # Installed only now: a signal during start-up still ends the process at once (there is
+    # nothing to save yet); from here on it is acted on at the next optimizer step.
+    preemption.install()
     try:
         state = trainer.fit()
     finally:
+        preemption.uninstall()
         if writer is not None:
             writer.close()
+    if trainer.preempted:
+        log.warning("exiting with status %d after %s (step %d saved)", EXIT_PREEMPTED,
+                    preemption.signal_name() if preemption.requested else "another rank's stop signal", state.step)
+        return EXIT_PREEMPTED
     log.info("training finished at epoch %d, step %d", state.epoch, state.step)
     return 0
 

@@ -21,11 +21,19 @@ What the trainer sees
     handed over, so ``state_dict()`` never counts batches that workers have only
     prefetched.  ``loader.skip_stats`` counts the skips of the batches handed over in
     the current pass.
+
+Signals
+    Workers ignore SIGTERM and SIGINT (:func:`ignore_stop_signals`).  torchrun and SLURM
+    signal a rank's whole process group, workers included; the training process handles the
+    signal at its next optimizer step (``asrkit.train.preemption``) and still needs its
+    workers until then.  Workers end when the training process shuts the DataLoader down or
+    dies (they watch their parent), and ``SIGKILL`` after the grace period ends them anyway.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
+import signal
 from typing import Any, Iterator, Sequence
 
 import torch
@@ -82,6 +90,13 @@ def _as_is(item):
     return item
 
 
+def ignore_stop_signals(worker_id: int = 0) -> None:
+    """DataLoader ``worker_init_fn``: ignore SIGTERM and SIGINT in a loader worker (see the
+    module docstring)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class AsrDataLoader:
     """One rank's loader over one data list (see the module docstring).
 
@@ -109,6 +124,7 @@ class AsrDataLoader:
             persistent_workers=persistent_workers and workers,
             pin_memory=pin_memory and torch.cuda.is_available(),
             in_order=True,  # results in task order: the consumed order is the plan order
+            worker_init_fn=ignore_stop_signals if workers else None,
             # The DataLoader draws its workers' base seed at every new iterator; from the global
             # RNG that draw would shift dropout after a resume.  Workers need no randomness of
             # their own (augmentation is seeded per sample), so a private generator suffices.

@@ -11,10 +11,21 @@ is refused.  Beside it, ``<name>.yaml`` records epoch, step and CV loss (what
 Writes are atomic: the file is written to a temporary name in the same directory,
 flushed and fsync'ed, then renamed over the target; a crash or a full disk mid-write
 leaves every earlier checkpoint intact (the partial temporary file is removed, or
-ignored and cleaned up on the next start).
+ignored and cleaned up on the next start).  A failed write -- a full disk (``ENOSPC``),
+a file-size limit (``EFBIG``), an I/O error -- raises :class:`CheckpointError` naming the
+file and the operating system's reason.
+
+Integrity: the SHA-256 of the ``.pt`` bytes, computed while they are written, is stored
+in the ``.yaml`` record (``sha256``, ``bytes``).  :func:`load_checkpoint` checks it when
+the record has one, so a checkpoint whose bytes changed after the write (a flipped
+block, a partial copy) is refused as corrupted; ``torch.load`` alone notices a truncated
+file but not changed tensor bytes.  A ``.pt`` without a record (``average_model``'s
+output) is checked structurally only.
 """
 from __future__ import annotations
 
+import errno
+import hashlib
 import logging
 import os
 import random
@@ -52,72 +63,161 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, write_fn) -> None:
-    """Call ``write_fn(file_object)`` on a temp file next to ``path``, then rename it over ``path``."""
+class _HashingWriter:
+    """File-object wrapper for ``torch.save``: hashes the bytes as they are written and
+    keeps the ``OSError`` of a failed write (torch replaces it with an opaque
+    ``RuntimeError`` such as "unexpected pos 832 vs 726")."""
+
+    def __init__(self, f):
+        self.f = f
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+        self.error: Optional[OSError] = None
+
+    def write(self, data) -> int:
+        try:
+            n = self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+        self.sha256.update(data)
+        self.size += len(data)
+        return n
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def _write_failure(path: Path, e: BaseException, os_error: Optional[OSError]) -> CheckpointError:
+    cause = os_error if os_error is not None else e
+    hint = ""
+    if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        hint = " (free disk space or raise the quota/file-size limit, then resume with --checkpoint auto)"
+    return CheckpointError(f"could not write {path}: {type(cause).__name__}: {cause}{hint} -- the previous "
+                           f"checkpoints are intact")
+
+
+def atomic_write(path: Path, write_fn) -> dict:
+    """Call ``write_fn(file_object)`` on a temp file next to ``path``, fsync it, then rename
+    it over ``path``.  Returns ``{"sha256", "bytes"}`` of what was written.
+
+    Any failure (``OSError`` from the file system, or the error a serializer turns it into)
+    removes the temp file, leaves ``path`` as it was and raises :class:`CheckpointError`
+    with the operating system's reason (e.g. ``[Errno 28] No space left on device``)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    writer = None
     try:
         with open(tmp, "wb") as f:
-            write_fn(f)
+            writer = _HashingWriter(f)
+            write_fn(writer)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
         tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise CheckpointError(f"could not write {path}: {e} -- the previous checkpoints are intact") from e
+        os_error = writer.error if writer is not None else None
+        if isinstance(e, OSError) or os_error is not None:
+            raise _write_failure(path, e, os_error) from e
         raise
     _fsync_dir(path.parent)
+    return {"sha256": writer.sha256.hexdigest(), "bytes": writer.size}
 
 
 def save_checkpoint(path: str | Path, state: dict, info: Optional[dict] = None) -> Path:
     """Atomically write ``state`` (with ``format`` added) to ``path`` and ``info`` to ``path.yaml``.
 
-    ``info`` should hold plain values (epoch, step, cv_loss, ...).  The ``.pt`` file is
-    renamed into place before the ``.yaml``, so a checkpoint listed by its yaml is complete.
+    ``info`` should hold plain values (epoch, step, cv_loss, ...); the file's ``sha256`` and
+    ``bytes`` are added to it.  The ``.pt`` file is renamed into place before the ``.yaml``,
+    so a checkpoint listed by its yaml is complete.  Raises :class:`CheckpointError` when
+    the write fails (earlier checkpoints are then untouched).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     state = dict(state, format=FORMAT_VERSION)
-    atomic_write(path, lambda f: torch.save(state, f))
+    digest = atomic_write(path, lambda f: torch.save(state, f))
     if info is not None:
-        text = yaml.safe_dump(info, sort_keys=False).encode()
+        text = yaml.safe_dump({**info, **digest}, sort_keys=False).encode()
         atomic_write(path.with_suffix(".yaml"), lambda f: f.write(text))
     return path
 
 
+_INTEGRITY_KEYS = ("sha256", "bytes")
+
+
 def update_info(path: str | Path, **values) -> None:
-    """Add values (e.g. ``cv_loss``) to a checkpoint's ``.yaml`` record."""
+    """Add values (e.g. ``cv_loss``) to a checkpoint's ``.yaml`` record (its integrity
+    fields are kept)."""
     info_path = Path(path).with_suffix(".yaml")
-    info = read_info(path) or {}
-    info.update(values)
-    text = yaml.safe_dump(info, sort_keys=False).encode()
+    record = _read_record(path) or {}
+    record.update(values)
+    text = yaml.safe_dump(record, sort_keys=False).encode()
     atomic_write(info_path, lambda f: f.write(text))
 
 
-def read_info(path: str | Path) -> Optional[dict]:
+def _read_record(path: str | Path) -> Optional[dict]:
+    """The whole ``.yaml`` record of a checkpoint, integrity fields included."""
     info_path = Path(path).with_suffix(".yaml")
     if not info_path.is_file():
         return None
     try:
-        return yaml.safe_load(info_path.read_text()) or {}
+        record = yaml.safe_load(info_path.read_text()) or {}
     except yaml.YAMLError:
         return None
+    return record if isinstance(record, dict) else None
+
+
+def read_info(path: str | Path) -> Optional[dict]:
+    """The ``info`` a checkpoint was saved with (epoch, step, cv_loss, ...; without the
+    integrity fields), or None when it has no readable ``.yaml`` record."""
+    record = _read_record(path)
+    if record is None:
+        return None
+    return {k: v for k, v in record.items() if k not in _INTEGRITY_KEYS}
 
 
 # ----------------------------------------------------------------------------- reading
 
 
+def file_digest(path: str | Path) -> str:
+    """SHA-256 of a file's bytes (hex)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def verify_digest(path: str | Path) -> None:
+    """Raise :class:`CheckpointError` when ``path``'s ``.yaml`` record holds a ``sha256``
+    (and ``bytes``) that the file does not match; nothing to check without one."""
+    path = Path(path)
+    info = _read_record(path) or {}
+    want = info.get("sha256")
+    if not want:
+        return
+    size = path.stat().st_size
+    if info.get("bytes") is not None and size != info["bytes"]:
+        raise CheckpointError(f"checkpoint {path} is truncated or corrupted: {size} bytes, its record "
+                              f"{path.with_suffix('.yaml').name} says {info['bytes']}")
+    got = file_digest(path)
+    if got != want:
+        raise CheckpointError(f"checkpoint {path} is corrupted: its SHA-256 {got[:12]}... differs from "
+                              f"the {want[:12]}... recorded in {path.with_suffix('.yaml').name} when it was written")
+
+
 def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict:
     """Load a checkpoint with ``weights_only=True``.
 
-    Raises :class:`CheckpointError` for a missing, truncated or corrupted file and for a
-    file carrying pickled objects other than tensors and plain types (never executed).
+    Raises :class:`CheckpointError` for a missing, truncated or corrupted file (including
+    one whose bytes do not match the SHA-256 of its ``.yaml`` record) and for a file
+    carrying pickled objects other than tensors and plain types (never executed).
     A bare ``state_dict`` (e.g. an averaged model) is returned as ``{"model": sd}``.
     """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
+    verify_digest(path)
     try:
         obj = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # torch raises UnpicklingError, RuntimeError, EOFError, ... for bad files
@@ -151,8 +251,10 @@ def list_checkpoints(model_dir: str | Path) -> list[Path]:
 
 
 def find_resume_checkpoint(model_dir: str | Path) -> Optional[Path]:
-    """The newest checkpoint in ``model_dir`` that loads; a broken newer one is reported
-    with a warning and skipped (falls back to the previous valid one).  None if none."""
+    """The newest checkpoint in ``model_dir`` that loads (structure, weights-only content
+    and recorded SHA-256 all checked); a broken newer one -- truncated, corrupted, carrying
+    pickled objects -- is reported with a warning and skipped, falling back to the previous
+    valid one.  None if none."""
     for path in reversed(list_checkpoints(model_dir)):
         try:
             load_checkpoint(path)

@@ -25,6 +25,9 @@ import torch.distributed as dist
 
 log = logging.getLogger("asrkit.train")
 
+# Set by torchrun in every worker: 0 in the first attempt of a job, n after n restarts.
+RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"
+
 # An init file older than this when a rank starts is from an earlier run (the ranks of
 # one job start within seconds of each other; torch deletes the file at a clean exit).
 STALE_INIT_FILE_S = 60.0
@@ -96,6 +99,15 @@ class DistContext:
     def barrier(self) -> None:
         if self.distributed:
             dist.barrier()
+
+    def gather_to_main(self, obj: Any) -> Optional[list]:
+        """Every rank's picklable ``obj``, in rank order, on rank 0 (None on the others);
+        ``[obj]`` with one process.  A collective: every rank must call it."""
+        if not self.distributed:
+            return [obj]
+        out = [None] * self.world_size if self.is_main else None
+        dist.gather_object(obj, out, dst=0)
+        return out
 
 
 def default_num_threads(local_world_size: int = 1) -> int:
@@ -212,7 +224,10 @@ def init_distributed(spec: LaunchSpec, timeout_s: float = 1800.0) -> DistContext
     """Join the process group described by ``spec`` (no-op for world size 1).
 
     On CUDA, ``torch.cuda.set_device(local_rank)`` happens before the group is created
-    (one GPU per process).  Call :func:`shutdown` in a ``finally``.
+    (one GPU per process).  Under torchrun (``TORCHELASTIC_RESTART_COUNT`` set) the group's
+    keys live under a per-attempt prefix of the rendezvous store, so the ranks of a job
+    restarted by ``--max_restarts`` never meet the keys of the attempt before.  Call
+    :func:`shutdown` in a ``finally``.
     """
     if torch.cuda.is_available():
         torch.cuda.set_device(spec.local_rank % torch.cuda.device_count())
@@ -224,9 +239,16 @@ def init_distributed(spec: LaunchSpec, timeout_s: float = 1800.0) -> DistContext
     if spec.world_size == 1:
         return ctx
     check_init_method(spec.init_method, spec.rank)
-    kwargs = dict(backend=spec.backend, rank=spec.rank, world_size=spec.world_size,
-                  timeout=datetime.timedelta(seconds=timeout_s))
-    if spec.init_method != "env://":
+    timeout = datetime.timedelta(seconds=timeout_s)
+    kwargs = dict(backend=spec.backend, rank=spec.rank, world_size=spec.world_size, timeout=timeout)
+    attempt = os.environ.get(RESTART_COUNT_ENV)
+    if spec.init_method == "env://" and attempt is not None:
+        # torchrun's static rendezvous serves every attempt of a job from one store, so a
+        # restarted job would find the previous attempt's keys -- gloo then reads dead peers'
+        # addresses and can wait forever to connect.  Each attempt gets its own key prefix.
+        store, _, _ = next(dist.rendezvous("env://", rank=spec.rank, world_size=spec.world_size, timeout=timeout))
+        kwargs["store"] = dist.PrefixStore(f"asrkit/attempt_{attempt}/", store)
+    elif spec.init_method != "env://":
         kwargs["init_method"] = spec.init_method
     if spec.backend == "nccl":
         kwargs["device_id"] = device

@@ -11,12 +11,21 @@ Accumulation semantics (single process and DDP alike):
   utterances (or tokens, with ``length_normalized_loss``) in the group summed over all
   ranks, so the update equals one step on the concatenated global batch;
 * gradients are clipped to ``grad_clip`` after unscaling (AMP) and normalising;
-* a step whose gradient norm is not finite is skipped (weights, optimizer and scheduler
-  untouched) and counted; after ``max_nonfinite_steps`` such steps in a row the run stops
-  and the offending micro-batches are saved to ``<model_dir>/nonfinite_step<N>_rank<r>.pt``.
+* a step is skipped (weights, optimizer state and scheduler untouched) and counted as a
+  fault when the loss of any of its micro-batches, on any rank, is not finite (the count
+  travels in the per-step all-reduce, so every rank skips the same step even when only one
+  rank's loss overflowed and the gradients stayed finite), or when the global gradient norm
+  is not finite; after ``max_nonfinite_steps`` such steps in a row the run stops and the
+  offending micro-batches are saved to ``<model_dir>/nonfinite_step<N>_rank<r>.pt``.
   With fp16 the GradScaler's own calibration skips are counted separately, not as faults;
 * the scheduler steps once per real optimizer step; a group with no utterance on any rank
   (every sample skipped as bad data) makes no step.
+
+One all-reduce per optimizer step carries three sums: the group's utterance (or token)
+count, the number of micro-batches with a non-finite loss and the number of ranks asking
+to stop (``asrkit.train.preemption``): every rank takes the same skip/stop decisions.
+``trained_utts`` counts the utterances of this rank whose optimizer step was applied in
+the current epoch (the trainer sums it over ranks for the epoch report).
 
 With DDP every rank has the same number of batches per epoch (the sampler guarantees
 it), so every rank reaches the same group boundaries; ``model.no_sync()`` is used for
@@ -98,7 +107,7 @@ class Executor:
 
     def __init__(self, cfg, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler,
                  ctx: DistContext, model_dir: Path, *, scaler: Optional[torch.amp.GradScaler] = None,
-                 writer=None, progress: Optional[bool] = None):
+                 writer=None, progress: Optional[bool] = None, preemption=None):
         self.cfg = cfg
         self.model = model
         self.optimizer = optimizer
@@ -111,6 +120,9 @@ class Executor:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.progress = sys.stderr.isatty() and ctx.is_main if progress is None else progress
         self.autocast_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg.dtype)
+        self.preemption = preemption  # asrkit.train.preemption.Preemption (or None)
+        self.stop_requests = 0        # ranks asking to stop, from the last step's all-reduce
+        self.trained_utts = 0         # this rank's utterances in applied steps, this epoch
 
     # ------------------------------------------------------------------ helpers
 
@@ -152,6 +164,8 @@ class Executor:
         position = consumed_position(loader)  # batches of this epoch already consumed (resume)
         group: list[dict] = []
         group_count = 0
+        group_nonfinite = torch.zeros((), dtype=torch.int64, device=self.ctx.device)
+        self.trained_utts = 0
         window = Window()
         epoch_start = time.perf_counter()
         start_position = position
@@ -165,13 +179,15 @@ class Executor:
                 out = self._forward(dev_batch)
                 loss = out["loss"]
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
+            group_nonfinite += ~torch.isfinite(loss.detach())  # stays on the device: no sync here
             group_count += tokens if self.length_normalized else utts
             group.append(batch)
             window.add(out, utts, tokens, frames, wait)
             position += 1
             if last_in_group:
-                grad_norm = self._optimizer_step(group_count, group, state)
+                grad_norm = self._optimizer_step(group_count, group_nonfinite, group, state)
                 group, group_count = [], 0
+                group_nonfinite = torch.zeros_like(group_nonfinite)
                 if grad_norm is not None and state.step % self.cfg.log_interval == 0:
                     self._log_train(window, state, grad_norm, position, n_batches, epoch_start, start_position)
                     window = Window()
@@ -184,16 +200,26 @@ class Executor:
             sys.stderr.write("\n")
         return True
 
-    def _optimizer_step(self, local_count: int, group: list[dict], state: TrainState) -> Optional[float]:
-        """Normalise, clip and apply the accumulated gradients; returns the grad norm, or
-        None when the step was skipped."""
-        (global_count,) = self.ctx.sum_floats([float(local_count)])
+    def _optimizer_step(self, local_count: int, local_nonfinite: torch.Tensor, group: list[dict],
+                        state: TrainState) -> Optional[float]:
+        """Agree with the other ranks (one all-reduce: count, non-finite losses, stop
+        requests), then normalise, clip and apply the accumulated gradients; returns the
+        grad norm, or None when the step was skipped."""
+        flag = self.preemption.flag() if self.preemption is not None else 0.0
+        local = torch.cat([torch.tensor([float(local_count), flag], dtype=torch.float64, device=self.ctx.device),
+                           local_nonfinite.reshape(1).to(device=self.ctx.device, dtype=torch.float64)])
+        global_count, stop_requests, nonfinite_losses = self.ctx.all_reduce_sum(local).tolist()
+        self.stop_requests = int(stop_requests)
         if global_count == 0:
             self.optimizer.zero_grad(set_to_none=True)
             state.empty_groups += 1
             log.warning("step %d: no utterance left in this accumulation group on any rank "
                         "(all skipped as bad data); no optimizer step", state.step)
             return None
+        if nonfinite_losses:
+            self.optimizer.zero_grad(set_to_none=True)
+            return self._count_fault(group, state, f"the loss of {int(nonfinite_losses)} micro-batch(es) "
+                                                   f"(over all ranks) is not finite")
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
         # DDP averaged the per-rank gradient sums over world_size; undo that and divide
@@ -204,7 +230,14 @@ class Executor:
                 p.grad.mul_(factor)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip))
         if not math.isfinite(grad_norm):
-            return self._skip_nonfinite(group, state, grad_norm)
+            if self.scaler:  # fp16 calibration: the scaler skips the step and lowers its scale
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+                self.optimizer.zero_grad(set_to_none=True)
+                state.scaler_skips += 1
+                return None
+            self.optimizer.zero_grad(set_to_none=True)
+            return self._count_fault(group, state, f"gradient norm is {grad_norm}")
         if self.scaler:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -214,29 +247,25 @@ class Executor:
         self.optimizer.zero_grad(set_to_none=True)
         state.step += 1
         state.nonfinite_in_row = 0
+        self.trained_utts += sum(int(b["feats_lengths"].numel()) for b in group)
         return grad_norm
 
-    def _skip_nonfinite(self, group: list[dict], state: TrainState, grad_norm: float) -> None:
-        if self.scaler:  # fp16 calibration: the scaler skips the step and lowers its scale
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-            self.optimizer.zero_grad(set_to_none=True)
-            state.scaler_skips += 1
-            return None
-        self.optimizer.zero_grad(set_to_none=True)
+    def _count_fault(self, group: list[dict], state: TrainState, what: str) -> None:
+        """Count a skipped non-finite step (gradients already zeroed); after
+        ``max_nonfinite_steps`` in a row, save the group's batches and raise."""
         state.nonfinite_total += 1
         state.nonfinite_in_row += 1
         keys = [k for b in group for k in b["keys"]]
-        log.warning("step %d: gradient norm is %s; step skipped (%d in a row, %d in total); batch keys: %s",
-                    state.step, grad_norm, state.nonfinite_in_row, state.nonfinite_total,
+        log.warning("step %d: %s; step skipped (%d in a row, %d in total); batch keys: %s",
+                    state.step, what, state.nonfinite_in_row, state.nonfinite_total,
                     " ".join(keys[:20]) + (" ..." if len(keys) > 20 else ""))
         if state.nonfinite_in_row >= self.cfg.max_nonfinite_steps:
             path = self.model_dir / f"nonfinite_step{state.step}_rank{self.ctx.rank}.pt"
             torch.save([{k: v for k, v in b.items() if k != "skipped"} for b in group], path)
             raise NonFiniteError(
-                f"{state.nonfinite_in_row} optimizer steps in a row had non-finite gradients "
-                f"(max_nonfinite_steps={self.cfg.max_nonfinite_steps}); the last group's batches are "
-                f"saved in {path}. Lower the learning rate, check the data, or raise grad_clip.")
+                f"{state.nonfinite_in_row} optimizer steps in a row were not finite "
+                f"(max_nonfinite_steps={self.cfg.max_nonfinite_steps}; last: {what}); the last group's "
+                f"batches are saved in {path}. Lower the learning rate, check the data, or raise grad_clip.")
         return None
 
     # ------------------------------------------------------------------ logging

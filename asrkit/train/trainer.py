@@ -10,6 +10,18 @@ Checkpoints (see ``asrkit.train.checkpoint``) are written by rank 0 only:
 Every decision (save now, stop early, stop at ``max_steps``) depends only on values
 that are identical on every rank (the step count, all-reduced CV numbers) and
 time-independent; the early-stop decision is additionally taken on rank 0 and broadcast.
+A stop signal (``asrkit.train.preemption``) is acted on at an optimizer-step boundary
+from the number of ranks that received one, summed in the executor's per-step
+all-reduce: every rank saves and stops at the same step.
+
+Checkpoints hold the RNG states of every rank (gathered on rank 0), so each rank of a
+resumed run with the same world size continues its own random stream (dropout): a run
+stopped and resumed, on one rank or several, ends with the weights of an uninterrupted
+run.  On another world size every rank takes rank 0's states.
+
+A checkpoint rank 0 cannot write (full disk, file-size limit) stops every rank with a
+:class:`~asrkit.train.checkpoint.CheckpointError` naming the file and the reason; the
+earlier checkpoints are intact.
 """
 from __future__ import annotations
 
@@ -21,7 +33,8 @@ import torch
 
 from asrkit.train import checkpoint as ckpt
 from asrkit.train.distributed import DistContext, unwrap
-from asrkit.train.executor import Executor, TrainState
+from asrkit.train.executor import Executor, TrainState, consumed_position
+from asrkit.train.preemption import maybe_kill_for_test
 
 log = logging.getLogger("asrkit.train")
 
@@ -30,7 +43,7 @@ class Trainer:
     def __init__(self, cfg, ctx: DistContext, model: torch.nn.Module, optimizer, scheduler,
                  train_loader, cv_loader, model_dir: str | Path, *, config_dict: dict,
                  scaler: Optional[torch.amp.GradScaler] = None, writer=None,
-                 max_steps: Optional[int] = None, progress: Optional[bool] = None):
+                 max_steps: Optional[int] = None, progress: Optional[bool] = None, preemption=None):
         self.cfg = cfg
         self.ctx = ctx
         self.model = model
@@ -45,12 +58,14 @@ class Trainer:
         self.max_steps = max_steps
         self.state = TrainState()
         self.resumed_mid_epoch = False
+        self.preemption = preemption  # asrkit.train.preemption.Preemption (or None)
+        self.preempted = False        # fit() stopped on a signal, after saving a checkpoint
         self.executor = Executor(cfg, model, optimizer, scheduler, ctx, self.model_dir, scaler=scaler,
-                                 writer=writer, progress=progress)
+                                 writer=writer, progress=progress, preemption=preemption)
 
     # ------------------------------------------------------------------ checkpoints
 
-    def _full_state(self, sampler_state: Optional[dict]) -> dict:
+    def _full_state(self, sampler_state: Optional[dict], rng_ranks: list) -> dict:
         return {
             "model": unwrap(self.model).state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -58,22 +73,33 @@ class Trainer:
             "scaler": self.scaler.state_dict() if self.scaler is not None else {},
             "train_state": self.state.to_dict(),
             "sampler": sampler_state,
-            "rng": ckpt.capture_rng_state(),
+            "rng": rng_ranks[0],
+            "rng_ranks": rng_ranks,
             "config": self.config_dict,
         }
 
     def save(self, name: str, *, mid_epoch: bool, cv_loss: Optional[float] = None) -> Optional[Path]:
-        """Rank 0 writes ``<model_dir>/<name>.pt``; others wait at a barrier."""
-        path = None
+        """Rank 0 writes ``<model_dir>/<name>.pt`` (with every rank's RNG states, gathered
+        first); then rank 0 broadcasts whether the write succeeded and every rank raises
+        :class:`~asrkit.train.checkpoint.CheckpointError` if it did not."""
+        rng_ranks = self.ctx.gather_to_main(ckpt.capture_rng_state())
+        path, error = None, None
         if self.ctx.is_main:
             sampler_state = self.train_loader.state_dict() if mid_epoch else None
             info = {"epoch": self.state.epoch if mid_epoch else self.state.epoch - 1,
                     "step": self.state.step, "cv_loss": cv_loss,
                     "mid_epoch": mid_epoch, "lr": self.optimizer.param_groups[0]["lr"]}
-            path = ckpt.save_checkpoint(self.model_dir / f"{name}.pt", self._full_state(sampler_state), info)
-            ckpt.prune_step_checkpoints(self.model_dir, self.cfg.keep_checkpoint_max)
-            log.info("saved %s (epoch %d, step %d)", path, info["epoch"], self.state.step)
-        self.ctx.barrier()
+            try:
+                path = ckpt.save_checkpoint(self.model_dir / f"{name}.pt", self._full_state(sampler_state, rng_ranks),
+                                            info)
+                ckpt.prune_step_checkpoints(self.model_dir, self.cfg.keep_checkpoint_max)
+                log.info("saved %s (epoch %d, step %d)", path, info["epoch"], self.state.step)
+            except ckpt.CheckpointError as e:
+                error = e
+        if not self.ctx.decide(error is None):
+            raise error or ckpt.CheckpointError(
+                f"rank 0 could not write checkpoint {name}.pt (its log says why); the previous checkpoints "
+                f"are intact")
         return path
 
     def resume(self, path: str | Path) -> None:
@@ -93,7 +119,14 @@ class Trainer:
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.state = TrainState.from_dict(state["train_state"])
-        ckpt.restore_rng_state(state["rng"])
+        rng_ranks = state.get("rng_ranks") or [state["rng"]]
+        if len(rng_ranks) == self.ctx.world_size:
+            ckpt.restore_rng_state(rng_ranks[self.ctx.rank])
+        else:
+            ckpt.restore_rng_state(state["rng"])
+            log.info("the checkpoint holds the RNG states of %d rank(s), this run has %d: every rank takes "
+                     "rank 0's (dropout draws differ from an uninterrupted run's)", len(rng_ranks),
+                     self.ctx.world_size)
         if state.get("sampler") is not None:
             self.train_loader.load_state_dict(state["sampler"])
             self.resumed_mid_epoch = True
@@ -103,16 +136,28 @@ class Trainer:
     # ------------------------------------------------------------------ loop
 
     def _on_step(self, state: TrainState) -> bool:
-        """After each optimizer step: CV / checkpoint at their intervals; True = stop now."""
+        """After each optimizer step: CV / checkpoint at their intervals, a stop signal
+        agreed in the step's all-reduce, ``max_steps``; True = stop now."""
+        maybe_kill_for_test(self.ctx.rank, state.step)
         stop = self.max_steps is not None and state.step >= self.max_steps
+        preempt = self.executor.stop_requests > 0
         cv_loss = None
-        if self.cfg.cv_interval and state.step % self.cfg.cv_interval == 0:
+        if self.cfg.cv_interval and state.step % self.cfg.cv_interval == 0 and not preempt:
             cv_loss = self.run_cv(f"step {state.step}")["loss"]
-        if stop or (self.cfg.save_interval and state.step % self.cfg.save_interval == 0):
+        if stop or preempt or (self.cfg.save_interval and state.step % self.cfg.save_interval == 0):
             self.save(f"step_{state.step}", mid_epoch=True, cv_loss=cv_loss)
-        if stop:
+        if preempt:
+            self._stop_preempted(self.executor.stop_requests, f"after optimizer step {state.step}")
+        elif stop:
             log.info("reached max_steps=%d; stopping (resume with --checkpoint auto)", self.max_steps)
-        return stop
+        return stop or preempt
+
+    def _stop_preempted(self, ranks_requesting: int, where: str) -> None:
+        self.preempted = True
+        log.warning("preempted: %s; stopping %s with a checkpoint at step %d (epoch %d) -- rerun with "
+                    "--checkpoint auto to continue from it", self.preemption.describe(ranks_requesting,
+                                                                                      self.ctx.world_size)
+                    if self.preemption is not None else "stop requested", where, self.state.step, self.state.epoch)
 
     def run_cv(self, label: str) -> dict:
         self.cv_loader.set_epoch(0)
@@ -125,11 +170,27 @@ class Trainer:
                     self.writer.add_scalar(f"cv/{k}", v, self.state.step)
         return result
 
-    def _report_skips(self, epoch: int) -> None:
-        """Per-reason counts of samples dropped as bad data this epoch (this rank)."""
+    def _report_data(self, epoch: int, partial: bool) -> None:
+        """Per-reason counts of samples dropped as bad data this epoch (each rank logs its
+        own), and on rank 0 the totals over all ranks: utterances trained (in applied
+        optimizer steps) and skipped per reason.  ``partial``: the epoch was resumed or
+        stopped mid-way, so the totals cover only this process's part of it."""
         stats = getattr(self.train_loader, "skip_stats", None)
-        if stats is not None and stats.counts:
+        counts = dict(stats.counts) if stats is not None else {}
+        if counts:
             log.warning("epoch %d: rank %d skipped bad samples: %s", epoch, self.ctx.rank, stats.summary())
+        per_rank = self.ctx.gather_to_main({"trained": self.executor.trained_utts, "skipped": counts})
+        if not self.ctx.is_main:
+            return
+        trained = sum(r["trained"] for r in per_rank)
+        skipped: dict[str, int] = {}
+        for r in per_rank:
+            for reason, n in r["skipped"].items():
+                skipped[reason] = skipped.get(reason, 0) + n
+        reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items())) or "none"
+        log.info("epoch %d data%s: %d utterances trained, %d skipped as bad data (%s), over %d rank(s)",
+                 epoch, " (part of the epoch run by this process)" if partial else "", trained,
+                 sum(skipped.values()), reasons, self.ctx.world_size)
 
     def _early_stop(self, cv_loss: float) -> bool:
         s = self.state
@@ -149,16 +210,22 @@ class Trainer:
                 self.train_loader.set_epoch(epoch)
             self.resumed_mid_epoch = False
             log.info("epoch %d: %d batches per rank", epoch, len(self.train_loader))
+            partial = consumed_position(self.train_loader) > 0
             finished = self.executor.train_epoch(self.train_loader, self.state, on_step=self._on_step)
-            self._report_skips(epoch)
+            self._report_data(epoch, partial=partial or not finished)
             if not finished:
                 return self.state
             cv = self.run_cv(f"epoch {epoch}")
             stop = self._early_stop(cv["loss"])
             self.state.epoch = epoch + 1
             self.save(f"epoch_{epoch}", mid_epoch=False, cv_loss=cv["loss"])
+            requests = self.preemption.count_requests(self.ctx) if self.preemption is not None else 0
+            if requests and self.state.epoch < self.cfg.max_epoch and not stop:
+                self._stop_preempted(requests, f"after epoch {epoch} and its checkpoint")
+                return self.state
             if stop:
                 log.info("early stop: no CV improvement for %d epochs (best %.4f)",
                          self.state.epochs_without_improvement, self.state.best_cv_loss)
                 break
         return self.state
+

@@ -1,0 +1,48 @@
+"""Helpers of the reliability tests: a two-rank job config, torchrun commands, log parsing."""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import torch
+
+from asrkit.train import checkpoint as ckpt
+from tests.helpers import free_port, train_args
+
+# A "step" line of the training log: "epoch 0 step 3 batch 3/6 | loss ..."
+STEP_LINE = re.compile(r"epoch (\d+) step (\d+) batch (\d+)/(\d+) \|")
+
+
+def two_rank_config(exp, path: Path, **top) -> Path:
+    """The tiny config with dropout on (so every rank's RNG stream matters), a per-rank
+    batch of 4 (6 optimizer steps per epoch on the 48 training utterances), one loader
+    worker per rank and a checkpoint every 2 steps."""
+    top = {"max_epoch": 3, "save_interval": 2, "encoder_conf": {"dropout_rate": 0.1},
+           "decoder_conf": {"dropout_rate": 0.1},
+           "dataset_conf": {"batch_conf": {"batch_size": 4}, "num_workers": 1}, **top}
+    return exp.config(path, **top)
+
+
+def torchrun(exp, model_dir: Path, config: Path, *extra, nproc: int = 2, max_restarts: int = 0) -> list[str]:
+    """``torchrun --nproc_per_node N --max_restarts R -m asrkit.bin.train ...`` on a free port."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+            "--max_restarts", str(max_restarts), "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+            "-m", "asrkit.bin.train", *train_args(exp, model_dir, config), *map(str, extra)]
+
+
+def steps_logged(log_text: str) -> list[int]:
+    """Optimizer steps in the order the log lines report them (log_interval 1)."""
+    return [int(m.group(2)) for m in STEP_LINE.finditer(log_text)]
+
+
+def model_weights(path: Path) -> dict:
+    return ckpt.load_checkpoint(path)["model"]
+
+
+def assert_equal_weights(a: dict, b: dict) -> None:
+    """Bit-identical state dicts (same keys, torch.equal for every tensor)."""
+    assert a.keys() == b.keys()
+    different = [k for k in a if not torch.equal(a[k], b[k])]
+    assert not different, f"{len(different)} tensors differ, e.g. {different[:3]}: " \
+                          f"max |diff| {max(float((a[k] - b[k]).abs().max()) for k in different):.3g}"

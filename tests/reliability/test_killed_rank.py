@@ -1,0 +1,41 @@
+"""Item 1 -- a killed rank: one of two training processes is SIGKILLed mid-epoch under
+``torchrun --max_restarts 1``; the job restarts, resumes from the newest valid checkpoint
+by itself (``--checkpoint auto``) and completes with the weights of an uninterrupted run.
+
+Fault injection: ``ASRKIT_TEST_KILL_RANK``/``ASRKIT_TEST_KILL_STEP`` (asrkit.train.preemption)
+make rank 1 SIGKILL itself right after optimizer step 3, before anything of step 3 is saved,
+in the first attempt only; ``save_interval: 2`` has written ``step_2.pt`` by then.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from asrkit.train import preemption
+from tests.helpers import plain_env, run_checked
+from tests.reliability.common import assert_equal_weights, model_weights, steps_logged, torchrun
+
+pytestmark = pytest.mark.slow
+
+
+def test_sigkilled_rank_restarts_and_resumes_from_newest_checkpoint(tiny_experiment, uninterrupted,
+                                                                      reliability_root):
+    config, reference = uninterrupted
+    model_dir = reliability_root / "killed"
+    env = dict(plain_env(), **{preemption.KILL_RANK_ENV: "1", preemption.KILL_STEP_ENV: "3"})
+    proc = run_checked(torchrun(tiny_experiment, model_dir, config, "--checkpoint", "auto",
+                                "--override", "max_epoch=1", max_restarts=1), env=env, timeout=150)
+    log0 = (model_dir / "log" / "rank0.log").read_text()
+    log1 = (model_dir / "log" / "rank1.log").read_text()
+    # the first attempt really lost rank 1 after step 3 (never saved), and the agent restarted the job
+    assert "rank 1 kills itself with SIGKILL now" in log1
+    assert re.search(r"rank 0 \(host .*\): a collective failed", log0), log0[-3000:]
+    assert log0.count("launch via torchrun") == 2 and log1.count("launch via torchrun") == 2
+    # the restarted ranks found step_2.pt by themselves and redid step 3 onwards
+    for log in (log0, log1):
+        assert f"resumed from {model_dir / 'step_2.pt'}: epoch 0, step 2 (mid-epoch)" in log
+    second_attempt = log0[log0.rindex("launch via torchrun"):]
+    assert steps_logged(second_attempt) == [3, 4, 5, 6]
+    assert "training finished at epoch 1, step 6" in log0
+    assert_equal_weights(model_weights(model_dir / "epoch_0.pt"), model_weights(reference / "epoch_0.pt"))

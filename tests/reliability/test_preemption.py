@@ -1,0 +1,68 @@
+"""Item 2 -- preemption: SIGTERM (what SLURM and torchrun send, with ~30 s of grace) makes
+every rank save at the same optimizer-step boundary and exit cleanly within the grace; a
+rerun with ``--checkpoint auto`` continues with no step lost or repeated and ends with the
+weights of an uninterrupted run."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+
+import pytest
+
+from asrkit.train.preemption import EXIT_PREEMPTED
+from tests.helpers import REPO, plain_env, run_checked
+from tests.reliability.common import assert_equal_weights, model_weights, steps_logged, torchrun
+
+pytestmark = pytest.mark.slow
+GRACE_S = 30  # torchrun's --shutdown_timeout and SLURM's default KillWait
+
+
+def wait_for_step(log_path, step: int, proc: subprocess.Popen, timeout: float = 120) -> None:
+    """Wait until rank 0 has logged optimizer step ``step``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log_path.is_file() and any(s >= step for s in steps_logged(log_path.read_text())):
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"the job ended (status {proc.returncode}) before step {step}:\n"
+                                 f"{proc.stderr.read()[-4000:]}")
+        time.sleep(0.02)
+    raise AssertionError(f"no step {step} within {timeout} s")
+
+
+def test_sigterm_saves_at_a_step_boundary_and_rerun_continues_exactly(tiny_experiment, uninterrupted,
+                                                                      reliability_root):
+    config, reference = uninterrupted
+    model_dir = reliability_root / "preempted"
+    proc = subprocess.Popen(torchrun(tiny_experiment, model_dir, config, "--checkpoint", "auto"), cwd=REPO,
+                            env=plain_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_step(model_dir / "log" / "rank0.log", 2, proc)
+        proc.send_signal(signal.SIGTERM)  # to the torchrun agent, which forwards it to both workers
+        signalled = time.monotonic()
+        _, err = proc.communicate(timeout=GRACE_S + 30)
+        elapsed = time.monotonic() - signalled
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    logs = [(model_dir / "log" / f"rank{r}.log").read_text() for r in (0, 1)]
+    # both ranks stopped at the same optimizer step, after a checkpoint of that step
+    stopped = [int(x) for x in (__import__("re").findall(r"with a checkpoint at step (\d+)", t) for t in logs)
+               for x in x]
+    assert len(stopped) == 2 and stopped[0] == stopped[1], (stopped, err[-3000:])
+    step = stopped[0]
+    assert 2 <= step < 18, step
+    assert all(f"exiting with status {EXIT_PREEMPTED}" in t for t in logs), err[-3000:]
+    assert "received SIGTERM" in logs[0] and "received SIGTERM" in logs[1]
+    assert elapsed < GRACE_S / 2, f"the job took {elapsed:.1f} s to stop"  # well within the grace, never killed
+    assert (model_dir / f"step_{step}.pt").is_file() and not (model_dir / "epoch_2.pt").exists()
+    assert steps_logged(logs[0]) == list(range(1, step + 1))
+
+    rerun = run_checked(torchrun(tiny_experiment, model_dir, config, "--checkpoint", "auto"), env=plain_env(),
+                        timeout=240)
+    log0 = (model_dir / "log" / "rank0.log").read_text()
+    assert f"resumed from {model_dir / f'step_{step}.pt'}" in log0, rerun.stderr[-3000:]
+    # across the two runs every optimizer step was taken exactly once, in order
+    assert steps_logged(log0) == list(range(1, 19))
+    assert_equal_weights(model_weights(model_dir / "epoch_2.pt"), model_weights(reference / "epoch_2.pt"))
