@@ -17,7 +17,10 @@ where ``offset``/``size`` locate the ``<key>.wav`` data inside the tar and
 ``shards_dir`` was given (relative = relative to the working directory, like every
 asrkit list).
 
-Utterances whose audio is missing, unreadable, truncated or empty are left out,
+A key that cannot safely name a tar member (absolute, with a ``..`` component, a
+backslash or a control character: ``asrkit.data.lists.unsafe_member_name``) is refused
+before anything is written.  Utterances whose audio is missing, unreadable, truncated or
+empty are left out,
 each logged with its reason, and counted in a summary.  Shards are written in parallel
 (``--num_threads`` processes), each to a temporary name renamed when complete.
 
@@ -41,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import soundfile  # noqa: E402
 
 from asrkit.data.audio import DataFault, load_audio  # noqa: E402
-from asrkit.data.lists import ListEntry, read_list, write_shard_list  # noqa: E402
+from asrkit.data.lists import ListEntry, read_list, unsafe_member_name, write_shard_list  # noqa: E402
 from asrkit.data.processors import Skip, SkipStats  # noqa: E402
 
 # soundfile read dtype that holds each WAV subtype without loss
@@ -119,6 +122,9 @@ def main(argv=None) -> int:
     for e in entries:
         if e.key in seen:
             p.error(f"{args.data_list}: duplicate key {e.key!r} (tar member names must be unique)")
+        unsafe = unsafe_member_name(f"{e.key}.wav")
+        if unsafe:
+            p.error(f"{args.data_list}: key {e.key!r} cannot name a tar member ({unsafe}); nothing was written")
         seen.add(e.key)
     Path(args.shards_dir).mkdir(parents=True, exist_ok=True)
     n = args.num_utts_per_shard

@@ -2,7 +2,8 @@
 resample, speed-perturb.
 
 Every data fault met while loading (missing file, unreadable or truncated audio, empty
-audio, a segment outside its file, a shard list that no longer matches its tar) raises
+audio, a segment outside its file, a shard list that no longer matches its tar, a tar
+member that is a link or has an unsafe name) raises
 :class:`DataFault` with a short ``reason``; the processor chain turns it into a counted
 skip.  Anything else (a programming error) propagates.
 """
@@ -18,7 +19,7 @@ import soundfile
 import torch
 import torchaudio
 
-from asrkit.data.lists import ListEntry
+from asrkit.data.lists import ListEntry, unsafe_member_name
 
 TAR_BLOCK = 512
 _HEAD_BYTES = 4096  # enough to hold the RIFF chunks before "data" in ordinary wav files
@@ -91,24 +92,54 @@ def _read_file(entry: ListEntry) -> tuple[np.ndarray, int]:
         return _decode(f, path, entry.start, entry.end)
 
 
-def _tar_header_mismatch(header: bytes, key: str, size: int) -> Optional[str]:
-    """A message when the tar header block before a member does not describe
-    ``<key>.wav`` of ``size`` bytes (the shard list is stale), else ``None``.  The name is
-    compared when it fits the header's 100-byte name field (longer names live in a pax
-    record before it)."""
+_REGULAR_FILE = (b"0", b"\0")
+_TAR_TYPES = {b"1": "a hard link", b"2": "a symbolic link", b"3": "a character device", b"4": "a block device",
+              b"5": "a directory", b"6": "a FIFO"}
+
+
+def _is_tar_header(block: bytes) -> bool:
+    """Whether ``block`` is a tar header: its checksum field matches and its size is octal."""
+    if len(block) < TAR_BLOCK:
+        return False
     try:
-        declared = int(header[124:136].rstrip(b"\0 ").decode("ascii") or "0", 8)
+        stored = int(block[148:156].rstrip(b"\0 ").decode("ascii") or "-1", 8)
+        int(block[124:136].rstrip(b"\0 ").decode("ascii") or "0", 8)
     except ValueError:
-        return "no tar header at offset - 512"
+        return False
+    return stored == sum(block[:148]) + 8 * 32 + sum(block[156:TAR_BLOCK])
+
+
+def _tar_member_fault(header: bytes, key: str, size: int) -> Optional[DataFault]:
+    """The fault of the tar header block in front of member ``<key>.wav`` of ``size``
+    bytes, or ``None`` when it describes exactly that, as a regular file:
+
+    * ``unsafe_tar_member``: the key or the header's name is absolute, has a ``..``
+      component (:func:`asrkit.data.lists.unsafe_member_name`), or the member is a link,
+      device or directory rather than a regular file;
+    * ``shard_mismatch``: another size or name (the shard list is stale).  The name is
+      compared when it fits the header's 100-byte name field (longer names live in a pax
+      record before it)."""
+    unsafe = unsafe_member_name(key)
+    if unsafe:
+        return DataFault("unsafe_tar_member", f"key {key!r}: {unsafe}")
+    if not _is_tar_header(header):
+        return DataFault("shard_mismatch", "no tar header at offset - 512")
+    kind = header[156:157]
+    if kind not in _REGULAR_FILE:
+        what = _TAR_TYPES.get(kind, f"of tar type {kind!r}")
+        return DataFault("unsafe_tar_member", f"member for {key!r} is {what}, not a regular file")
+    declared = int(header[124:136].rstrip(b"\0 ").decode("ascii") or "0", 8)
+    name = header[:100].split(b"\0", 1)[0]
+    prefix = header[345:500].split(b"\0", 1)[0] if header[257:262] == b"ustar" else b""
+    full = (prefix + b"/" + name if prefix else name).decode("utf-8", "replace")
+    unsafe = unsafe_member_name(full)
+    if unsafe:
+        return DataFault("unsafe_tar_member", f"member name {full!r}: {unsafe}")
     if declared != size:
-        return f"tar header gives size {declared}, list gives {size}"
-    want = f"{key}.wav".encode("utf-8")
-    if len(want) <= 100:
-        name = header[:100].split(b"\0", 1)[0]
-        prefix = header[345:500].split(b"\0", 1)[0] if header[257:262] == b"ustar" else b""
-        full = prefix + b"/" + name if prefix else name
-        if full != want:
-            return f"tar member is {full.decode('utf-8', 'replace')!r}, list expects {want.decode()!r}"
+        return DataFault("shard_mismatch", f"tar header gives size {declared}, list gives {size}")
+    want = f"{key}.wav"
+    if len(want.encode("utf-8")) <= 100 and full != want:
+        return DataFault("shard_mismatch", f"tar member is {full!r}, list expects {want!r}")
     return None
 
 
@@ -125,9 +156,9 @@ def _read_tar_member(entry: ListEntry) -> tuple[np.ndarray, int]:
         blob = f.read(TAR_BLOCK + entry.size)
     if len(blob) < TAR_BLOCK + entry.size:
         raise DataFault("truncated_audio", f"{where}: tar ends {TAR_BLOCK + entry.size - len(blob)} bytes short")
-    mismatch = _tar_header_mismatch(blob[:TAR_BLOCK], entry.key, entry.size)
-    if mismatch:
-        raise DataFault("shard_mismatch", f"{where}: {mismatch}")
+    fault = _tar_member_fault(blob[:TAR_BLOCK], entry.key, entry.size)
+    if fault:
+        raise DataFault(fault.reason, f"{where}: {fault.detail}")
     data = blob[TAR_BLOCK:]
     truncated = wav_truncation(data[:_HEAD_BYTES], len(data))
     if truncated:

@@ -18,8 +18,12 @@
                   "offset": 1536, "size": 48684}, ...]}
 
 ``offset``/``size`` locate the bytes of member ``<key>.wav`` inside the tar, so a
-member is read with one seek and one read; tars are never extracted.  Members keep
-tar order.  The sampler plans batches from keys and durations alone.
+member is read with one seek and one read; tars are never extracted, and member names
+are never used as file-system paths.  A member whose name is unsafe
+(:func:`unsafe_member_name`: absolute, ``..``, ...) or that is not a regular file (a
+symbolic or hard link) is a counted ``unsafe_tar_member`` skip when read
+(``asrkit.data.audio``).  Members keep tar order.  The sampler plans batches from keys
+and durations alone.
 
 **Paths** (``wav``, ``tar``): absolute, or relative to the *working directory* (the
 recipe directory), as WeNet and ``tools/make_raw_list.py`` write them.
@@ -130,6 +134,26 @@ def _shard_entries(obj: dict, where: str) -> list[ListEntry]:
         out.append(ListEntry(key=_field(m, "key", (str,), at), txt=_field(m, "txt", (str,), at),
                              duration=float(duration), tar=tar, offset=offset, size=size))
     return out
+
+
+def unsafe_member_name(name: str) -> Optional[str]:
+    """Why ``name`` must not name a tar member (None when it may): an absolute path, a
+    ``..`` component, an empty component, a backslash or a control character -- names that
+    would escape or confuse a directory if anyone extracted the tar."""
+    if not name:
+        return "empty name"
+    if name.startswith("/"):
+        return "absolute path"
+    if any(ord(c) < 32 or c == "\x7f" for c in name):
+        return "control character"
+    if "\\" in name:
+        return "backslash"
+    parts = name.split("/")
+    if ".." in parts:
+        return "'..' component"
+    if "" in parts or "." in parts:
+        return "empty or '.' component"
+    return None
 
 
 def read_list(path: str | Path) -> list[ListEntry]:
