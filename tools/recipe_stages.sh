@@ -4,7 +4,8 @@
 #
 #   stage_cmvn                 data/train/global_cmvn from data/train/wav.scp
 #   stage_data_lists SET...    data/<set>/data.list (+ data.shards.list with data_type=shard)
-#   stage_train                torchrun -m asrkit.bin.train (1..N nodes, resumes with checkpoint=auto)
+#   stage_train                torchrun -m asrkit.bin.train (1..N nodes, resumes with checkpoint=auto);
+#                              num_threads (if set) fixes each process's intra-op threads
 #   stage_average_decode_score average checkpoints, decode $test_sets, score (CER and WER);
 #                              decode_ctc_weight (default 0.3; WeNet decodes AISHELL with 0.5) and
 #                              decode_device (default cpu; cuda on a GPU node) may be set
@@ -48,12 +49,13 @@ stage_train() {
   local overrides=(--override "dataset_conf.num_workers=$num_workers") o
   for o in $train_overrides; do overrides+=(--override "$o"); done
   local resume=(); [ -n "$checkpoint" ] && resume=(--checkpoint "$checkpoint")
+  local threads=(); [ -n "${num_threads:-}" ] && threads=(--num_threads "$num_threads")
   local lst; lst=$(list_name)
   say "4: train $train_config -> $dir ($num_nodes node(s) x $nproc process(es), node_rank $node_rank)"
   python -m torch.distributed.run --nnodes "$num_nodes" --nproc_per_node "$nproc" "${rendezvous[@]}" \
     --max_restarts "${max_restarts:-0}" \
     -m asrkit.bin.train --config "$train_config" --train_data "data/train/$lst" \
-    --cv_data "data/dev/$lst" --model_dir "$dir" "${resume[@]}" "${overrides[@]}"
+    --cv_data "data/dev/$lst" --model_dir "$dir" "${resume[@]}" "${threads[@]}" "${overrides[@]}"
 }
 
 stage_average_decode_score() {

@@ -29,6 +29,7 @@ train_config=conf/train_conformer.yaml
 dir=exp/conformer
 checkpoint=auto               # auto: resume from the newest valid checkpoint in $dir, if any
 num_workers=4
+num_threads=                  # intra-op threads per training process (default: the cores it may use / processes per node)
 train_overrides=""            # e.g. "max_epoch=2 accum_grad=2" (each a KEY.PATH=VALUE)
 # launch (torchrun): nproc_per_node defaults to the GPU count, or 1 process on CPU
 num_nodes=1
