@@ -23,17 +23,22 @@ What the trainer sees
     the current pass.
 
 Signals
-    Workers ignore SIGTERM and SIGINT (:func:`ignore_stop_signals`).  torchrun and SLURM
-    signal a rank's whole process group, workers included; the training process handles the
-    signal at its next optimizer step (``asrkit.train.preemption``) and still needs its
-    workers until then.  Workers end when the training process shuts the DataLoader down or
-    dies (they watch their parent), and ``SIGKILL`` after the grace period ends them anyway.
+    Workers ignore SIGTERM and SIGINT (:func:`init_worker`).  torchrun and SLURM signal a
+    rank's whole process group, workers included; the training process handles the signal
+    at its next optimizer step (``asrkit.train.preemption``) and still needs its workers
+    until then.  Workers end when the training process shuts the DataLoader down, and on
+    Linux they are killed the moment the training process dies (``PR_SET_PDEATHSIG``): a
+    worker outliving a killed rank would hold that rank's sockets open and delay the other
+    ranks' notice of its death.
 """
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import logging
+import os
 import signal
+import sys
 from typing import Any, Iterator, Sequence
 
 import torch
@@ -90,11 +95,23 @@ def _as_is(item):
     return item
 
 
-def ignore_stop_signals(worker_id: int = 0) -> None:
-    """DataLoader ``worker_init_fn``: ignore SIGTERM and SIGINT in a loader worker (see the
-    module docstring)."""
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def init_worker(worker_id: int = 0) -> None:
+    """DataLoader ``worker_init_fn`` (see the module docstring): ignore SIGTERM and SIGINT,
+    and on Linux die with the training process -- with the thread that started the worker,
+    strictly, so iterate the loader from the main thread (the trainer does)."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):  # pragma: no cover - no prctl: torch's parent watchdog remains
+            return
+        if os.getppid() == 1:  # the parent died before prctl took effect
+            os._exit(0)
 
 
 class AsrDataLoader:
@@ -124,7 +141,7 @@ class AsrDataLoader:
             persistent_workers=persistent_workers and workers,
             pin_memory=pin_memory and torch.cuda.is_available(),
             in_order=True,  # results in task order: the consumed order is the plan order
-            worker_init_fn=ignore_stop_signals if workers else None,
+            worker_init_fn=init_worker if workers else None,
             # The DataLoader draws its workers' base seed at every new iterator; from the global
             # RNG that draw would shift dropout after a resume.  Workers need no randomness of
             # their own (augmentation is seeded per sample), so a private generator suffices.

@@ -18,7 +18,7 @@ def two_rank_config(exp, path: Path, **top) -> Path:
     """The tiny config with dropout on (so every rank's RNG stream matters), a per-rank
     batch of 4 (6 optimizer steps per epoch on the 48 training utterances), one loader
     worker per rank and a checkpoint every 2 steps."""
-    top = {"max_epoch": 3, "save_interval": 2, "encoder_conf": {"dropout_rate": 0.1},
+    top = {"max_epoch": 2, "save_interval": 2, "encoder_conf": {"dropout_rate": 0.1},
            "decoder_conf": {"dropout_rate": 0.1},
            "dataset_conf": {"batch_conf": {"batch_size": 4}, "num_workers": 1}, **top}
     return exp.config(path, **top)

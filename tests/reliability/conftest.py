@@ -15,7 +15,7 @@ def reliability_root(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def uninterrupted(tiny_experiment, reliability_root):
-    """Two ranks under torchrun, 3 epochs of 6 optimizer steps, never interrupted:
+    """Two ranks under torchrun, 2 epochs of 6 optimizer steps, never interrupted:
     ``(config path, model_dir)``."""
     config = two_rank_config(tiny_experiment, reliability_root / "two_rank.yaml")
     model_dir = reliability_root / "uninterrupted"
