@@ -17,8 +17,9 @@ STEP_LINE = re.compile(r"epoch (\d+) step (\d+) batch (\d+)/(\d+) \|")
 def two_rank_config(exp, path: Path, **top) -> Path:
     """The tiny config with dropout on (so every rank's RNG stream matters), a per-rank
     batch of 4 (6 optimizer steps per epoch on the 48 training utterances), one loader
-    worker per rank and a checkpoint every 2 steps."""
-    top = {"max_epoch": 2, "save_interval": 2, "encoder_conf": {"dropout_rate": 0.1},
+    worker per rank and a checkpoint every 2 steps; a hung collective fails within 60 s,
+    so a broken test leaves no process behind."""
+    top = {"max_epoch": 2, "save_interval": 2, "launch": {"timeout_s": 60}, "encoder_conf": {"dropout_rate": 0.1},
            "decoder_conf": {"dropout_rate": 0.1},
            "dataset_conf": {"batch_conf": {"batch_size": 4}, "num_workers": 1}, **top}
     return exp.config(path, **top)
