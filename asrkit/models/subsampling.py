@@ -125,6 +125,13 @@ class Conv2dSubsampling(nn.Module):
         return x
 
     @torch.jit.unused
+    def _offsets_grad_applies(self, x: torch.Tensor) -> bool:
+        """The per-offset weight gradient is a CPU fp32 optimisation: under autocast
+        (AMP) or on an accelerator the plain convolution and its backward run instead."""
+        return (x.device.type == "cpu" and x.dtype == torch.float32
+                and not torch.is_autocast_enabled("cpu"))
+
+    @torch.jit.unused
     def later_layers_for_training(self, x: torch.Tensor) -> torch.Tensor:
         """``later_layers`` with the faster weight gradient (eager training only)."""
         for layer in list(self.conv)[2:]:
@@ -140,7 +147,9 @@ class Conv2dSubsampling(nn.Module):
         # channels-last activations let oneDNN run the later convolutions near the
         # machine's matmul rate on CPU (the second conv is half the small conformer's FLOPs)
         x = self.first_layer(x)
-        if self.training and not torch.jit.is_scripting():
+        if torch.jit.is_scripting():
+            x = self.later_layers(x)
+        elif self.training and self._offsets_grad_applies(x):
             x = self.later_layers_for_training(x)
         else:
             x = self.later_layers(x)
