@@ -20,11 +20,12 @@ CER_LINE = r"^%CER \d+\.\d\d \[ \d+ / \d+, \d+ ins, \d+ del, \d+ sub \]$"
 
 
 def copy_recipe(name: str, dst: Path) -> Path:
-    """Copy ``examples/<name>/s0`` (run.sh, path.sh, conf/, local/) to ``dst``."""
+    """Copy ``examples/<name>/s0`` (run.sh, path.sh, conf/, local/ if any) to ``dst``."""
     src = REPO / "examples" / name / "s0"
     dst.mkdir(parents=True)
     for item in ("run.sh", "path.sh", "conf", "local"):
-        (shutil.copytree if (src / item).is_dir() else shutil.copy)(src / item, dst / item)
+        if (src / item).exists():  # (not every recipe has local/)
+            (shutil.copytree if (src / item).is_dir() else shutil.copy)(src / item, dst / item)
     return dst
 
 
