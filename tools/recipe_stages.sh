@@ -35,11 +35,13 @@ stage_data_lists() {
   done
 }
 
-# torchrun on this node: nproc_per_node defaults to the GPU count (1 process on CPU);
+# torchrun on this node: nproc_per_node defaults to the GPU count, else to
+# cpu_nproc_per_node (default 1) capped at the CPU count;
 # HOST_NODE_ADDR=host:port selects c10d rendezvous instead of master_addr/master_port.
 stage_train() {
   local nproc=${nproc_per_node:-}
-  [ -n "$nproc" ] || nproc=$(python -c "import torch; print(torch.cuda.device_count() or 1)")
+  [ -n "$nproc" ] || nproc=$(python -c "import os, torch
+print(torch.cuda.device_count() or min(${cpu_nproc_per_node:-1}, os.cpu_count()))")
   local rendezvous
   if [ -n "${HOST_NODE_ADDR:-}" ]; then
     rendezvous=(--rdzv_backend c10d --rdzv_endpoint "$HOST_NODE_ADDR" --rdzv_id "asrkit_$(basename "$dir")")

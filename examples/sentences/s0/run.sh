@@ -28,7 +28,8 @@ train_overrides=""            # e.g. "max_epoch=2 accum_grad=2" (each a KEY.PATH
 num_nodes=1
 max_restarts=0
 node_rank=0
-nproc_per_node=               # default: the GPU count; on CPU 2 processes x num_threads 1 (1.4x 1 x 2 threads here)
+nproc_per_node=               # default: the GPU count, else cpu_nproc_per_node
+cpu_nproc_per_node=2          # without GPUs: 2 processes x num_threads 1 trained ~1.4x faster than 1 x 2 threads here (README)
 master_addr=127.0.0.1
 master_port=29500
 HOST_NODE_ADDR=${HOST_NODE_ADDR:-}   # host:port for c10d rendezvous (instead of master_addr/port)
@@ -72,11 +73,7 @@ fi
 run_stage 3 && stage_data_lists train dev test
 # the config names the units and the BPE model; keep them pointing at this run's files
 train_overrides="tokenizer_conf.bpe_path=$bpe_model $train_overrides"
-if run_stage 4; then
-  # CPU: 2 processes x 1 thread trained ~1.4x faster than 1 x 2 threads on 2 cores (README)
-  [ -n "$nproc_per_node" ] || nproc_per_node=$(python -c "import os, torch; print(torch.cuda.device_count() or min(2, os.cpu_count()))")
-  stage_train
-fi
+run_stage 4 && stage_train
 
 decode_checkpoint=${decode_checkpoint:-$dir/avg_${average_num}.pt}
 
