@@ -55,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max_steps", type=int, default=None,
                    help="stop after this many optimizer steps in total, saving a checkpoint")
     p.add_argument("--tensorboard_dir", default=None, help="default: <model_dir>/tensorboard")
+    p.add_argument("--enc_init", default=None, metavar="CHECKPOINT",
+                   help="start from the modules --enc_init_mods of this checkpoint or averaged model (e.g. "
+                        "the encoder of a char model); the rest is freshly initialised. A resumed run "
+                        "(--checkpoint) restores its own weights instead")
+    p.add_argument("--enc_init_mods", default="encoder.",
+                   help="comma-separated parameter-name prefixes taken from --enc_init (default: encoder.)")
     legacy = p.add_argument_group(
         "legacy launch (one process per GPU started by a shell loop); ignored under torchrun, whose "
         "environment takes precedence; these flags take precedence over the config's launch section")
@@ -114,7 +120,16 @@ def preflight(cfg: TrainConfig, args, device: torch.device, backend: str | None 
                         "was tuned on, e.g. 4)")
     if args.checkpoint not in (None, "auto") and not Path(args.checkpoint).is_file():
         problems.append(f"--checkpoint {args.checkpoint}: file not found")
+    if getattr(args, "enc_init", None) and not Path(args.enc_init).is_file():
+        problems.append(f"--enc_init {args.enc_init}: file not found")
     return problems
+
+
+def enc_init_flags(args) -> dict:
+    """``--enc_init``/``--enc_init_mods`` for the ranks' agreement check (only when given)."""
+    if not args.enc_init:
+        return {}
+    return {"--enc_init": Path(args.enc_init).name, "--enc_init_mods": args.enc_init_mods}
 
 
 def amp_scaler(cfg: TrainConfig, device: torch.device):
@@ -210,7 +225,7 @@ def run(cfg: TrainConfig, args, ctx, spec, notes: list[str], model_dir: Path) ->
     from asrkit.train import agreement
     monitor.set_phase("checking that the ranks agree (all-gathering config and file hashes)", "collective")
     agreement.check_agreement(ctx, to_dict(cfg), agreement.job_files(to_dict(cfg), args.train_data, args.cv_data),
-                              extra={"--max_steps": args.max_steps, "torch version": torch.__version__,
+                              extra={"--max_steps": args.max_steps, **enc_init_flags(args), "torch version": torch.__version__,
                                      "asrkit source": agreement.package_digest()})
     monitor.set_phase("building the tokenizer, loaders and model", "other")
 
@@ -254,6 +269,13 @@ def run(cfg: TrainConfig, args, ctx, spec, notes: list[str], model_dir: Path) ->
     log.info("model: %s encoder + %s decoder, %.2f M parameters; %d train / %d CV utterances; "
              "%d threads", cfg.encoder, cfg.decoder, n_params / 1e6, len(train_entries), len(cv_entries),
              torch.get_num_threads())
+    if args.enc_init:
+        try:
+            copied = ckpt.init_modules(bare_model, args.enc_init, args.enc_init_mods.split(","))
+        except CheckpointError as e:
+            _fatal(ctx, f"cannot initialise from --enc_init: {e}", to_stderr=True)
+            return 2
+        log.info("initialised %d tensors (%s) from %s", len(copied), args.enc_init_mods, args.enc_init)
     if cfg.sync_batchnorm and not D.count_batchnorm(bare_model):
         log.info("sync_batchnorm: the model has no BatchNorm layer (encoder_conf.cnn_module_norm: %s); "
                  "nothing to convert", getattr(cfg.encoder_conf, "cnn_module_norm", "?"))

@@ -334,3 +334,42 @@ def average_state_dicts(paths: list[Path]) -> dict[str, torch.Tensor]:
     ref = load_checkpoint(paths[-1])["model"]
     return {k: (v / len(paths)).to(ref[k].dtype) if ref[k].is_floating_point() else v
             for k, v in total.items()}
+
+
+# ----------------------------------------------------------------------------- initialising from another run
+
+
+def init_modules(model: torch.nn.Module, path: str | Path, prefixes: list[str]) -> list[str]:
+    """Copy the parameters and buffers whose names start with one of ``prefixes`` (e.g.
+    ``["encoder."]``) from the model in checkpoint ``path`` (a training checkpoint or an
+    averaged model) into ``model``; everything else keeps its fresh initialisation.
+    WeNet's ``--enc_init`` / ``--enc_init_mods``: a BPE model can start from the encoder of
+    a char model (or any pretrained encoder of the same architecture).
+
+    Strict about what it does copy: every prefix must match at least one entry of ``model``
+    and every such entry must be in the checkpoint with the same shape, else
+    :class:`CheckpointError` names the first offending key (a different ``output_size`` or
+    ``num_blocks`` is refused, not silently skipped).  Returns the copied names.
+    """
+    prefixes = [p for p in prefixes if p]
+    if not prefixes:
+        raise CheckpointError("init_modules: no module prefix given (e.g. 'encoder.')")
+    source = load_checkpoint(path)["model"]
+    target = model.state_dict()
+    copied: list[str] = []
+    for prefix in prefixes:
+        names = [k for k in target if k.startswith(prefix)]
+        if not names:
+            raise CheckpointError(f"init from {path}: the model has no parameter whose name starts with '{prefix}' "
+                                  f"(its top-level modules: {sorted({k.split('.')[0] + '.' for k in target})})")
+        for name in names:
+            if name not in source:
+                raise CheckpointError(f"init from {path}: the checkpoint has no '{name}' (a different "
+                                      f"architecture?)")
+            if source[name].shape != target[name].shape:
+                raise CheckpointError(f"init from {path}: '{name}' is {tuple(source[name].shape)} in the "
+                                      f"checkpoint, {tuple(target[name].shape)} in this model")
+            target[name] = source[name].to(target[name].dtype)
+            copied.append(name)
+    model.load_state_dict(target)
+    return copied

@@ -84,3 +84,19 @@ def test_train_writes_yaml_checkpoints_and_averages(tiny_experiment, tmp_path):
     a0, a1, mean = weights(exp / "epoch_0.pt"), weights(exp / "epoch_1.pt"), weights(avg)
     key = next(k for k, v in mean.items() if v.is_floating_point())
     torch.testing.assert_close(mean[key], (a0[key] + a1[key]) / 2)
+
+
+def test_enc_init_starts_from_another_runs_encoder(tiny_experiment, tmp_path, capsys):
+    """--enc_init copies the encoder (logged with its tensor count); a model whose encoder
+    has another shape is refused before training (status 2, naming the key)."""
+    from asrkit.bin.train import main
+    cfg = tiny_experiment.config(tmp_path / "c.yaml", max_epoch=1)
+    source = tmp_path / "source"
+    train(tiny_experiment, source, cfg, "--max_steps", 1)
+    init = train(tiny_experiment, tmp_path / "fresh", cfg, "--max_steps", 1, "--enc_init", source / "step_1.pt")
+    assert "tensors (encoder.) from" in init.stderr
+    split = tiny_experiment.corpus.splits
+    code = main(["--config", str(cfg), "--train_data", str(split["train"].data_list), "--cv_data",
+                 str(split["dev"].data_list), "--model_dir", str(tmp_path / "wide"), "--enc_init",
+                 str(source / "step_1.pt"), "--override", "encoder_conf.output_size=48"])
+    assert code == 2 and "cannot initialise from --enc_init" in capsys.readouterr().err

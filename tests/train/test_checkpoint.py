@@ -104,3 +104,29 @@ def test_average(tmp_path):
     paths = [ckpt.save_checkpoint(tmp_path / f"epoch_{i}.pt", _state(float(i))) for i in (1, 2, 6)]
     avg = ckpt.average_state_dicts(paths)
     assert torch.allclose(avg["w"], torch.full((3,), 3.0)) and avg["n"].item() == 7
+
+
+class _Net(torch.nn.Module):
+    def __init__(self, hidden: int = 4, vocab: int = 3):
+        super().__init__()
+        self.encoder = torch.nn.Linear(2, hidden)
+        self.ctc = torch.nn.Linear(hidden, vocab)
+
+
+def test_init_modules_copies_only_the_prefixes(tmp_path):
+    torch.manual_seed(0)
+    source, fresh = _Net(vocab=30), _Net(vocab=500)
+    path = ckpt.save_checkpoint(tmp_path / "epoch_0.pt", {"model": source.state_dict()})
+    before_ctc = fresh.ctc.weight.detach().clone()
+    copied = ckpt.init_modules(fresh, path, ["encoder."])
+    assert sorted(copied) == ["encoder.bias", "encoder.weight"]
+    assert torch.equal(fresh.encoder.weight, source.encoder.weight)
+    assert torch.equal(fresh.ctc.weight, before_ctc)  # a different vocabulary: left fresh
+
+
+def test_init_modules_refuses_a_shape_mismatch_and_an_unknown_prefix(tmp_path):
+    path = ckpt.save_checkpoint(tmp_path / "epoch_0.pt", {"model": _Net(hidden=8).state_dict()})
+    with pytest.raises(ckpt.CheckpointError, match=r"'encoder.weight' is \(8, 2\) in the checkpoint, \(4, 2\)"):
+        ckpt.init_modules(_Net(hidden=4), path, ["encoder."])
+    with pytest.raises(ckpt.CheckpointError, match="no parameter whose name starts with 'decoder.'"):
+        ckpt.init_modules(_Net(hidden=8), path, ["decoder."])
