@@ -120,7 +120,7 @@ def preflight(cfg: TrainConfig, args, device: torch.device, backend: str | None 
                         "was tuned on, e.g. 4)")
     if args.checkpoint not in (None, "auto") and not Path(args.checkpoint).is_file():
         problems.append(f"--checkpoint {args.checkpoint}: file not found")
-    if getattr(args, "enc_init", None) and not Path(args.enc_init).is_file():
+    if args.enc_init and not Path(args.enc_init).is_file():
         problems.append(f"--enc_init {args.enc_init}: file not found")
     return problems
 
@@ -225,7 +225,8 @@ def run(cfg: TrainConfig, args, ctx, spec, notes: list[str], model_dir: Path) ->
     from asrkit.train import agreement
     monitor.set_phase("checking that the ranks agree (all-gathering config and file hashes)", "collective")
     agreement.check_agreement(ctx, to_dict(cfg), agreement.job_files(to_dict(cfg), args.train_data, args.cv_data),
-                              extra={"--max_steps": args.max_steps, **enc_init_flags(args), "torch version": torch.__version__,
+                              extra={"--max_steps": args.max_steps, **enc_init_flags(args),
+                                     "torch version": torch.__version__,
                                      "asrkit source": agreement.package_digest()})
     monitor.set_phase("building the tokenizer, loaders and model", "other")
 

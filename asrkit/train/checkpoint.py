@@ -369,7 +369,7 @@ def init_modules(model: torch.nn.Module, path: str | Path, prefixes: list[str]) 
             if source[name].shape != target[name].shape:
                 raise CheckpointError(f"init from {path}: '{name}' is {tuple(source[name].shape)} in the "
                                       f"checkpoint, {tuple(target[name].shape)} in this model")
-            target[name] = source[name].to(target[name].dtype)
+            target[name] = source[name]  # (load_state_dict copies into the model's dtype)
             copied.append(name)
     model.load_state_dict(target)
     return copied
