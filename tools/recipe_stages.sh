@@ -4,8 +4,9 @@
 #
 #   stage_cmvn                 data/train/global_cmvn from data/train/wav.scp
 #   stage_data_lists SET...    data/<set>/data.list (+ data.shards.list with data_type=shard)
-#   stage_train                torchrun -m asrkit.bin.train (1..N nodes, resumes with checkpoint=auto);
-#                              num_threads (if set) fixes each process's intra-op threads
+#   stage_train [ARG...]       torchrun -m asrkit.bin.train (1..N nodes, resumes with checkpoint=auto)
+#                              on data/${train_set:-train}; num_threads (if set) fixes each process's
+#                              intra-op threads; ARGs go to train.py (e.g. --max_steps N, --enc_init CKPT)
 #   stage_average_decode_score average checkpoints, decode $test_sets, score (CER and WER);
 #                              decode_ctc_weight (default 0.3; WeNet decodes AISHELL with 0.5) and
 #                              decode_device (default cpu; cuda on a GPU node) may be set
@@ -53,11 +54,11 @@ print(torch.cuda.device_count() or min(${cpu_nproc_per_node:-1}, os.cpu_count())
   local resume=(); [ -n "$checkpoint" ] && resume=(--checkpoint "$checkpoint")
   local threads=(); [ -n "${num_threads:-}" ] && threads=(--num_threads "$num_threads")
   local lst; lst=$(list_name)
-  say "4: train $train_config -> $dir ($num_nodes node(s) x $nproc process(es), node_rank $node_rank)"
+  say "4: train $train_config on data/${train_set:-train} -> $dir ($num_nodes node(s) x $nproc process(es), node_rank $node_rank)"
   python -m torch.distributed.run --nnodes "$num_nodes" --nproc_per_node "$nproc" "${rendezvous[@]}" \
     --max_restarts "${max_restarts:-0}" \
-    -m asrkit.bin.train --config "$train_config" --train_data "data/train/$lst" \
-    --cv_data "data/dev/$lst" --model_dir "$dir" "${resume[@]}" "${threads[@]}" "${overrides[@]}"
+    -m asrkit.bin.train --config "$train_config" --train_data "data/${train_set:-train}/$lst" \
+    --cv_data "data/dev/$lst" --model_dir "$dir" "${resume[@]}" "${threads[@]}" "${overrides[@]}" "$@"
 }
 
 stage_average_decode_score() {

@@ -12,6 +12,13 @@ speaking rate and pitch, a peak level, random leading/trailing silence and addit
 low-level noise (white to low-passed "pink-ish") at a random SNR.  Output is 16 kHz
 mono 16-bit PCM wav; ``wav.scp``, ``text`` and ``utt2spk`` are written per split.
 
+``--single_voice N`` adds a split ``train_single``: N utterances by ONE training voice
+(``en-us`` + ``--single_voice_variant``, default ``m3``, which must be a train variant)
+at a fixed rate and pitch, without noise.  It is a curriculum start, not evaluation
+data: a model first trained on it leaves CTC's blank plateau within a few hundred
+steps, where the same model on the full ~390-voice corpus sits on it for thousands
+(README, sentences recipe).
+
 Deterministic: the same arguments give byte-identical files (espeak-ng is
 deterministic, sox runs with ``-R``, noise comes from the seeded generator).
 Parallel over ``--jobs`` processes.  Idempotent: a finished split with the same
@@ -44,7 +51,10 @@ ACCENTS = ["en-us", "en-gb", "en-gb-scotland", "en-gb-x-rp", "en-029",
            "en-gb-x-gbclan", "en-gb-x-gbcwmd", "en-us-nyc"]
 # whispered variants carry no voicing at all; they are left out of every split
 EXCLUDED_VARIANTS = {"whisper", "whisperf"}
-SPLIT_IDS = {"train": 0, "dev": 1, "test": 2}
+SPLIT_IDS = {"train": 0, "dev": 1, "test": 2, "train_single": 3}
+# the single-voice split: one accent, fixed rate (words/min) and pitch, no noise
+SINGLE_VOICE_ACCENT = "en-us"
+SINGLE_VOICE_RATE, SINGLE_VOICE_PITCH = 170, 50
 
 DIGIT_WORDS = ["zero", "oh", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 
@@ -138,18 +148,29 @@ def add_silence_and_noise(speech: np.ndarray, rng: np.random.Generator) -> np.nd
     return np.clip(signal + noise.astype(np.float32), -1.0, 1.0)
 
 
+def pad_clean(speech: np.ndarray) -> np.ndarray:
+    """Scale to peak 0.5 and pad 0.1 s of digital silence each side (the single-voice split)."""
+    speech = speech / max(float(np.max(np.abs(speech))), 1e-6) * 0.5
+    pad = np.zeros(SAMPLE_RATE // 10, dtype=np.float32)
+    return np.concatenate([pad, speech.astype(np.float32), pad])
+
+
 def make_utterance(job: tuple) -> tuple[str, str, str, str]:
-    """Synthesize one utterance; returns (key, speaker, text, wav path)."""
-    out_dir, split, index, seed, task, accents, variants = job
+    """Synthesize one utterance; returns (key, speaker, text, wav path).  ``clean``
+    jobs (the single-voice split) use a fixed rate and pitch and add no noise."""
+    out_dir, split, index, seed, task, accents, variants, clean = job
     rng = np.random.default_rng([seed, SPLIT_IDS[split], index])
     accent = accents[int(rng.integers(len(accents)))]
     variant = variants[int(rng.integers(len(variants)))]
     text = TASKS[task](rng)
     rate = int(rng.integers(130, 231))
     pitch = int(rng.integers(20, 81))
+    if clean:
+        rate, pitch = SINGLE_VOICE_RATE, SINGLE_VOICE_PITCH
     speaker = f"{accent}_{variant}".replace("-", "")
     key = f"{speaker}-{split}{index:05d}"
-    audio = add_silence_and_noise(trim_silence(synthesize(text, f"{accent}+{variant}", rate, pitch)), rng)
+    speech = trim_silence(synthesize(text, f"{accent}+{variant}", rate, pitch))
+    audio = pad_clean(speech) if clean else add_silence_and_noise(speech, rng)
     path = Path(out_dir) / "wav" / f"{key}.wav"
     sf.write(str(path), audio, SAMPLE_RATE, subtype="PCM_16", format="WAV")
     return key, speaker, text, str(path.resolve())
@@ -165,11 +186,14 @@ def write_split(out_dir: Path, rows: list[tuple[str, str, str, str]]) -> None:
     (out_dir / "utt2spk").write_text("".join(f"{k} {s}\n" for k, s, _, _ in rows), encoding="utf-8")
 
 
-def build_split(out: Path, split: str, count: int, args, variants: list[str]) -> float:
+def build_split(out: Path, split: str, count: int, args, variants: list[str],
+                accents: list[str] = ACCENTS, clean: bool = False) -> float:
     """Synthesize one split unless an identical one is already complete; returns seconds spent."""
     split_dir = out / split
-    stamp = {"task": args.task, "count": count, "seed": args.seed, "accents": ACCENTS,
+    stamp = {"task": args.task, "count": count, "seed": args.seed, "accents": accents,
              "variants": variants, "version": 1}
+    if clean:
+        stamp.update(clean=True, rate=SINGLE_VOICE_RATE, pitch=SINGLE_VOICE_PITCH)
     done = split_dir / ".done"
     if done.is_file() and json.loads(done.read_text()) == stamp:
         print(f"{split}: {count} utterances already synthesized in {split_dir}", file=sys.stderr)
@@ -177,14 +201,14 @@ def build_split(out: Path, split: str, count: int, args, variants: list[str]) ->
     if split_dir.exists():
         shutil.rmtree(split_dir)
     (split_dir / "wav").mkdir(parents=True)
-    jobs = [(str(split_dir), split, i, args.seed, args.task, ACCENTS, variants) for i in range(count)]
+    jobs = [(str(split_dir), split, i, args.seed, args.task, accents, variants, clean) for i in range(count)]
     start = time.time()
     with mp.get_context("fork").Pool(args.jobs) as pool:
         rows = pool.map(make_utterance, jobs, chunksize=16)
     write_split(split_dir, rows)
     done.write_text(json.dumps(stamp))
     spent = time.time() - start
-    print(f"{split}: {count} utterances, {len(variants)} variants x {len(ACCENTS)} accents, "
+    print(f"{split}: {count} utterances, {len(variants)} variants x {len(accents)} accents, "
           f"{spent:.1f} s", file=sys.stderr)
     return spent
 
@@ -200,6 +224,10 @@ def main(argv=None) -> int:
     p.add_argument("--dev_share", type=float, default=0.15, help="share of voice variants for dev")
     p.add_argument("--test_share", type=float, default=0.15, help="share of voice variants for test")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--single_voice", type=int, default=0,
+                   help="also write train_single: this many clean utterances by one train voice")
+    p.add_argument("--single_voice_variant", default="m3",
+                   help=f"the single voice is {SINGLE_VOICE_ACCENT}+VARIANT; must be a train variant")
     args = p.parse_args(argv)
 
     ensure_tools()
@@ -208,6 +236,13 @@ def main(argv=None) -> int:
     total = 0.0
     for split in ("train", "dev", "test"):
         total += build_split(out, split, getattr(args, split), args, variants[split])
+    if args.single_voice > 0:
+        if args.single_voice_variant not in variants["train"]:
+            p.error(f"--single_voice_variant {args.single_voice_variant!r} is not a train variant "
+                    f"(train: {', '.join(variants['train'][:8])}, ...); dev/test voices must stay unheard")
+        variants["train_single"] = [args.single_voice_variant]
+        total += build_split(out, "train_single", args.single_voice, args, [args.single_voice_variant],
+                             accents=[SINGLE_VOICE_ACCENT], clean=True)
     (out / "speakers.json").write_text(json.dumps(variants, indent=1))
     print(f"corpus ready in {out} ({total:.1f} s)", file=sys.stderr)
     return 0

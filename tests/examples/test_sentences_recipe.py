@@ -1,6 +1,6 @@
 """examples/sentences/s0: the BPE sentences recipe, stages 0-5 at toy scale (a few dozen
 synthesized grammar sentences, a tiny model, the recipe's default CPU launch of 2 gloo
-processes), scored in words (WER) and characters."""
+processes after its single-voice start), scored in words (WER) and characters."""
 from __future__ import annotations
 
 import json
@@ -18,7 +18,8 @@ WER_LINE = CER_LINE.replace("CER", "WER")
 def test_toy_stages_0_to_5(tmp_path):
     recipe = copy_recipe("sentences", tmp_path / "sentences recipe")
     proc = run_recipe(recipe, "--stage", "0", "--stop_stage", "5", "--train_utts", "40", "--dev_utts", "8",
-                      "--test_utts", "8", "--nbpe", "60", "--train_config", "conf/train_toy.yaml",
+                      "--test_utts", "8", "--single_voice_utts", "16", "--single_voice_steps", "3",
+                      "--nbpe", "60", "--train_config", "conf/train_toy.yaml",
                       "--dir", "exp/toy run", "--average_num", "2", "--num_workers", "0",
                       "--master_port", str(free_port()))
     # stage 0: speaker-independent splits of grammar sentences
@@ -32,10 +33,18 @@ def test_toy_stages_0_to_5(tmp_path):
     assert units[0].split()[0] == "<blank>" and any(u.startswith("▁") for u in units)
     entries = [json.loads(line) for line in read_lines(recipe / "data" / "train" / "data.list")]
     assert len(entries) == 40 and all(e["duration"] > 0.5 for e in entries)
+    # the curriculum's single clean voice is a train voice, never a dev/test one
+    single = {line.split()[1] for line in read_lines(recipe / "data" / "train_single" / "utt2spk")}
+    assert len(single) == 1 and not single & (speakers["dev"] | speakers["test"])
+    assert len(read_lines(recipe / "data" / "train_single" / "data.list")) == 16
     # stage 4: 2 gloo processes on CPU, the stage-2 model handed to the trainer
     exp = recipe / "exp" / "toy run"
+    # stage 4, first: the single-voice start (1 process x 2 threads) stops at its step budget
+    single_log = (exp / "single_voice" / "log" / "rank0.log").read_text()
+    assert "reached max_steps=3" in single_log and (exp / "single_voice" / "step_3.pt").is_file()
     log = (exp / "log" / "rank0.log").read_text()
     assert "world size 2" in log and "40 utterances trained, 0 skipped" in log
+    assert re.search(r"initialised \d+ tensors \(encoder\.,decoder\.,ctc\.\) from .*single_voice/step_3\.pt", log)
     assert "bpe60_bpe.model" in (exp / "train.yaml").read_text()
     # stage 5: every mode scored in characters and words
     for mode in MODES:

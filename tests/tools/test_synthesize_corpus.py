@@ -8,6 +8,7 @@ import numpy as np
 import soundfile as sf
 
 from tests.conftest import TINY_SIZES, build_corpus
+from tests.helpers import run_tool
 
 
 def _speakers(split_dir):
@@ -61,3 +62,24 @@ def test_rerun_is_byte_identical(tmp_path, tiny_corpus):
     assert digest(a) == digest(b)
     c = build_corpus(tmp_path / "c", sizes, seed=4)
     assert digest(c) != digest(a)
+
+
+def test_single_voice_split_is_one_clean_train_voice(tmp_path):
+    out = tmp_path / "corpus"
+    # seed 1 is the recipes' seed; m3 is a train variant under it
+    args = ["--out", out, "--task", "sentences", "--train", 4, "--dev", 1, "--test", 1, "--seed", 1,
+            "--single_voice", 6]
+    run_tool("synthesize_corpus.py", *args)
+    planned = json.loads((out / "speakers.json").read_text())
+    split = out / "train_single"
+    assert _speakers(split) == {"enus_m3"} and planned["train_single"] == ["m3"] and "m3" in planned["train"]
+    keys = [line.split()[0] for line in (split / "wav.scp").read_text().splitlines()]
+    assert len(keys) == 6
+    for key in keys:
+        audio, _ = sf.read(str(split / "wav" / f"{key}.wav"))
+        # clean: 0.1 s of digital silence each side, peak 0.5, no noise
+        assert np.all(audio[:1600] == 0) and np.all(audio[-1600:] == 0)
+        assert abs(np.max(np.abs(audio)) - 0.5) < 1e-3
+    # a dev/test variant is refused: those voices must stay unheard in training
+    bad = run_tool("synthesize_corpus.py", *args, "--single_voice_variant", planned["test"][0], check=False)
+    assert bad.returncode != 0 and "not a train variant" in bad.stderr

@@ -15,8 +15,16 @@ corpus_dir=corpus/sentences
 train_utts=12000; dev_utts=400; test_utts=500
 data_type=raw                 # raw | shard
 num_utts_per_shard=1000
-nbpe=500                      # sentencepiece pieces (units.txt adds <blank> <unk> <sos/eos>)
+nbpe=60                       # sentencepiece pieces (units.txt adds <blank> <unk> <sos/eos>): the 26
+                              # letters + 30 merges; 500 pieces stayed on CTC's plateau here (README)
 bpe_type=bpe                  # bpe | unigram (unigram 300 spelled 54 % of tokens letter by letter here)
+# voice curriculum (README): train first on ONE clean training voice, then on the full corpus
+# starting from that model; 0 utterances = train on the full corpus from scratch
+single_voice_utts=3000
+single_voice_steps=600
+single_voice_overrides="scheduler_conf.warmup_steps=250"
+single_voice_cpu_procs=1      # without GPUs: 1 process x 2 threads, as measured
+single_voice_threads=2
 # training
 train_config=conf/train_conformer_bpe.yaml
 dir=exp/conformer_bpe
@@ -51,8 +59,9 @@ if run_stage 0; then
   # espeak-ng, sox and the venv's packages: installed by the shared setup when missing
   command -v espeak-ng >/dev/null && python -c "import soundfile" 2>/dev/null || { . tools/setup_env.sh; set -e; }
   python tools/synthesize_corpus.py --task sentences --out "$corpus_dir" \
-    --train "$train_utts" --dev "$dev_utts" --test "$test_utts"
-  for s in train dev test; do
+    --train "$train_utts" --dev "$dev_utts" --test "$test_utts" --single_voice "$single_voice_utts"
+  sets="train dev test"; [ "$single_voice_utts" -gt 0 ] && sets="$sets train_single"
+  for s in $sets; do
     mkdir -p "data/$s"
     for f in wav.scp text utt2spk; do cmp -s "$corpus_dir/$s/$f" "data/$s/$f" || cp "$corpus_dir/$s/$f" "data/$s/$f"; done
   done
@@ -70,10 +79,32 @@ if run_stage 2; then
   fi
 fi
 
-run_stage 3 && stage_data_lists train dev test
+if run_stage 3; then
+  if [ "$single_voice_utts" -gt 0 ]; then stage_data_lists train train_single dev test; else stage_data_lists train dev test; fi
+fi
 # the config names the units and the BPE model; keep them pointing at this run's files
 train_overrides="tokenizer_conf.bpe_path=$bpe_model $train_overrides"
-run_stage 4 && stage_train
+if run_stage 4; then
+  init=()
+  if [ "$single_voice_utts" -gt 0 ]; then
+    single_dir=$dir/single_voice
+    if [ -n "$(ls "$dir"/*.pt 2>/dev/null)" ]; then
+      say "4: $dir has checkpoints (resuming): the single-voice start is not needed again"
+    else
+      # the curriculum's first step: the same model on data/train_single, its own schedule
+      if [ -s "$single_dir/step_$single_voice_steps.pt" ]; then say "4: $single_dir done, skipped"; else
+        ( dir=$single_dir train_set=train_single cpu_nproc_per_node=$single_voice_cpu_procs \
+          num_threads=$single_voice_threads train_overrides="$train_overrides $single_voice_overrides"
+          stage_train --max_steps "$single_voice_steps" )
+      fi
+      start=$(python -c "import sys; from asrkit.train.checkpoint import find_resume_checkpoint as f
+print(f(sys.argv[1]) or '')" "$single_dir")
+      [ -n "$start" ] || { echo "no checkpoint in $single_dir" >&2; exit 1; }
+      init=(--enc_init "$start" --enc_init_mods encoder.,decoder.,ctc.)
+    fi
+  fi
+  stage_train "${init[@]}"
+fi
 
 decode_checkpoint=${decode_checkpoint:-$dir/avg_${average_num}.pt}
 
