@@ -190,6 +190,12 @@ def test_toy_stages_1_to_5(prepared):
     assert (recipe / "data" / "dict" / "bpe.model").is_file()
     units = read_lines(recipe / "data" / "dict" / "units.txt")
     assert 10 < len(units) <= 53 and any(u.startswith("▁") for u in units)
+    # stage 2 again: the same pieces are kept, other pieces train a new model
+    same = run_recipe(recipe, "--stage", "2", "--stop_stage", "2", "--nbpe", "50")
+    assert "(unigram, 50), skipped" in same.stderr and read_lines(recipe / "data" / "dict" / "units.txt") == units
+    other = run_recipe(recipe, "--stage", "2", "--stop_stage", "2", "--nbpe", "30")
+    assert "sentencepiece units (unigram, 30)" in other.stderr
+    assert len(read_lines(recipe / "data" / "dict" / "units.txt")) <= 33
     entries = [json.loads(line) for line in read_lines(recipe / "data" / "train" / "data.list")]
     assert len(entries) == 10 and all(e["wav"].endswith(".flac") and e["duration"] > 0.5 for e in entries)
     exp = recipe / "exp" / "toy run"

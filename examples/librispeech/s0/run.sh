@@ -70,11 +70,17 @@ fi
 run_stage 1 && stage_cmvn
 
 if run_stage 2; then
-  if [ -s data/dict/units.txt ] && [ -s data/dict/bpe.model ]; then say "2: data/dict/{units.txt,bpe.model} exist, skipped"; else
+  # data/dict/bpe.stamp records the pieces and type the model was trained with: another
+  # --nbpe/--bpe_type trains a new model instead of silently keeping the old one
+  if [ -s data/dict/units.txt ] && [ -s data/dict/bpe.model ] \
+     && [ "$(cat data/dict/bpe.stamp 2>/dev/null)" = "$nbpe $bpe_type" ]; then
+    say "2: data/dict/{units.txt,bpe.model} exist ($bpe_type, $nbpe), skipped"
+  else
     say "2: sentencepiece units ($bpe_type, $nbpe)"
     mkdir -p data/dict
     python tools/make_units.py --bpe "$nbpe" --bpe-type "$bpe_type" --bpe-model data/dict/bpe.model \
       data/train/text data/dict/units.txt
+    echo "$nbpe $bpe_type" > data/dict/bpe.stamp
   fi
 fi
 

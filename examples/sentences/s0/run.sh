@@ -16,7 +16,8 @@ train_utts=12000; dev_utts=400; test_utts=500
 data_type=raw                 # raw | shard
 num_utts_per_shard=1000
 nbpe=60                       # sentencepiece pieces (units.txt adds <blank> <unk> <sos/eos>): the 26
-                              # letters + 30 merges; 500 pieces stayed on CTC's plateau here (README)
+                              # letters, the word-start mark and 33 merges; 500 pieces stayed on CTC's
+                              # plateau here (README)
 bpe_type=bpe                  # bpe | unigram (unigram 300 spelled 54 % of tokens letter by letter here)
 # voice curriculum (README): train first on ONE clean training voice, then on the full corpus
 # starting from that model; 0 utterances = train on the full corpus from scratch
