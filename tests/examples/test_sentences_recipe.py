@@ -29,7 +29,7 @@ def test_toy_stages_0_to_5(tmp_path):
     assert not speakers["train"] & speakers["test"] and not speakers["train"] & speakers["dev"]
     # stage 2: the BPE model the options asked for, its pieces as units
     assert (recipe / "data" / "dict" / "bpe60_bpe.model").is_file()
-    units = read_lines(recipe / "data" / "dict" / "units.txt")
+    units = read_lines(recipe / "data" / "dict" / "bpe60_bpe_units.txt")
     assert units[0].split()[0] == "<blank>" and any(u.startswith("▁") for u in units)
     entries = [json.loads(line) for line in read_lines(recipe / "data" / "train" / "data.list")]
     assert len(entries) == 40 and all(e["duration"] > 0.5 for e in entries)
@@ -46,6 +46,7 @@ def test_toy_stages_0_to_5(tmp_path):
     assert "world size 2" in log and "40 utterances trained, 0 skipped" in log
     assert re.search(r"initialised \d+ tensors \(encoder\.,decoder\.,ctc\.\) from .*single_voice/step_3\.pt", log)
     assert "bpe60_bpe.model" in (exp / "train.yaml").read_text()
+    assert "bpe60_bpe_units.txt" in (exp / "train.yaml").read_text()
     # stage 5: every mode scored in characters and words
     for mode in MODES:
         assert re.search(CER_LINE, (exp / "decode_test" / mode / "cer").read_text(), re.M)

@@ -15,7 +15,7 @@ corpus_dir=corpus/sentences
 train_utts=12000; dev_utts=400; test_utts=500
 data_type=raw                 # raw | shard
 num_utts_per_shard=1000
-nbpe=60                       # sentencepiece pieces (units.txt adds <blank> <unk> <sos/eos>): the 26
+nbpe=60                       # sentencepiece pieces (the units file adds <blank> <unk> <sos/eos>): the 26
                               # letters, the word-start mark and 33 merges; 500 pieces stayed on CTC's
                               # plateau here (README)
 bpe_type=bpe                  # bpe | unigram (unigram 300 spelled 54 % of tokens letter by letter here)
@@ -70,13 +70,16 @@ fi
 
 run_stage 1 && stage_cmvn
 
+# both file names carry the pieces and type: another --nbpe never overwrites the units an
+# earlier experiment's train.yaml points to
 bpe_model=data/dict/bpe${nbpe}_${bpe_type}.model
+units=data/dict/bpe${nbpe}_${bpe_type}_units.txt
 if run_stage 2; then
-  if [ -s data/dict/units.txt ] && [ -s "$bpe_model" ]; then say "2: data/dict/units.txt exists, skipped"; else
-    say "2: $bpe_type units ($nbpe pieces) -> data/dict/units.txt, $bpe_model"
+  if [ -s "$units" ] && [ -s "$bpe_model" ]; then say "2: $units exists, skipped"; else
+    say "2: $bpe_type units ($nbpe pieces) -> $units, $bpe_model"
     mkdir -p data/dict
     python tools/make_units.py --bpe "$nbpe" --bpe-type "$bpe_type" --bpe-model "$bpe_model" \
-      data/train/text data/dict/units.txt
+      data/train/text "$units"
   fi
 fi
 
@@ -84,7 +87,7 @@ if run_stage 3; then
   if [ "$single_voice_utts" -gt 0 ]; then stage_data_lists train train_single dev test; else stage_data_lists train dev test; fi
 fi
 # the config names the units and the BPE model; keep them pointing at this run's files
-train_overrides="tokenizer_conf.bpe_path=$bpe_model $train_overrides"
+train_overrides="tokenizer_conf.bpe_path=$bpe_model tokenizer_conf.symbol_table_path=$units $train_overrides"
 if run_stage 4; then
   init=()
   if [ "$single_voice_utts" -gt 0 ]; then
