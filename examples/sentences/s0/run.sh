@@ -103,7 +103,8 @@ if run_stage 4; then
       fi
       start=$(python -c "import sys; from asrkit.train.checkpoint import find_resume_checkpoint as f
 print(f(sys.argv[1]) or '')" "$single_dir")
-      [ -n "$start" ] || { echo "no checkpoint in $single_dir" >&2; exit 1; }
+      [ -n "$start" ] || { echo "no checkpoint in $single_dir (on several nodes $dir must be on a" \
+        "shared filesystem, as for resuming; or pass --single_voice_utts 0)" >&2; exit 1; }
       init=(--enc_init "$start" --enc_init_mods encoder.,decoder.,ctc.)
     fi
   fi
