@@ -233,13 +233,13 @@ def main(argv=None) -> int:
     ensure_tools()
     out = Path(args.out)
     variants = split_variants(list_variants(), args.seed, args.dev_share, args.test_share)
+    if args.single_voice > 0 and args.single_voice_variant not in variants["train"]:
+        p.error(f"--single_voice_variant {args.single_voice_variant!r} is not a train variant "
+                f"(train: {', '.join(variants['train'][:8])}, ...); dev/test voices must stay unheard")
     total = 0.0
     for split in ("train", "dev", "test"):
         total += build_split(out, split, getattr(args, split), args, variants[split])
     if args.single_voice > 0:
-        if args.single_voice_variant not in variants["train"]:
-            p.error(f"--single_voice_variant {args.single_voice_variant!r} is not a train variant "
-                    f"(train: {', '.join(variants['train'][:8])}, ...); dev/test voices must stay unheard")
         variants["train_single"] = [args.single_voice_variant]
         total += build_split(out, "train_single", args.single_voice, args, [args.single_voice_variant],
                              accents=[SINGLE_VOICE_ACCENT], clean=True)

@@ -55,14 +55,16 @@ test_sets="test"
 set -euo pipefail
 . tools/recipe_stages.sh
 
+# the data sets stages 0 and 3 prepare: the curriculum's one-voice set when it is on
+data_sets="train dev test"; [ "$single_voice_utts" -gt 0 ] && data_sets="$data_sets train_single"
+
 if run_stage 0; then
   say "0: synthesize the corpus into $corpus_dir and prepare data/{train,dev,test}"
   # espeak-ng, sox and the venv's packages: installed by the shared setup when missing
   command -v espeak-ng >/dev/null && python -c "import soundfile" 2>/dev/null || { . tools/setup_env.sh; set -e; }
   python tools/synthesize_corpus.py --task sentences --out "$corpus_dir" \
     --train "$train_utts" --dev "$dev_utts" --test "$test_utts" --single_voice "$single_voice_utts"
-  sets="train dev test"; [ "$single_voice_utts" -gt 0 ] && sets="$sets train_single"
-  for s in $sets; do
+  for s in $data_sets; do
     mkdir -p "data/$s"
     for f in wav.scp text utt2spk; do cmp -s "$corpus_dir/$s/$f" "data/$s/$f" || cp "$corpus_dir/$s/$f" "data/$s/$f"; done
   done
@@ -83,28 +85,26 @@ if run_stage 2; then
   fi
 fi
 
-if run_stage 3; then
-  if [ "$single_voice_utts" -gt 0 ]; then stage_data_lists train train_single dev test; else stage_data_lists train dev test; fi
-fi
+# shellcheck disable=SC2086  # data_sets is a word list
+run_stage 3 && stage_data_lists $data_sets
 # the config names the units and the BPE model; keep them pointing at this run's files
 train_overrides="tokenizer_conf.bpe_path=$bpe_model tokenizer_conf.symbol_table_path=$units $train_overrides"
 if run_stage 4; then
   init=()
   if [ "$single_voice_utts" -gt 0 ]; then
     single_dir=$dir/single_voice
+    start=$single_dir/step_$single_voice_steps.pt   # the trainer saves it on reaching --max_steps
     if [ -n "$(ls "$dir"/*.pt 2>/dev/null)" ]; then
       say "4: $dir has checkpoints (resuming): the single-voice start is not needed again"
     else
       # the curriculum's first step: the same model on data/train_single, its own schedule
-      if [ -s "$single_dir/step_$single_voice_steps.pt" ]; then say "4: $single_dir done, skipped"; else
+      if [ -s "$start" ]; then say "4: $single_dir done, skipped"; else
         ( dir=$single_dir train_set=train_single cpu_nproc_per_node=$single_voice_cpu_procs \
           num_threads=$single_voice_threads train_overrides="$train_overrides $single_voice_overrides"
           stage_train --max_steps "$single_voice_steps" )
       fi
-      start=$(python -c "import sys; from asrkit.train.checkpoint import find_resume_checkpoint as f
-print(f(sys.argv[1]) or '')" "$single_dir")
-      [ -n "$start" ] || { echo "no checkpoint in $single_dir (on several nodes $dir must be on a" \
-        "shared filesystem, as for resuming; or pass --single_voice_utts 0)" >&2; exit 1; }
+      [ -s "$start" ] || { echo "no $start (on several nodes $dir must be on a shared filesystem," \
+        "as for resuming; or pass --single_voice_utts 0)" >&2; exit 1; }
       init=(--enc_init "$start" --enc_init_mods encoder.,decoder.,ctc.)
     fi
   fi
