@@ -105,7 +105,7 @@ def trainer_audio_per_s(model_config: Path, units: Path, proc: processors.Sample
     from asrkit.models.registry import build_model
 
     cfg = load_config(model_config, ["cmvn=null", f"tokenizer_conf.symbol_table_path={units}"])
-    model = build_model(cfg, proc.feat_dim, build_tokenizer(cfg).vocab_size)
+    model = build_model(cfg, proc.feat_dim, build_tokenizer(cfg).vocabulary)
     optim = torch.optim.Adam(model.parameters())
     torch.set_num_threads(2)
     try:

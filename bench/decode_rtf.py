@@ -33,6 +33,7 @@ from asrkit.decode import MODES, decode  # noqa: E402
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD  # noqa: E402
 from asrkit.decode.recognizer import duration_batches, load_model  # noqa: E402
 from asrkit.models import build_model, count_parameters  # noqa: E402
+from asrkit.text.vocabulary import Vocabulary
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -72,7 +73,7 @@ def main(argv=None) -> int:
     cfg = load_config(args.config, args.override)
     vocab = args.vocab_size or cfg.output_dim
     if args.checkpoint and vocab is None:
-        from asrkit.train.checkpoint import load_checkpoint
+        from asrkit.io.checkpoint import load_checkpoint
         vocab = int(load_checkpoint(args.checkpoint)["model"]["ctc.ctc_lo.bias"].numel())
     if vocab is None:
         raise SystemExit("--vocab_size is needed (the config has no output_dim)")
@@ -81,11 +82,11 @@ def main(argv=None) -> int:
         entries = entries[: args.max_utts]
     feats, fbank_s = load_audio_features(entries, cfg.dataset_conf.fbank_conf)
     if args.checkpoint:
-        model = load_model(cfg, args.checkpoint, vocab)
+        model = load_model(cfg, args.checkpoint, Vocabulary.of_size(vocab))
     else:
         torch.manual_seed(0)
         input_dim = cfg.dataset_conf.fbank_conf.num_mel_bins
-        model = build_model(cfg, input_dim, vocab, load_cmvn_stats=False).eval()
+        model = build_model(cfg, input_dim, Vocabulary.of_size(vocab), load_cmvn_stats=False).eval()
     batches = duration_batches(entries, args.batch_size)
     min_frames = model.encoder.min_input_length
 

@@ -82,7 +82,7 @@ def build_pipeline(args, rank: int = 0, world_size: int = 1) -> Pipeline:
     proc = build_sample_processor(cfg.dataset_conf, tok, train=True, seed=cfg.seed)
     loader = build_dataloader(read_list(args.data), cfg.dataset_conf, proc, train=True, seed=cfg.seed,
                               rank=rank, world_size=world_size)
-    model = build_model(cfg, cfg.dataset_conf.fbank_conf.num_mel_bins, tok.vocab_size).train()
+    model = build_model(cfg, cfg.dataset_conf.fbank_conf.num_mel_bins, tok.vocabulary).train()
     optimizer = build_optimizer(cfg, model.parameters())
     return Pipeline(cfg, loader, model, optimizer, build_scheduler(cfg, optimizer))
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from asrkit.config import ConfigError, load_config, to_dict
-from asrkit.train.checkpoint import CheckpointError
+from asrkit.io.checkpoint import CheckpointError
 
 log = logging.getLogger("asrkit.export")
 
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         import yaml
         config_text = yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True)
     tokenizer = build_tokenizer(cfg)
-    model = load_model(cfg, args.checkpoint, tokenizer.vocab_size, "cpu")
+    model = load_model(cfg, args.checkpoint, tokenizer.vocabulary, "cpu")
     dc = cfg.dataset_conf
     fb = dc.fbank_conf
     feature_cmvn = None

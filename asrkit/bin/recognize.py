@@ -26,7 +26,7 @@ from asrkit.decode import MODES
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
 from asrkit.decode.recognizer import Progress, load_model, recognize, write_text
 from asrkit.metrics import format_alignment, score
-from asrkit.train.checkpoint import CheckpointError
+from asrkit.io.checkpoint import CheckpointError
 
 log = logging.getLogger("asrkit.recognize")
 
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     tokenizer = build_tokenizer(cfg)
     entries = read_list(args.data)
     processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False)
-    model = load_model(cfg, args.checkpoint, tokenizer.vocab_size, args.device)
+    model = load_model(cfg, args.checkpoint, tokenizer.vocabulary, args.device)
     log.info("decoding %d utterances in modes %s (beam %d, batch %d)", len(entries), " ".join(args.modes),
              args.beam_size, args.batch_size)
     progress = Progress()

@@ -265,7 +265,7 @@ def run(cfg: TrainConfig, args, ctx, spec, notes: list[str], model_dir: Path) ->
         build_dataloader(cv_entries, cfg.dataset_conf, cv_proc, train=False, seed=cfg.seed,
                          rank=ctx.rank, world_size=ctx.world_size), monitor, "cv", ctx.rank)
 
-    bare_model = build_model(cfg, input_dim, tokenizer.vocab_size).to(ctx.device)
+    bare_model = build_model(cfg, input_dim, tokenizer.vocabulary).to(ctx.device)
     n_params = sum(p.numel() for p in bare_model.parameters())
     log.info("model: %s encoder + %s decoder, %.2f M parameters; %d train / %d CV utterances; "
              "%d threads", cfg.encoder, cfg.decoder, n_params / 1e6, len(train_entries), len(cv_entries),

@@ -13,26 +13,19 @@ import torch
 
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
 from asrkit.decode.search import check_modes, decode
+from asrkit.io.checkpoint import load_checkpoint, strip_module_prefix
 from asrkit.models import AsrModel, build_model
 
 log = logging.getLogger("asrkit.recognize")
 
 
-def strip_module_prefix(state_dict: dict) -> dict:
-    """Drop a ``module.`` prefix that every key carries (a DDP-wrapped save)."""
-    if state_dict and all(k.startswith("module.") for k in state_dict):
-        return {k[len("module."):]: v for k, v in state_dict.items()}
-    return state_dict
-
-
-def load_model(cfg, checkpoint: str | Path, vocab_size: int, device: str = "cpu") -> AsrModel:
+def load_model(cfg, checkpoint: str | Path, vocabulary, device: str = "cpu") -> AsrModel:
     """Build the model of ``cfg`` (the experiment's resolved ``train.yaml``) and load
     ``checkpoint`` (a training checkpoint holding ``"model"``, or a bare state_dict).
     The feature dimension is ``cfg.input_dim`` or else ``dataset_conf.fbank_conf.num_mel_bins``.
     CMVN statistics come from the checkpoint.  Returns the model in eval mode."""
-    from asrkit.train.checkpoint import load_checkpoint
     input_dim = cfg.input_dim if cfg.input_dim is not None else cfg.dataset_conf.fbank_conf.num_mel_bins
-    model = build_model(cfg, input_dim, vocab_size, load_cmvn_stats=False)
+    model = build_model(cfg, input_dim, vocabulary, load_cmvn_stats=False)
     state = strip_module_prefix(load_checkpoint(checkpoint)["model"])
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:

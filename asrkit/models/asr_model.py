@@ -10,6 +10,7 @@ from asrkit.models.cmvn import GlobalCMVN
 from asrkit.models.ctc import CTC
 from asrkit.models.losses import IGNORE_ID, label_smoothing_loss, token_accuracy_counts
 from asrkit.models.mask import valid_mask
+from asrkit.text.vocabulary import Vocabulary
 
 
 def add_sos_eos(target: torch.Tensor, target_lengths: torch.Tensor, sos_eos: int
@@ -38,7 +39,8 @@ def reverse_padded(target: torch.Tensor, target_lengths: torch.Tensor) -> torch.
 class AsrModel(nn.Module):
     """Encoder with a CTC head and/or an attention decoder.
 
-    Units: ``<blank>`` = 0, ``<sos/eos>`` = ``vocab_size − 1``; targets padded with −1.
+    Units: the special ids come from the :class:`~asrkit.text.Vocabulary` the model is
+    built for (``blank_id``, ``sos``, ``eos``); targets padded with −1.
     The CTC head is left out when ``ctc_weight == 0`` and the decoder when
     ``ctc_weight == 1``, so no parameter is unused in training.
 
@@ -59,7 +61,7 @@ class AsrModel(nn.Module):
     (B = 0) gives zero sums that still depend on every parameter.
     """
 
-    def __init__(self, vocab_size: int, encoder: nn.Module, decoder: Optional[nn.Module],
+    def __init__(self, vocabulary: Vocabulary, encoder: nn.Module, decoder: Optional[nn.Module],
                  ctc: Optional[CTC], cmvn: Optional[GlobalCMVN], ctc_weight: float,
                  lsm_weight: float = 0.0, reverse_weight: float = 0.0,
                  length_normalized_loss: bool = False):
@@ -70,10 +72,12 @@ class AsrModel(nn.Module):
             raise ValueError("ctc_weight < 1 needs a decoder")
         if reverse_weight > 0.0 and (decoder is None or not decoder.has_reverse):
             raise ValueError("reverse_weight > 0 needs decoder bitransformer")
-        self.vocab_size = vocab_size
-        self.sos = vocab_size - 1
-        self.eos = vocab_size - 1
-        self.blank_id = 0 if ctc is None else ctc.blank_id
+        if ctc is not None and ctc.blank_id != vocabulary.blank_id:
+            raise ValueError(f"CTC blank id {ctc.blank_id} != the vocabulary's <blank> id {vocabulary.blank_id}")
+        self.vocab_size = vocabulary.size
+        self.sos = vocabulary.sos_id
+        self.eos = vocabulary.eos_id
+        self.blank_id = vocabulary.blank_id
         self.encoder = encoder
         self.decoder = decoder
         self.ctc = ctc

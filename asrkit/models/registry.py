@@ -1,8 +1,9 @@
-"""Name -> class maps for encoders, decoders and models, and ``build_model``."""
+"""Registries: name -> class for encoders and decoders, name -> builder for models, and
+``build_model``, the one way a model is built from a config."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import nn
@@ -13,6 +14,7 @@ from asrkit.models.cmvn import GlobalCMVN
 from asrkit.models.ctc import CTC
 from asrkit.models.decoder import BiTransformerDecoder, TransformerDecoder
 from asrkit.models.encoder import ConformerEncoder, TransformerEncoder
+from asrkit.text.vocabulary import Vocabulary
 
 ENCODERS: dict[str, type[nn.Module]] = {
     "conformer": ConformerEncoder,
@@ -22,9 +24,6 @@ DECODERS: dict[str, type[nn.Module]] = {
     "transformer": TransformerDecoder,
     "bitransformer": BiTransformerDecoder,
 }
-# "asrmodel" is the spelling some WeNet recipes use for the same model
-MODELS: dict[str, type[AsrModel]] = {"asr_model": AsrModel, "asrmodel": AsrModel}
-
 
 def _lookup(table: dict[str, Any], kind: str, name: str) -> Any:
     if name not in table:
@@ -51,38 +50,54 @@ def build_cmvn(cfg, input_dim: int, load_stats: bool) -> Optional[GlobalCMVN]:
     return GlobalCMVN(mean, istd)
 
 
-def build_model(cfg, input_dim: int, vocab_size: int, *, load_cmvn_stats: bool = True) -> AsrModel:
-    """Build the model described by ``cfg`` (an ``asrkit.config.TrainConfig``) for
-    ``input_dim``-dimensional features and ``vocab_size`` units (``<sos/eos>`` last).
-
-    ``cfg.input_dim`` / ``cfg.output_dim``, when set, must agree with the arguments.
-    Set ``load_cmvn_stats=False`` when a checkpoint will supply the CMVN buffers."""
-    if cfg.input_dim is not None and cfg.input_dim != input_dim:
-        raise ValueError(f"config input_dim {cfg.input_dim} != feature dimension {input_dim}")
-    if cfg.output_dim is not None and cfg.output_dim != vocab_size:
-        raise ValueError(f"config output_dim {cfg.output_dim} != vocabulary size {vocab_size}")
-    if vocab_size < 3:
-        raise ValueError(f"vocab_size must be >= 3 (<blank>, <unk>, <sos/eos>), got {vocab_size}")
-    data_cmvn = getattr(getattr(cfg, "dataset_conf", None), "cmvn_file", None)
-    if cfg.cmvn is not None and data_cmvn:
-        raise ValueError("CMVN is configured twice: cmvn: global_cmvn (model layer) and "
-                         "dataset_conf.cmvn_file (data pipeline); keep one")
+def build_asr_model(cfg, input_dim: int, vocabulary: Vocabulary, cmvn: Optional[GlobalCMVN]) -> AsrModel:
+    """The hybrid CTC/attention model (``model: asr_model``): ``cfg.encoder`` from
+    :data:`ENCODERS`, ``cfg.decoder`` from :data:`DECODERS` (left out when ``ctc_weight``
+    is 1), a CTC head (left out when ``ctc_weight`` is 0)."""
     mc = cfg.model_conf
     if cfg.decoder == "bitransformer" and mc.reverse_weight <= 0.0 and mc.ctc_weight < 1.0:
         raise ValueError("decoder bitransformer trains its right-to-left half only with "
                          "model_conf.reverse_weight > 0")
     if cfg.decoder != "bitransformer" and mc.reverse_weight > 0.0:
         raise ValueError("model_conf.reverse_weight > 0 needs decoder: bitransformer")
+    if mc.ctc_weight > 0.0 and cfg.ctc_conf.ctc_blank_id != vocabulary.blank_id:
+        raise ValueError(f"ctc_conf.ctc_blank_id {cfg.ctc_conf.ctc_blank_id} is not the dictionary's "
+                         f"<blank> id {vocabulary.blank_id}")
     encoder = _lookup(ENCODERS, "encoder", cfg.encoder)(input_dim, cfg.encoder_conf)
     d_model = cfg.encoder_conf.output_size
-    decoder = (_lookup(DECODERS, "decoder", cfg.decoder)(vocab_size, d_model, cfg.decoder_conf)
+    decoder = (_lookup(DECODERS, "decoder", cfg.decoder)(vocabulary.size, d_model, cfg.decoder_conf)
                if mc.ctc_weight < 1.0 else None)
-    ctc = CTC(vocab_size, d_model, cfg.ctc_conf.ctc_blank_id) if mc.ctc_weight > 0.0 else None
-    model_cls = _lookup(MODELS, "model", cfg.model)
-    return model_cls(vocab_size, encoder, decoder, ctc, build_cmvn(cfg, input_dim, load_cmvn_stats),
-                     ctc_weight=mc.ctc_weight, lsm_weight=mc.lsm_weight,
-                     reverse_weight=mc.reverse_weight if cfg.decoder == "bitransformer" else 0.0,
-                     length_normalized_loss=mc.length_normalized_loss)
+    ctc = CTC(vocabulary.size, d_model, vocabulary.blank_id) if mc.ctc_weight > 0.0 else None
+    return AsrModel(vocabulary, encoder, decoder, ctc, cmvn,
+                    ctc_weight=mc.ctc_weight, lsm_weight=mc.lsm_weight,
+                    reverse_weight=mc.reverse_weight if cfg.decoder == "bitransformer" else 0.0,
+                    length_normalized_loss=mc.length_normalized_loss)
+
+
+# name -> builder(cfg, input_dim, vocabulary, cmvn) -> nn.Module.  A model family registers
+# one builder here; "asrmodel" is the spelling some WeNet recipes use for the same model.
+MODELS: dict[str, Callable[..., nn.Module]] = {"asr_model": build_asr_model, "asrmodel": build_asr_model}
+
+
+def build_model(cfg, input_dim: int, vocabulary: Vocabulary, *, load_cmvn_stats: bool = True) -> nn.Module:
+    """Build the model described by ``cfg`` (an ``asrkit.config.TrainConfig``) for
+    ``input_dim``-dimensional features and ``vocabulary`` (its size and special ids), with
+    the builder ``MODELS[cfg.model]``.
+
+    ``cfg.input_dim`` / ``cfg.output_dim``, when set, must agree with the arguments.
+    Set ``load_cmvn_stats=False`` when a checkpoint will supply the CMVN buffers."""
+    if not isinstance(vocabulary, Vocabulary):
+        raise TypeError(f"build_model needs an asrkit.text.Vocabulary, got {type(vocabulary).__name__}")
+    if cfg.input_dim is not None and cfg.input_dim != input_dim:
+        raise ValueError(f"config input_dim {cfg.input_dim} != feature dimension {input_dim}")
+    if cfg.output_dim is not None and cfg.output_dim != vocabulary.size:
+        raise ValueError(f"config output_dim {cfg.output_dim} != vocabulary size {vocabulary.size}")
+    data_cmvn = getattr(getattr(cfg, "dataset_conf", None), "cmvn_file", None)
+    if cfg.cmvn is not None and data_cmvn:
+        raise ValueError("CMVN is configured twice: cmvn: global_cmvn (model layer) and "
+                         "dataset_conf.cmvn_file (data pipeline); keep one")
+    builder = _lookup(MODELS, "model", cfg.model)
+    return builder(cfg, input_dim, vocabulary, build_cmvn(cfg, input_dim, load_cmvn_stats))
 
 
 def count_parameters(model: nn.Module) -> int:

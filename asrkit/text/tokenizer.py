@@ -23,6 +23,7 @@ from typing import Iterable, Sequence
 
 from asrkit.text.cjk import is_cjk, split_cjk
 from asrkit.text.units import BLANK, SOS_EOS, SPACE, UNK, read_units
+from asrkit.text.vocabulary import Vocabulary
 
 _WHITESPACE = re.compile(r"\s+")
 
@@ -45,6 +46,11 @@ class Tokenizer(abc.ABC):
         self.unk_id = self._ids[UNK]
         self.sos_eos_id = len(self.symbols) - 1
         self.unk_count = 0
+
+    @property
+    def vocabulary(self) -> Vocabulary:
+        """The :class:`Vocabulary` of this tokenizer's table (what models are built for)."""
+        return Vocabulary.from_symbols(self.symbols)
 
     @property
     def vocab_size(self) -> int:

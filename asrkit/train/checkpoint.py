@@ -24,8 +24,6 @@ output) is checked structurally only.
 """
 from __future__ import annotations
 
-import errno
-import hashlib
 import logging
 import os
 import random
@@ -37,91 +35,17 @@ import numpy as np
 import torch
 import yaml
 
+from asrkit.io.checkpoint import (CheckpointError, load_checkpoint, read_info, read_record,  # noqa: F401
+                                  strip_module_prefix, verify_digest)
+from asrkit.io.files import WriteError, atomic_write, atomic_write_text, file_digest, remove_temporaries  # noqa: F401
+
 log = logging.getLogger("asrkit.train")
 
 FORMAT_VERSION = 1
 _NAME = re.compile(r"^(step|epoch)_(\d+)\.pt$")
 
 
-class CheckpointError(RuntimeError):
-    """A checkpoint could not be written or is not a valid asrkit checkpoint."""
-
-
 # ----------------------------------------------------------------------------- writing
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-class _HashingWriter:
-    """File-object wrapper for ``torch.save``: hashes the bytes as they are written and
-    keeps the ``OSError`` of a failed write (torch replaces it with an opaque
-    ``RuntimeError`` such as "unexpected pos 832 vs 726")."""
-
-    def __init__(self, f):
-        self.f = f
-        self.sha256 = hashlib.sha256()
-        self.size = 0
-        self.error: Optional[OSError] = None
-
-    def write(self, data) -> int:
-        try:
-            n = self.f.write(data)
-        except OSError as e:
-            self.error = e
-            raise
-        self.sha256.update(data)
-        self.size += len(data)
-        return n
-
-    def flush(self) -> None:
-        self.f.flush()
-
-
-def _write_failure(path: Path, e: BaseException, os_error: Optional[OSError]) -> CheckpointError:
-    cause = os_error if os_error is not None else e
-    hint = ""
-    if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
-        hint = " (free disk space or raise the quota/file-size limit, then resume with --checkpoint auto)"
-    return CheckpointError(f"could not write {path}: {type(cause).__name__}: {cause}{hint} -- the previous "
-                           f"checkpoints are intact")
-
-
-def atomic_write(path: Path, write_fn) -> dict:
-    """Call ``write_fn(file_object)`` on a temp file next to ``path``, fsync it, then rename
-    it over ``path``.  Returns ``{"sha256", "bytes"}`` of what was written.
-
-    Any failure (``OSError`` from the file system, or the error a serializer turns it into)
-    removes the temp file, leaves ``path`` as it was and raises :class:`CheckpointError`
-    with the operating system's reason (e.g. ``[Errno 28] No space left on device``)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    writer = None
-    try:
-        with open(tmp, "wb") as f:
-            writer = _HashingWriter(f)
-            write_fn(writer)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        os_error = writer.error if writer is not None else None
-        if isinstance(e, OSError) or os_error is not None:
-            raise _write_failure(path, e, os_error) from e
-        raise
-    _fsync_dir(path.parent)
-    return {"sha256": writer.sha256.hexdigest(), "bytes": writer.size}
 
 
 def save_checkpoint(path: str | Path, state: dict, info: Optional[dict] = None) -> Path:
@@ -135,102 +59,26 @@ def save_checkpoint(path: str | Path, state: dict, info: Optional[dict] = None) 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     state = dict(state, format=FORMAT_VERSION)
-    digest = atomic_write(path, lambda f: torch.save(state, f))
-    if info is not None:
-        text = yaml.safe_dump({**info, **digest}, sort_keys=False).encode()
-        atomic_write(path.with_suffix(".yaml"), lambda f: f.write(text))
+    try:
+        digest = atomic_write(path, lambda f: torch.save(state, f))
+        if info is not None:
+            atomic_write_text(path.with_suffix(".yaml"), yaml.safe_dump({**info, **digest}, sort_keys=False))
+    except WriteError as e:
+        raise CheckpointError(f"{e}; resume with --checkpoint auto once that is fixed -- the previous "
+                              f"checkpoints are intact") from e
     return path
-
-
-_INTEGRITY_KEYS = ("sha256", "bytes")
 
 
 def update_info(path: str | Path, **values) -> None:
     """Add values (e.g. ``cv_loss``) to a checkpoint's ``.yaml`` record (its integrity
     fields are kept)."""
     info_path = Path(path).with_suffix(".yaml")
-    record = _read_record(path) or {}
+    record = read_record(path) or {}
     record.update(values)
-    text = yaml.safe_dump(record, sort_keys=False).encode()
-    atomic_write(info_path, lambda f: f.write(text))
-
-
-def _read_record(path: str | Path) -> Optional[dict]:
-    """The whole ``.yaml`` record of a checkpoint, integrity fields included."""
-    info_path = Path(path).with_suffix(".yaml")
-    if not info_path.is_file():
-        return None
     try:
-        record = yaml.safe_load(info_path.read_text()) or {}
-    except yaml.YAMLError:
-        return None
-    return record if isinstance(record, dict) else None
-
-
-def read_info(path: str | Path) -> Optional[dict]:
-    """The ``info`` a checkpoint was saved with (epoch, step, cv_loss, ...; without the
-    integrity fields), or None when it has no readable ``.yaml`` record."""
-    record = _read_record(path)
-    if record is None:
-        return None
-    return {k: v for k, v in record.items() if k not in _INTEGRITY_KEYS}
-
-
-# ----------------------------------------------------------------------------- reading
-
-
-def file_digest(path: str | Path) -> str:
-    """SHA-256 of a file's bytes (hex)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def verify_digest(path: str | Path) -> None:
-    """Raise :class:`CheckpointError` when ``path``'s ``.yaml`` record holds a ``sha256``
-    (and ``bytes``) that the file does not match; nothing to check without one."""
-    path = Path(path)
-    info = _read_record(path) or {}
-    want = info.get("sha256")
-    if not want:
-        return
-    size = path.stat().st_size
-    if info.get("bytes") is not None and size != info["bytes"]:
-        raise CheckpointError(f"checkpoint {path} is truncated or corrupted: {size} bytes, its record "
-                              f"{path.with_suffix('.yaml').name} says {info['bytes']}")
-    got = file_digest(path)
-    if got != want:
-        raise CheckpointError(f"checkpoint {path} is corrupted: its SHA-256 {got[:12]}... differs from "
-                              f"the {want[:12]}... recorded in {path.with_suffix('.yaml').name} when it was written")
-
-
-def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict:
-    """Load a checkpoint with ``weights_only=True``.
-
-    Raises :class:`CheckpointError` for a missing, truncated or corrupted file (including
-    one whose bytes do not match the SHA-256 of its ``.yaml`` record) and for a file
-    carrying pickled objects other than tensors and plain types (never executed).
-    A bare ``state_dict`` (e.g. an averaged model) is returned as ``{"model": sd}``.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint not found: {path}")
-    verify_digest(path)
-    try:
-        obj = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as e:  # torch raises UnpicklingError, RuntimeError, EOFError, ... for bad files
-        kind = "refused: it carries pickled objects that are not tensors or plain types" \
-            if "weights_only" in str(e) or "Unsupported global" in str(e) else "is truncated or corrupted"
-        raise CheckpointError(f"checkpoint {path} {kind} ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from e
-    if not isinstance(obj, dict):
-        raise CheckpointError(f"checkpoint {path} holds a {type(obj).__name__}, not a dict")
-    if "model" not in obj:
-        if all(isinstance(v, torch.Tensor) for v in obj.values()):
-            return {"model": obj}
-        raise CheckpointError(f"checkpoint {path} has no 'model' entry")
-    return obj
+        atomic_write_text(info_path, yaml.safe_dump(record, sort_keys=False))
+    except WriteError as e:
+        raise CheckpointError(str(e)) from e
 
 
 def list_checkpoints(model_dir: str | Path) -> list[Path]:
@@ -267,11 +115,7 @@ def find_resume_checkpoint(model_dir: str | Path) -> Optional[Path]:
 
 def remove_stale_temporaries(model_dir: str | Path) -> int:
     """Delete temp files left by a writer that died mid-save; returns how many."""
-    n = 0
-    for p in Path(model_dir).glob(".*.tmp-*"):
-        p.unlink(missing_ok=True)
-        n += 1
-    return n
+    return remove_temporaries(model_dir)
 
 
 def prune_step_checkpoints(model_dir: str | Path, keep: int) -> list[Path]:

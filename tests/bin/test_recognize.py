@@ -14,6 +14,7 @@ from asrkit.decode import MODES, decode
 from asrkit.models import build_model
 from asrkit.text import build_tokenizer, write_units
 from tests.helpers import REPO
+from asrkit.text.vocabulary import Vocabulary
 
 TINY_MODEL = {
     "encoder": "conformer",
@@ -44,7 +45,7 @@ def experiment(tiny_corpus, tmp_path_factory):
     (root / "train.yaml").write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
     cfg = load_config(root / "train.yaml")
     torch.manual_seed(0)
-    model = build_model(cfg, 40, len(units))
+    model = build_model(cfg, 40, Vocabulary.from_symbols(units))
     with torch.no_grad():
         model.decoder.output_layer.bias[model.eos] += 0.3  # short, non-empty attention hypotheses
         model.ctc.ctc_lo.bias[0] += 1.0

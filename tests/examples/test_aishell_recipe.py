@@ -15,6 +15,7 @@ import pytest
 from tests.examples.recipe_helpers import (CER_LINE, MODES, copy_recipe, make_tgz, read_lines, run_recipe,
                                            serve_directory, synthesize)
 from tests.helpers import REPO, free_port
+from asrkit.text.vocabulary import Vocabulary
 
 RECIPE = REPO / "examples" / "aishell" / "s0"
 PREP = RECIPE / "local" / "aishell_data_prep.py"
@@ -155,7 +156,7 @@ def test_configs_load_and_match_the_shared_conformer():
     for k in shared:  # model, CMVN and optimisation keys identical to conf/train_conformer.yaml
         assert resolved[k] == shared_resolved[k], k
     assert cfg.dataset_conf.speed_perturb and cfg.dataset_conf.batch_conf.batch_size == 16
-    model = build_model(cfg, 80, 4233, load_cmvn_stats=False)
+    model = build_model(cfg, 80, Vocabulary.of_size(4233), load_cmvn_stats=False)
     assert sum(p.numel() for p in model.parameters()) == 46_197_266
     toy = load_config(RECIPE / "conf" / "train_toy.yaml")
     assert toy.tokenizer == "char" and toy.max_epoch <= 2

@@ -16,6 +16,7 @@ import pytest
 from tests.examples.recipe_helpers import (CER_LINE, MODES, copy_recipe, make_tgz, read_lines, run_recipe,
                                            serve_directory, synthesize)
 from tests.helpers import REPO, free_port
+from asrkit.text.vocabulary import Vocabulary
 
 RECIPE = REPO / "examples" / "librispeech" / "s0"
 PREP = RECIPE / "local" / "librispeech_data_prep.py"
@@ -175,7 +176,7 @@ def test_configs_load():
     cfg = load_config(RECIPE / "conf" / "train_conformer.yaml")
     assert cfg.tokenizer == "bpe" and cfg.tokenizer_conf.bpe_path == "data/dict/bpe.model"
     assert cfg.encoder_conf.cnn_module_kernel == 31 and cfg.encoder_conf.cnn_module_norm == "batch_norm"
-    model = build_model(cfg, 80, 5002, load_cmvn_stats=False)
+    model = build_model(cfg, 80, Vocabulary.of_size(5002), load_cmvn_stats=False)
     assert sum(p.numel() for p in model.parameters()) == 46_838_548
     toy = load_config(RECIPE / "conf" / "train_toy.yaml")
     assert toy.tokenizer == "bpe" and toy.max_epoch <= 2

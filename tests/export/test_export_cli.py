@@ -39,7 +39,7 @@ def exported(tiny_experiment, tmp_path_factory):
     cfg = load_config(config)
     tokenizer = build_tokenizer(cfg)
     torch.manual_seed(0)
-    model = build_model(cfg, 40, tokenizer.vocab_size)
+    model = build_model(cfg, 40, tokenizer.vocabulary)
     with torch.no_grad():
         model.ctc.ctc_lo.bias[0] += 1.5  # mostly blank, a few tokens per utterance
         model.decoder.output_layer.bias[model.eos] += 0.5
@@ -71,7 +71,7 @@ def test_export_cli_takes_a_data_pipeline_cmvn_into_the_model(tiny_experiment, t
                                     dataset_conf={"cmvn_file": str(tiny_experiment.cmvn)})
     cfg = load_config(config)
     torch.manual_seed(1)
-    model = build_model(cfg, 40, build_tokenizer(cfg).vocab_size)
+    model = build_model(cfg, 40, build_tokenizer(cfg).vocabulary)
     torch.save(model.state_dict(), tmp_path / "bare.pt")
     assert main(["--config", str(config), "--checkpoint", str(tmp_path / "bare.pt"),
                  "--output", str(tmp_path / "final.zip")]) == 0  # verified with the CMVN applied eagerly

@@ -9,6 +9,7 @@ from asrkit.models import build_model, count_parameters
 from asrkit.models.asr_model import add_sos_eos, reverse_padded
 from asrkit.models.losses import label_smoothing_loss
 from tests.models.tiny import random_batch, tiny_model
+from asrkit.text.vocabulary import Vocabulary
 
 
 def test_loss_is_batch_sum_of_per_utterance_losses():
@@ -105,7 +106,7 @@ def test_config_consistency_errors():
         tiny_model(decoder="bitransformer", decoder_conf={"r_num_blocks": 1})
     cfg = build(TrainConfig, {"input_dim": 80})
     with pytest.raises(ValueError, match="input_dim 80"):
-        build_model(cfg, 40, 10)
+        build_model(cfg, 40, Vocabulary.of_size(10))
 
 
 def test_global_cmvn_from_json(tmp_path):
@@ -118,7 +119,7 @@ def test_global_cmvn_from_json(tmp_path):
                                                "linear_units": 16},
                               "decoder_conf": {"num_blocks": 1, "linear_units": 16, "attention_heads": 2},
                               "cmvn": "global_cmvn", "cmvn_conf": {"cmvn_file": str(path)}})
-    model = build_model(cfg, 8, 5)
+    model = build_model(cfg, 8, Vocabulary.of_size(5))
     x = torch.tensor([[[5.0, -0.5] * 4]])
     torch.testing.assert_close(model.cmvn(x), torch.ones(1, 1, 8))
     assert "cmvn.mean" in model.state_dict()
@@ -132,6 +133,6 @@ def test_parameter_counts_of_shipped_configs():
     for name in ("train_conformer.yaml", "train_conformer_small.yaml"):
         raw = read_yaml(conf / name)
         sections = {k: raw[k] for k in ("encoder", "encoder_conf", "decoder", "decoder_conf", "model_conf")}
-        counts[name] = count_parameters(build_model(build(TrainConfig, sections), 80, 4233))
+        counts[name] = count_parameters(build_model(build(TrainConfig, sections), 80, Vocabulary.of_size(4233)))
     assert counts["train_conformer.yaml"] == 46_197_266
     assert counts["train_conformer_small.yaml"] == 6_450_162

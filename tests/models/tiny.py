@@ -7,6 +7,7 @@ import torch
 
 from asrkit.config import TrainConfig, build
 from asrkit.models import build_model
+from asrkit.text.vocabulary import Vocabulary
 
 TINY = {
     "encoder": "conformer",
@@ -36,7 +37,7 @@ def tiny_config(**sections) -> TrainConfig:
 
 def tiny_model(input_dim: int = 20, vocab_size: int = 12, seed: int = 0, **sections):
     torch.manual_seed(seed)
-    return build_model(tiny_config(**sections), input_dim, vocab_size)
+    return build_model(tiny_config(**sections), input_dim, Vocabulary.of_size(vocab_size))
 
 
 def random_batch(lengths: list[int], input_dim: int = 20, vocab_size: int = 12,

@@ -17,6 +17,7 @@ from asrkit.train.distributed import DistContext
 from asrkit.train.executor import Executor, NonFiniteError, TrainState
 from asrkit.train.scheduler import build_optimizer, build_scheduler
 from tests.helpers import free_port, random_batch, tiny_config_dict
+from asrkit.text.vocabulary import Vocabulary
 
 VOCAB = 10
 
@@ -51,7 +52,7 @@ class InjectLoss(torch.nn.Module):
 def make(tmp_path, kind="nan", faults=(), ctx=None, **top):
     cfg = build(TrainConfig, tiny_config_dict(**top))
     torch.manual_seed(0)
-    model = InjectLoss(build_model(cfg, 80, VOCAB), kind, list(faults))
+    model = InjectLoss(build_model(cfg, 80, Vocabulary.of_size(VOCAB)), kind, list(faults))
     opt = build_optimizer(cfg, model.parameters())
     sched = build_scheduler(cfg, opt)
     return Executor(cfg, model, opt, sched, ctx or DistContext(), tmp_path, progress=False)

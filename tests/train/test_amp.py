@@ -15,6 +15,7 @@ from asrkit.config import TrainConfig, build
 from asrkit.train import checkpoint as ckpt
 from asrkit.train import distributed as D
 from tests.helpers import free_port, random_batch, run_checked, tiny_config_dict, train_args
+from asrkit.text.vocabulary import Vocabulary
 
 
 def _main(exp, tmp_path, capsys, config, *extra):
@@ -50,14 +51,14 @@ def test_sync_batchnorm_check_and_count():
     cfg = build(TrainConfig, tiny_config_dict(encoder_conf={"output_size": 32, "attention_heads": 2,
                                                              "num_blocks": 2, "cnn_module_norm": "batch_norm"}))
     from asrkit.models import build_model
-    assert D.count_batchnorm(build_model(cfg, 80, 10)) == 2
+    assert D.count_batchnorm(build_model(cfg, 80, Vocabulary.of_size(10))) == 2
 
 
 def test_ctc_stays_fp32_under_autocast():
     """CPU autocast (bf16) stands in for CUDA fp16: the CTC loss is computed in fp32."""
     from asrkit.models import build_model
     torch.manual_seed(0)
-    model = build_model(build(TrainConfig, tiny_config_dict()), 80, 10)
+    model = build_model(build(TrainConfig, tiny_config_dict()), 80, Vocabulary.of_size(10))
     batch = random_batch(torch.Generator().manual_seed(0), 3)
     with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
         out = model(batch["feats"], batch["feats_lengths"], batch["target"], batch["target_lengths"])

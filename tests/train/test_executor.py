@@ -12,6 +12,7 @@ from asrkit.train.distributed import DistContext
 from asrkit.train.executor import Executor, NonFiniteError, TrainState
 from asrkit.train.scheduler import build_optimizer, build_scheduler
 from tests.helpers import concat_batches, random_batch, tiny_config_dict
+from asrkit.text.vocabulary import Vocabulary
 
 VOCAB = 10
 
@@ -19,7 +20,7 @@ VOCAB = 10
 def make(tmp_path, **top):
     cfg = build(TrainConfig, tiny_config_dict(**top))
     torch.manual_seed(0)
-    model = build_model(cfg, 80, VOCAB)
+    model = build_model(cfg, 80, Vocabulary.of_size(VOCAB))
     opt = build_optimizer(cfg, model.parameters())
     sched = build_scheduler(cfg, opt)
     return cfg, model, Executor(cfg, model, opt, sched, DistContext(), tmp_path, progress=False)

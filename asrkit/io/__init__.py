@@ -1,0 +1,1 @@
+"""File I/O shared by training, decoding and export: atomic writes, digests, checkpoint reading."""

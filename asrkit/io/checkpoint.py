@@ -1,0 +1,101 @@
+"""Reading asrkit checkpoints (training and inference alike): the ``.yaml`` record beside
+a ``.pt``, its integrity check, and a weights-only load.
+
+A checkpoint ``<name>.pt`` holds tensors and plain Python types only, so
+``torch.load(weights_only=True)`` loads it and a file carrying any other pickled object
+is refused (never executed).  Its ``<name>.yaml`` record holds epoch, step, CV loss and
+the SHA-256 and size of the ``.pt`` bytes, computed while they were written
+(``asrkit.train.checkpoint.save_checkpoint``); :func:`load_checkpoint` checks them when the
+record has them, so a checkpoint whose bytes changed after the write is refused as
+corrupted.  A ``.pt`` without a record (``average_model``'s output) is checked
+structurally only.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+import yaml
+
+from asrkit.io.files import file_digest
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written or is not a valid asrkit checkpoint."""
+
+
+_INTEGRITY_KEYS = ("sha256", "bytes")
+
+
+def read_record(path: str | Path) -> Optional[dict]:
+    """The whole ``.yaml`` record of a checkpoint, integrity fields included."""
+    info_path = Path(path).with_suffix(".yaml")
+    if not info_path.is_file():
+        return None
+    try:
+        record = yaml.safe_load(info_path.read_text()) or {}
+    except yaml.YAMLError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def read_info(path: str | Path) -> Optional[dict]:
+    """The ``info`` a checkpoint was saved with (epoch, step, cv_loss, ...; without the
+    integrity fields), or None when it has no readable ``.yaml`` record."""
+    record = read_record(path)
+    if record is None:
+        return None
+    return {k: v for k, v in record.items() if k not in _INTEGRITY_KEYS}
+
+
+def verify_digest(path: str | Path) -> None:
+    """Raise :class:`CheckpointError` when ``path``'s ``.yaml`` record holds a ``sha256``
+    (and ``bytes``) that the file does not match; nothing to check without one."""
+    path = Path(path)
+    info = read_record(path) or {}
+    want = info.get("sha256")
+    if not want:
+        return
+    size = path.stat().st_size
+    if info.get("bytes") is not None and size != info["bytes"]:
+        raise CheckpointError(f"checkpoint {path} is truncated or corrupted: {size} bytes, its record "
+                              f"{path.with_suffix('.yaml').name} says {info['bytes']}")
+    got = file_digest(path)
+    if got != want:
+        raise CheckpointError(f"checkpoint {path} is corrupted: its SHA-256 {got[:12]}... differs from "
+                              f"the {want[:12]}... recorded in {path.with_suffix('.yaml').name} when it was written")
+
+
+def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict:
+    """Load a checkpoint with ``weights_only=True``.
+
+    Raises :class:`CheckpointError` for a missing, truncated or corrupted file (including
+    one whose bytes do not match the SHA-256 of its ``.yaml`` record) and for a file
+    carrying pickled objects other than tensors and plain types (never executed).
+    A bare ``state_dict`` (e.g. an averaged model) is returned as ``{"model": sd}``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    verify_digest(path)
+    try:
+        obj = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:  # torch raises UnpicklingError, RuntimeError, EOFError, ... for bad files
+        kind = "refused: it carries pickled objects that are not tensors or plain types" \
+            if "weights_only" in str(e) or "Unsupported global" in str(e) else "is truncated or corrupted"
+        raise CheckpointError(f"checkpoint {path} {kind} ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from e
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"checkpoint {path} holds a {type(obj).__name__}, not a dict")
+    if "model" not in obj:
+        if all(isinstance(v, torch.Tensor) for v in obj.values()):
+            return {"model": obj}
+        raise CheckpointError(f"checkpoint {path} has no 'model' entry")
+    return obj
+
+
+def strip_module_prefix(state_dict: dict) -> dict:
+    """Drop a ``module.`` prefix that every key carries (a DDP-wrapped save)."""
+    if state_dict and all(k.startswith("module.") for k in state_dict):
+        return {k[len("module."):]: v for k, v in state_dict.items()}
+    return state_dict

@@ -1,0 +1,123 @@
+"""Atomic file writes and file digests: the one implementation every writer in asrkit uses.
+
+An atomic write goes to a temporary name in the target's directory
+(``.<name>.tmp-<pid>``), is flushed and fsync'ed, then renamed over the target: readers
+see the old file or the whole new one, never a partial one, and a crash or a full disk
+mid-write leaves the old file intact (the temporary is removed, or left for
+:func:`remove_temporaries` at the next start).
+"""
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+from pathlib import Path
+from typing import Callable, Optional
+
+TEMP_GLOB = ".*.tmp-*"
+
+
+class WriteError(RuntimeError):
+    """A file could not be written; the message names it and the operating system's reason.
+    The file's previous content is intact."""
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class _HashingWriter:
+    """File-object wrapper for ``torch.save``: hashes the bytes as they are written and
+    keeps the ``OSError`` of a failed write (torch replaces it with an opaque
+    ``RuntimeError`` such as "unexpected pos 832 vs 726")."""
+
+    def __init__(self, f):
+        self.f = f
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+        self.error: Optional[OSError] = None
+
+    def write(self, data) -> int:
+        try:
+            n = self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+        self.sha256.update(data)
+        self.size += len(data)
+        return n
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def _write_failure(path: Path, e: BaseException, os_error: Optional[OSError]) -> WriteError:
+    cause = os_error if os_error is not None else e
+    hint = ""
+    if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        hint = " (free disk space or raise the quota/file-size limit)"
+    return WriteError(f"could not write {path}: {type(cause).__name__}: {cause}{hint}")
+
+
+def atomic_write(path: str | Path, write_fn: Callable) -> dict:
+    """Call ``write_fn(file_object)`` on a temp file next to ``path``, fsync it, then rename
+    it over ``path``.  Returns ``{"sha256", "bytes"}`` of what was written.
+
+    Any failure (``OSError`` from the file system, or the error a serializer turns it into)
+    removes the temp file, leaves ``path`` as it was and raises :class:`WriteError`
+    with the operating system's reason (e.g. ``[Errno 28] No space left on device``)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    writer = None
+    try:
+        with open(tmp, "wb") as f:
+            writer = _HashingWriter(f)
+            write_fn(writer)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        os_error = writer.error if writer is not None else None
+        if isinstance(e, OSError) or os_error is not None:
+            raise _write_failure(path, e, os_error) from e
+        raise
+    _fsync_dir(path.parent)
+    return {"sha256": writer.sha256.hexdigest(), "bytes": writer.size}
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> dict:
+    """Atomically replace ``path`` with ``data``; returns ``{"sha256", "bytes"}``."""
+    return atomic_write(path, lambda f: f.write(data))
+
+
+def atomic_write_text(path: str | Path, text: str) -> dict:
+    """Atomically replace ``path`` with ``text`` (UTF-8); returns ``{"sha256", "bytes"}``."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def remove_temporaries(directory: str | Path) -> int:
+    """Delete the temporaries of writers that died mid-write in ``directory``; returns how many."""
+    n = 0
+    for p in Path(directory).glob(TEMP_GLOB):
+        p.unlink(missing_ok=True)
+        n += 1
+    return n
+
+
+def file_digest(path: str | Path) -> str:
+    """SHA-256 of a file's bytes (hex)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
