@@ -8,7 +8,8 @@ Known WeNet keys that asrkit does not implement go in the class attribute
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional
+import difflib
+from typing import Any, Callable, Iterable, Optional
 
 
 def positive(value) -> Optional[str]:
@@ -22,6 +23,18 @@ def non_negative(value) -> Optional[str]:
 def between(lo: float, hi: float) -> Callable[[Any], Optional[str]]:
     def _check(value) -> Optional[str]:
         return None if lo <= value <= hi else f"must be in [{lo}, {hi}], got {value!r}"
+    return _check
+
+
+def one_of(names: Callable[[], Iterable[str]]) -> Callable[[Any], Optional[str]]:
+    """A check that the value is one of ``names()`` -- looked up when the config is checked,
+    so a registry filled at import time (``asrkit.models.registry``) is the one list of names."""
+    def _check(value) -> Optional[str]:
+        allowed = sorted(names())
+        if value in allowed:
+            return None
+        hint = difflib.get_close_matches(str(value), allowed, n=1)
+        return f"must be one of {allowed}, got {value!r}" + (f"; did you mean {hint[0]}?" if hint else "")
     return _check
 
 

@@ -7,9 +7,9 @@ default" (conformer: swish / rel_pos / rel_selfattn; transformer: relu / abs_pos
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Literal, Optional
+from typing import Callable, ClassVar, Literal, Optional
 
-from asrkit.schema import between, checked, non_negative, positive
+from asrkit.schema import between, checked, non_negative, one_of, positive
 
 # WeNet keys shared by encoder_conf and decoder_conf that asrkit does not implement,
 # accepted only at WeNet's defaults.
@@ -145,6 +145,14 @@ class CmvnConf:
     UNSUPPORTED: ClassVar[dict[str, tuple]] = {"is_json_cmvn": (True,)}
 
 
+def _registered(table: str) -> Callable[[], list[str]]:
+    """The names in ``asrkit.models.registry.<table>`` (imported when a config is checked)."""
+    def names() -> list[str]:
+        from asrkit.models import registry
+        return list(getattr(registry, table))
+    return names
+
+
 @dataclasses.dataclass
 class ModelSections:
     """Top-level keys of ``asrkit.models``.
@@ -154,11 +162,11 @@ class ModelSections:
     the model without the data; ``build_model`` checks them when set.
     """
 
-    encoder: Literal["conformer", "transformer"] = "conformer"
+    encoder: str = checked("conformer", one_of(_registered("ENCODERS")))
     encoder_conf: EncoderConf = dataclasses.field(default_factory=EncoderConf)
-    decoder: Literal["transformer", "bitransformer"] = "transformer"
+    decoder: str = checked("transformer", one_of(_registered("DECODERS")))
     decoder_conf: DecoderConf = dataclasses.field(default_factory=DecoderConf)
-    model: Literal["asr_model", "asrmodel"] = "asr_model"
+    model: str = checked("asr_model", one_of(_registered("MODELS")))
     model_conf: ModelConf = dataclasses.field(default_factory=ModelConf)
     ctc_conf: CtcConf = dataclasses.field(default_factory=CtcConf)
     cmvn: Optional[Literal["global_cmvn"]] = None
