@@ -3,6 +3,7 @@
 # and is idempotent: finished work (a CMVN file, a list, an average, an export) is skipped.
 #
 #   stage_cmvn                 data/train/global_cmvn from data/train/wav.scp
+#   stage_units WHAT UNITS [OPT...]  units from data/train/text (rebuilt when OPTs or the text change)
 #   stage_data_lists SET...    data/<set>/data.list (+ data.shards.list with data_type=shard)
 #   stage_train [ARG...]       torchrun -m asrkit.bin.train (1..N nodes, resumes with checkpoint=auto)
 #                              on data/${train_set:-train}; num_threads (if set) fixes each process's
@@ -15,6 +16,14 @@
 say() { echo "[$(date +%H:%M:%S)] stage $*" >&2; }
 run_stage() { [ "$stage" -le "$1" ] && [ "$stop_stage" -ge "$1" ]; }
 
+# stale TARGET FILE...: TARGET is missing/empty, or one of the FILEs that exist is newer than it.
+stale() {
+  local target=$1 f; shift
+  [ -s "$target" ] || return 0
+  for f in "$@"; do [ -e "$f" ] && [ "$f" -nt "$target" ] && return 0; done
+  return 1
+}
+
 list_name() { if [ "$data_type" = shard ]; then echo data.shards.list; else echo data.list; fi; }
 
 stage_cmvn() {
@@ -22,6 +31,23 @@ stage_cmvn() {
   say "1: global CMVN statistics"
   python tools/compute_cmvn_stats.py --train_config "$train_config" --in_scp data/train/wav.scp \
     --out_cmvn data/train/global_cmvn --num_workers "$(nproc)"
+}
+
+# stage_units DESCRIPTION UNITS [make_units.py option...]: units from data/train/text.
+# The one rule for "rebuild": UNITS.stamp records the options and a digest of the training
+# transcripts it was built from; other options (--bpe 30 instead of 50) or other transcripts
+# rebuild it, the same ones skip.
+stage_units() {
+  local what=$1 units=$2; shift 2
+  local want model="" a prev=""; want="$* $(sha256sum data/train/text | cut -c1-16)"
+  for a in "$@"; do [ "$prev" = --bpe-model ] && model=$a; prev=$a; done
+  if [ -s "$units" ] && [ "$(cat "$units.stamp" 2>/dev/null)" = "$want" ] && { [ -z "$model" ] || [ -s "$model" ]; }; then
+    say "2: $units is up to date: $what, skipped"; return
+  fi
+  say "2: $what -> $units"
+  mkdir -p "$(dirname "$units")"
+  python tools/make_units.py "$@" data/train/text "$units"
+  echo "$want" > "$units.stamp"
 }
 
 stage_data_lists() {
@@ -62,7 +88,11 @@ print(torch.cuda.device_count() or min(${cpu_nproc_per_node:-1}, os.cpu_count())
 }
 
 stage_average_decode_score() {
-  if [ ! -s "$decode_checkpoint" ]; then
+  # An average (avg_*.pt) is redone when any epoch checkpoint is newer: training longer and
+  # rerunning stage 5 must decode the new model, not the old average.
+  local averaged=0
+  case "$(basename "$decode_checkpoint")" in avg_*.pt) averaged=1 ;; esac
+  if [ ! -s "$decode_checkpoint" ] || { [ "$averaged" = 1 ] && stale "$decode_checkpoint" "$dir"/epoch_*.pt; }; then
     say "5: average $average_num checkpoints ($average_mode) -> $decode_checkpoint"
     python -m asrkit.bin.average_model --model_dir "$dir" --num "$average_num" --mode "$average_mode" \
       --dst "$decode_checkpoint"
@@ -81,7 +111,9 @@ stage_average_decode_score() {
 }
 
 stage_export() {
-  if [ -s "$dir/final.zip" ]; then say "6: $dir/final.zip exists, skipped"; return; fi
+  if ! stale "$dir/final.zip" "$decode_checkpoint"; then
+    say "6: $dir/final.zip exists and is newer than $decode_checkpoint, skipped"; return
+  fi
   say "6: export TorchScript -> $dir/final.zip"
   python -m asrkit.bin.export --config "$dir/train.yaml" --checkpoint "$decode_checkpoint" \
     --output "$dir/final.zip"

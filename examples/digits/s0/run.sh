@@ -8,36 +8,16 @@
 cd "$(dirname "${BASH_SOURCE[0]}")" || exit 1
 . ./path.sh || exit 1
 
-stage=0
-stop_stage=6
+. tools/recipe_defaults.sh   # the shared variables and their defaults; this recipe's own values follow
 # data
 corpus_dir=corpus/digits
 train_utts=4000; dev_utts=300; test_utts=300
-data_type=raw                 # raw | shard
-num_utts_per_shard=1000
 # training
 train_config=conf/train_conformer_cpu.yaml
 dir=exp/conformer_cpu
-checkpoint=auto               # auto: resume from the newest valid checkpoint in $dir, if any
 num_workers=1
-num_threads=                  # intra-op threads per training process (default: the cores it may use / processes per node)
-train_overrides=""            # e.g. "max_epoch=2 accum_grad=2" (each a KEY.PATH=VALUE)
-# launch (torchrun): nproc_per_node defaults to the GPU count, or 1 process on CPU
-num_nodes=1
-max_restarts=0                # torchrun restarts the whole node's workers this often after a failure
-node_rank=0
-nproc_per_node=
-master_addr=127.0.0.1
-master_port=29500
-HOST_NODE_ADDR=${HOST_NODE_ADDR:-}   # host:port for c10d rendezvous (instead of master_addr/port)
 # decoding
 average_num=3
-average_mode=best             # best (lowest CV loss) | last
-decode_checkpoint=            # default: $dir/avg_${average_num}.pt
-decode_modes="ctc_greedy_search ctc_prefix_beam_search attention attention_rescoring"
-beam_size=10
-decode_batch_size=16
-test_sets="test"
 
 . tools/parse_options.sh || exit 1
 set -euo pipefail
@@ -54,13 +34,7 @@ fi
 
 run_stage 1 && stage_cmvn
 
-if run_stage 2; then
-  if [ -s data/dict/units.txt ]; then say "2: data/dict/units.txt exists, skipped"; else
-    say "2: character units"
-    mkdir -p data/dict
-    python tools/make_units.py data/train/text data/dict/units.txt
-  fi
-fi
+run_stage 2 && stage_units "character units" data/dict/units.txt
 
 run_stage 3 && stage_data_lists train dev test
 run_stage 4 && stage_train

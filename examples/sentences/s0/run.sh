@@ -3,23 +3,20 @@
 # splits) with BPE units and WER scoring: a larger-vocabulary task than digits.
 #   bash run.sh                               # all stages
 #   bash run.sh --stage 4 --stop_stage 5      # train, then average + decode + score
-# Multi-node: run the same command on every node with its own --node_rank (README guide).
+# Multi-node: run the same command on every node with its own --node_rank (docs/multinode.md).
 # Stages are idempotent: a finished stage is skipped; stage 4 resumes (checkpoint=auto).
 cd "$(dirname "${BASH_SOURCE[0]}")" || exit 1
 . ./path.sh || exit 1
 
-stage=0
-stop_stage=6
+. tools/recipe_defaults.sh   # the shared variables and their defaults; this recipe's own values follow
 # data
 corpus_dir=corpus/sentences
 train_utts=12000; dev_utts=400; test_utts=500
-data_type=raw                 # raw | shard
-num_utts_per_shard=1000
 nbpe=60                       # sentencepiece pieces (the units file adds <blank> <unk> <sos/eos>): the 26
                               # letters, the word-start mark and 33 merges; 500 pieces stayed on CTC's
-                              # plateau here (README)
+                              # plateau here (docs/experiments/sentences_plateau.md)
 bpe_type=bpe                  # bpe | unigram (unigram 300 spelled 54 % of tokens letter by letter here)
-# voice curriculum (README): train first on ONE clean training voice, then on the full corpus
+# voice curriculum (docs/recipes.md): train first on ONE clean training voice, then on the full corpus
 # starting from that model; 0 utterances = train on the full corpus from scratch
 single_voice_utts=3000
 single_voice_steps=600
@@ -29,27 +26,12 @@ single_voice_threads=2
 # training
 train_config=conf/train_conformer_bpe.yaml
 dir=exp/conformer_bpe
-checkpoint=auto               # auto: resume from the newest valid checkpoint in $dir, if any
 num_workers=1
 num_threads=1                 # intra-op threads per training process
-train_overrides=""            # e.g. "max_epoch=2 accum_grad=2" (each a KEY.PATH=VALUE)
 # launch (torchrun)
-num_nodes=1
-max_restarts=0
-node_rank=0
-nproc_per_node=               # default: the GPU count, else cpu_nproc_per_node
-cpu_nproc_per_node=2          # without GPUs: 2 processes x num_threads 1 trained ~1.4x faster than 1 x 2 threads here (README)
-master_addr=127.0.0.1
-master_port=29500
-HOST_NODE_ADDR=${HOST_NODE_ADDR:-}   # host:port for c10d rendezvous (instead of master_addr/port)
+cpu_nproc_per_node=2          # without GPUs: 2 processes x num_threads 1 trained ~1.4x faster than 1 x 2 threads here (docs/performance.md)
 # decoding
 average_num=3
-average_mode=best             # best (lowest CV loss) | last
-decode_checkpoint=            # default: $dir/avg_${average_num}.pt
-decode_modes="ctc_greedy_search ctc_prefix_beam_search attention attention_rescoring"
-beam_size=10
-decode_batch_size=16
-test_sets="test"
 
 . tools/parse_options.sh || exit 1
 set -euo pipefail
@@ -76,14 +58,8 @@ run_stage 1 && stage_cmvn
 # earlier experiment's train.yaml points to
 bpe_model=data/dict/bpe${nbpe}_${bpe_type}.model
 units=data/dict/bpe${nbpe}_${bpe_type}_units.txt
-if run_stage 2; then
-  if [ -s "$units" ] && [ -s "$bpe_model" ]; then say "2: $units exists, skipped"; else
-    say "2: $bpe_type units ($nbpe pieces) -> $units, $bpe_model"
-    mkdir -p data/dict
-    python tools/make_units.py --bpe "$nbpe" --bpe-type "$bpe_type" --bpe-model "$bpe_model" \
-      data/train/text "$units"
-  fi
-fi
+run_stage 2 && stage_units "$bpe_type units ($nbpe pieces), $bpe_model" "$units" \
+  --bpe "$nbpe" --bpe-type "$bpe_type" --bpe-model "$bpe_model"
 
 # shellcheck disable=SC2086  # data_sets is a word list
 run_stage 3 && stage_data_lists $data_sets

@@ -1,0 +1,35 @@
+# Variables every asrkit recipe shares, with their defaults (sourced by examples/*/s0/run.sh
+# before the recipe sets its own values and before tools/parse_options.sh, so each one is
+# also a command-line option: --stage 4, --num_nodes 2, --decode_modes "attention", ...).
+# A recipe changes a default by assigning the variable again after sourcing this file.
+stage=0
+stop_stage=6
+# data lists
+data_type=raw                 # raw | shard
+num_utts_per_shard=1000
+# training
+train_config=conf/train_conformer.yaml
+dir=exp/conformer
+checkpoint=auto               # auto: resume from the newest valid checkpoint in $dir, if any
+num_workers=4
+num_threads=                  # intra-op threads per training process (default: the cores it may use / processes per node)
+train_overrides=""            # e.g. "max_epoch=2 accum_grad=2" (each a KEY.PATH=VALUE)
+# launch (torchrun)
+num_nodes=1
+max_restarts=0                # torchrun restarts the whole node's workers this often after a failure
+node_rank=0
+nproc_per_node=               # default: the GPU count, else cpu_nproc_per_node
+cpu_nproc_per_node=1          # training processes per node without GPUs (capped at the CPU count)
+master_addr=127.0.0.1
+master_port=29500
+HOST_NODE_ADDR=${HOST_NODE_ADDR:-}   # host:port for c10d rendezvous (instead of master_addr/port)
+# averaging, decoding, scoring
+average_num=10
+average_mode=best             # best (lowest CV loss) | last
+decode_checkpoint=            # default: $dir/avg_${average_num}.pt
+decode_modes="ctc_greedy_search ctc_prefix_beam_search attention attention_rescoring"
+beam_size=10
+decode_batch_size=16
+decode_ctc_weight=0.3         # CTC weight in attention_rescoring
+decode_device=cpu             # cuda to decode on a GPU
+test_sets="test"
