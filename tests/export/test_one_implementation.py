@@ -51,7 +51,9 @@ def scripted():
 
 
 def test_scripted_searches_are_compiled_from_asrkit_decode(scripted):
-    assert scripted.searcher._c._type().qualified_name() == "__torch__.asrkit.decode.searcher.Searcher"
+    # (TorchScript may mangle a type compiled more than once in a process: ___torch_mangle_N)
+    assert re.fullmatch(r"__torch__\.asrkit\.decode\.searcher\.(___torch_mangle_\d+\.)?Searcher",
+                        scripted.searcher._c._type().qualified_name())
     searcher = scripted.searcher
     assert "__torch__.asrkit.decode.ctc_search.ctc_prefix_beam_search_nbest" in searcher.ctc_nbest.code
     assert "__torch__.asrkit.decode.ctc_search.ctc_greedy_search" in searcher.ctc_greedy.code
@@ -62,8 +64,8 @@ def test_scripted_searches_are_compiled_from_asrkit_decode(scripted):
     assert "__torch__.asrkit.decode.attention_search.decoder_inputs" in rescoring
     for method in ("decode", "ctc_prefix_beam_search_nbest"):  # the wrapper only calls the searcher
         code = getattr(scripted, method).code
-        assert "self.searcher" in code and "__torch__.asrkit.export" not in code.replace(
-            "__torch__.asrkit.export.torchscript.ScriptableAsr", ""), method
+        assert "self.searcher" in code, method
+        assert all(name.endswith("ScriptableAsr") for name in re.findall(r"__torch__\.asrkit\.export[\w.]*", code))
 
 
 @pytest.fixture(scope="module")
