@@ -4,12 +4,15 @@ soundfile only, no asrkit import: what a deployment needs.
 
     tools/decode_exported.py --model exp/conformer/final.zip a.wav b.wav
     tools/decode_exported.py --model exp/conformer/final.zip --wav_scp data/test/wav.scp \\
-        [--mode attention_rescoring|ctc_greedy_search|ctc_prefix_beam_search] [--beam_size 10] \\
-        [--ctc_weight 0.3] [--reverse_weight 0.0] [--batch_size 16] [--result_dir DIR]
+        [--mode attention_rescoring|ctc_greedy_search|ctc_prefix_beam_search|attention] \\
+        [--beam_size 10] [--ctc_weight 0.3] [--reverse_weight 0.0] [--batch_size 16] [--result_dir DIR]
 
 Prints ``key text`` per utterance (the key of a wav file given on the command line is
-its name without the extension) in the input order; ``--result_dir`` also writes every
-mode's Kaldi ``text`` to ``DIR/<mode>/text`` (all modes come from one encoder pass).
+its name without the extension) in the input order; ``--result_dir`` also writes the
+Kaldi ``text`` of every mode decoded to ``DIR/<mode>/text``: the model's
+``default_modes()`` (the modes sharing the CTC pass, or ``attention`` for a model
+without a CTC head) plus ``--mode``, all from one encoder pass.  A mode the model
+cannot run (``supported_modes()``) is refused with one line and exit status 2.
 Features are computed exactly as asrkit computes them for decoding, with the options
 stored in the model: down-mix, resample to ``sample_rate()``, Kaldi fbank of the
 16-bit-scaled waveform (``num_mel_bins()``, ``frame_length()``, ``frame_shift()``, no
@@ -31,7 +34,7 @@ import torch
 import torchaudio
 
 SPACE = "\u2581"
-MODES = ("ctc_greedy_search", "ctc_prefix_beam_search", "attention_rescoring")
+MODES = ("ctc_greedy_search", "ctc_prefix_beam_search", "attention_rescoring", "attention")
 
 
 def read_inputs(wavs: list[str], wav_scp: str | None) -> list[tuple[str, str]]:
@@ -122,8 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # torch.jit's deprecation notice
         model = torch.jit.load(args.model, map_location="cpu").eval()
-    if args.mode == "attention_rescoring" and not model.has_decoder():
-        sys.exit("this model has no attention decoder: use --mode ctc_greedy_search or ctc_prefix_beam_search")
+    if args.mode not in model.supported_modes():
+        print(f"decode_exported.py: error: this model cannot decode with --mode {args.mode} (it has "
+              f"{'no attention decoder' if model.has_ctc() else 'no CTC head'}); its modes: "
+              f"{' '.join(model.supported_modes())}", file=sys.stderr)
+        return 2
+    modes = list(model.default_modes())
+    if args.mode not in modes:
+        modes.append(args.mode)
     units = model.units()
     skip = {model.blank_id(), model.eos_symbol()}
     separator = model.unit_separator()
@@ -160,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         with torch.no_grad():
             hyps = model.decode(padded, lengths, args.beam_size, args.ctc_weight, args.reverse_weight,
-                                args.blank_skip_threshold)
+                                args.blank_skip_threshold, modes)
         model_s += time.perf_counter() - t0
         for i, (key, _) in enumerate(feats):
             texts[key] = {mode: to_text(hyps[mode][i], units, separator, skip) for mode in hyps}

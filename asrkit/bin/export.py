@@ -3,9 +3,11 @@
     python -m asrkit.bin.export --config exp/conformer/train.yaml \\
         --checkpoint exp/conformer/avg_5.pt --output exp/conformer/final.zip
 
-The archive holds the scripted model (CMVN, encoder, CTC head, decoder) with its
-searches -- ``ctc_greedy_search``, ``ctc_prefix_beam_search``, ``attention_rescoring``,
-``decode`` (all three from one encoder pass) -- the metadata a runtime needs (units,
+The archive holds the scripted model (CMVN, encoder, CTC head and/or decoder) with the
+searches of asrkit.decode, compiled -- ``ctc_greedy_search`` and ``ctc_prefix_beam_search``
+(need a CTC head), ``attention`` (needs a decoder), ``attention_rescoring`` (needs both),
+``decode`` (several from one encoder pass; ``supported_modes()`` lists what this model
+can run) -- the metadata a runtime needs (units,
 ``<sos/eos>``, subsampling, fbank options, sample rate) and, as extra files,
 ``train.yaml``, ``units.txt`` and ``meta.json``.  Before the file is written it is
 loaded back and checked against eager decoding on a random batch (``--no_verify``

@@ -10,7 +10,9 @@ Writes ``<result_dir>/<mode>/text`` (Kaldi ``key transcript``) for every mode; t
 encoder runs once per batch for all modes.  With ``--score word|char`` it also writes
 ``<result_dir>/<mode>/wer`` against the list's transcripts (see tools/compute_wer.py).
 Progress lines report the real-time factor (wall time / audio time; "model" counts only
-encoder and searches).  Exit status 0 on success, 1 on a clear error, 2 on bad usage.
+encoder and searches).  Exit status 0 on success, 1 on a clear error, 2 on bad usage --
+including a mode the model cannot run (e.g. ``attention`` on a CTC-only model), refused
+with one line before anything is decoded.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from pathlib import Path
 import torch
 
 from asrkit.config import ConfigError, load_config
-from asrkit.decode import MODES
+from asrkit.decode import MODES, ModeError, check_modes
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
 from asrkit.decode.recognizer import Progress, load_model, recognize, write_text
 from asrkit.metrics import format_alignment, score
@@ -79,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     entries = read_list(args.data)
     processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False)
     model = load_model(cfg, args.checkpoint, tokenizer.vocabulary, args.device)
+    check_modes(model, args.modes)
     log.info("decoding %d utterances in modes %s (beam %d, batch %d)", len(entries), " ".join(args.modes),
              args.beam_size, args.batch_size)
     progress = Progress()
@@ -103,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
                         datefmt="%H:%M:%S")
     try:
         return run(args)
+    except ModeError as e:
+        log.error("%s", e)
+        return 2
     except (ConfigError, ValueError, OSError, CheckpointError) as e:
         log.error("%s", e)
         return 1

@@ -1,7 +1,13 @@
-"""Decoding: CTC greedy / prefix beam search, attention beam search, attention rescoring."""
-from asrkit.decode.attention_search import attention_beam_search, attention_rescoring, rescoring_scores
-from asrkit.decode.ctc_search import Hypothesis, ctc_greedy_search, ctc_prefix_beam_search
-from asrkit.decode.search import MODES, check_modes, decode
+"""Decoding: CTC greedy / prefix beam search, attention beam search, attention rescoring
+(one TorchScript-compatible implementation each, shared with :mod:`asrkit.export`), and
+the registry of decoding modes."""
+from asrkit.decode.ctc_search import (Hypothesis, PrefixBeamSearch, ctc_greedy_search, ctc_prefix_beam_search,
+                                      ctc_prefix_beam_search_nbest)
+from asrkit.decode.modes import REGISTRY, DecodingMode, ModeError, check_modes, register_mode
+from asrkit.decode.search import MODES, decode
+from asrkit.decode.searcher import Searcher, attention_beam_search, attention_rescoring, rescoring_scores
 
-__all__ = ["Hypothesis", "MODES", "attention_beam_search", "attention_rescoring", "check_modes",
-           "ctc_greedy_search", "ctc_prefix_beam_search", "decode", "rescoring_scores"]
+__all__ = ["DecodingMode", "Hypothesis", "MODES", "ModeError", "PrefixBeamSearch", "REGISTRY", "Searcher",
+           "attention_beam_search", "attention_rescoring", "check_modes", "ctc_greedy_search",
+           "ctc_prefix_beam_search", "ctc_prefix_beam_search_nbest", "decode", "register_mode",
+           "rescoring_scores"]

@@ -102,3 +102,23 @@ def test_recognize_accepts_a_bare_state_dict_and_reports_clear_errors(experiment
     assert main(common + ["--checkpoint", str(root / "ckpt.pt"), "--result_dir", str(tmp_path / "f"),
                           "--override", "encoder_conf.num_blocks=2"]) == 1
     assert "does not match" in caplog.text
+
+
+def test_recognize_refuses_a_mode_the_model_cannot_run_with_exit_2(experiment, tiny_corpus, tmp_path, caplog):
+    """A CTC-only model (ctc_weight 1: no decoder) asked for attention: one line, exit 2,
+    nothing written."""
+    root, _, _ = experiment
+    config = yaml.safe_load((root / "train.yaml").read_text(encoding="utf-8"))
+    config["model_conf"] = {"ctc_weight": 1.0}
+    (tmp_path / "train.yaml").write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
+    cfg = load_config(tmp_path / "train.yaml")
+    model = build_model(cfg, 40, build_tokenizer(cfg).vocabulary)
+    assert model.decoder is None
+    torch.save(model.state_dict(), tmp_path / "ctc_only.pt")
+    code = main(["--config", str(tmp_path / "train.yaml"), "--checkpoint", str(tmp_path / "ctc_only.pt"),
+                 "--data", str(tiny_corpus.splits["dev"].data_list), "--result_dir", str(tmp_path / "d"),
+                 "--modes", "ctc_greedy_search", "attention"])
+    assert code == 2
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert errors == ["mode attention needs an attention decoder; this model has none (trained with ctc_weight 1)"]
+    assert not (tmp_path / "d").exists()

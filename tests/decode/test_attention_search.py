@@ -1,6 +1,6 @@
 import torch
 
-from asrkit.decode.attention_search import attention_beam_search, attention_rescoring
+from asrkit.decode import attention_beam_search, attention_rescoring
 from asrkit.decode.ctc_search import Hypothesis, ctc_prefix_beam_search
 from asrkit.models.mask import valid_mask
 from tests.models.tiny import random_batch, tiny_model
@@ -86,7 +86,7 @@ def test_attention_rescoring_picks_the_best_independently_scored_hypothesis():
     with torch.no_grad():
         nbest = ctc_prefix_beam_search(model.ctc_log_probs(enc_out), enc_lengths, 6)
         nbest[1] = nbest[1] + [Hypothesis((), -50.0)]  # an empty hypothesis must be scorable too
-        best = attention_rescoring(model.decoder, enc_out, enc_lengths, nbest, model.eos,
+        best = attention_rescoring(model.decoder, enc_out, enc_lengths, nbest, model.sos, model.eos,
                                    ctc_weight, reverse_weight)
         for b in range(2):
             totals = [independent_score(model, enc_out[b], enc_lengths[b], h.tokens, reverse_weight)

@@ -88,6 +88,6 @@ def test_modes_are_checked():
     x, lengths = torch.randn(1, 30, 20), torch.tensor([30])
     with pytest.raises(ValueError, match="unknown decoding mode"):
         decode(model, x, lengths, ["beam"])
-    with pytest.raises(ValueError, match="needs a decoder"):
+    with pytest.raises(ValueError, match="mode attention needs an attention decoder; this model has none"):
         decode(model, x, lengths, ["attention"])
     assert list(decode(model, x, lengths, ["ctc_greedy_search"])) == ["ctc_greedy_search"]

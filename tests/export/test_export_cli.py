@@ -135,3 +135,28 @@ def test_decode_exported_tool_matches_eager_recognition(exported, tiny_corpus, t
         lines = (tmp_path / "decode" / mode / "text").read_text(encoding="utf-8").splitlines()
         assert {k: t for k, _, t in (line.partition(" ") for line in lines)} == expected[mode], mode
     assert any(expected["ctc_greedy_search"].values())
+
+
+def test_decode_exported_tool_decodes_with_attention(exported, tiny_corpus, tmp_path):
+    """``--mode attention`` runs the exported attention beam search (asrkit.decode's,
+    compiled) and prints what eager decoding gives."""
+    root, cfg, tokenizer, model = exported
+    if not (root / "final.zip").exists():
+        assert main(["--config", str(root / "train.yaml"), "--checkpoint", str(root / "avg.pt"),
+                     "--output", str(root / "final.zip"), "--no_verify"]) == 0
+    entries = read_list(tiny_corpus.splits["test"].data_list)[:2]
+    scp = tmp_path / "wav.scp"
+    scp.write_text("".join(f"{e.key} {e.wav}\n" for e in entries), encoding="utf-8")
+    proc = subprocess.run([sys.executable, str(REPO / "tools" / "decode_exported.py"), "--model",
+                           str(root / "final.zip"), "--wav_scp", str(scp), "--mode", "attention", "--beam_size", "2",
+                           "--batch_size", "1", "--num_threads", "1"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False)
+    expected = {}
+    for entry in entries:
+        batch = processor.collate([processor(entry, 0)])
+        hyps = decode(model, batch["feats"], batch["feats_lengths"], ["attention"], beam_size=2)
+        expected[entry.key] = tokenizer.decode(hyps["attention"][0])
+    printed = dict((line.split(" ", 1) + [""])[:2] for line in proc.stdout.splitlines())
+    assert printed == expected

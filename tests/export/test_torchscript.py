@@ -13,7 +13,7 @@ import torch
 import torchaudio
 
 from asrkit.decode import decode
-from asrkit.decode.attention_search import rescoring_scores
+from asrkit.decode import rescoring_scores
 from asrkit.decode.ctc_search import Hypothesis, ctc_prefix_beam_search
 from asrkit.export import ExportCheckError, check_against_eager, export_model, load_exported, script_model
 from tests.models.tiny import tiny_model
@@ -135,7 +135,7 @@ def test_forward_attention_decoder_gives_the_rescoring_scores():
     with torch.no_grad():
         enc, enc_lengths = model.encode(x, lengths)
         expected = rescoring_scores(model.decoder, enc, enc_lengths, [[Hypothesis(tuple(h), 0.0) for h in hyps]],
-                                    model.sos, 0.4)[0]
+                                    model.sos, model.eos, 0.4)[0]
         width = max(map(len, hyps)) + 1
         ys = torch.full((len(hyps), width), model.eos, dtype=torch.long)
         for i, h in enumerate(hyps):
@@ -266,9 +266,25 @@ def test_dropout_layers_are_identity_in_the_export():
     assert_same(model, scripted, x, lengths, beam_size=3)
 
 
-def test_refuses_a_model_without_ctc_head():
-    model = tiny_model(vocab_size=9, model_conf={"ctc_weight": 0.0})
-    with pytest.raises(ValueError, match="no CTC head"):
-        script_model(model, units_for(9), **FEAT)
+def test_attention_only_model_exports_and_refuses_the_ctc_modes(tmp_path):
+    """A model without a CTC head (ctc_weight 0) exports (it once was refused): its
+    ``attention`` equals eager decoding, the CTC modes refuse with the reason."""
+    model = tiny_model(vocab_size=9, seed=9, model_conf={"ctc_weight": 0.0}).eval()
+    with torch.no_grad():
+        model.decoder.output_layer.bias[model.eos] -= 2.0  # non-empty hypotheses
+    summary = export_model(model, units_for(9), tmp_path / "final.zip", **FEAT)
+    assert summary["modes"] == ["attention"]
+    scripted, extra = load_exported(tmp_path / "final.zip")
+    assert json.loads(extra["meta.json"])["modes"] == ["attention"] == scripted.supported_modes()
+    x, lengths = batch([50, 31], seed=9)
+    expected = decode(model, x, lengths, ["attention"], beam_size=3)
+    assert any(expected["attention"])
+    with torch.no_grad():
+        assert scripted.attention(x, lengths, 3) == expected["attention"]
+        assert scripted.decode(x, lengths, 3, 0.3, 0.0, 0.999) == expected
+        with pytest.raises(Exception, match="mode ctc_greedy_search needs a CTC head"):
+            scripted.ctc_greedy_search(x, lengths)
+        with pytest.raises(Exception, match="mode attention_rescoring needs a CTC head"):
+            scripted.attention_rescoring(x, lengths, 3, 0.3, 0.0, 0.999)
     with pytest.raises(ValueError, match="9 outputs"):
         script_model(tiny_model(vocab_size=9), units_for(8), **FEAT)

@@ -1,0 +1,130 @@
+"""The decoding-mode registry: what each mode needs from the model and how it runs from
+the outputs every mode of a batch shares (one encoder pass, one CTC log-softmax, one
+prefix-beam n-best).  A new mode is one :func:`register_mode` call."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Iterable, List, Optional, Tuple
+
+import torch
+
+from asrkit.decode.searcher import Searcher
+
+
+class ModeError(ValueError):
+    """A decoding mode that does not exist, or that this model cannot run."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Requirement:
+    """A part of the model a mode needs: ``description`` names it in messages
+    ("a CTC head"), ``absent_because`` says why a model lacks it."""
+
+    description: str
+    absent_because: str
+    present: Callable[[Searcher], bool]
+
+
+CTC_HEAD = Requirement("a CTC head", "trained with ctc_weight 0", Searcher.has_ctc)
+ATTENTION_DECODER = Requirement("an attention decoder", "trained with ctc_weight 1", Searcher.has_decoder)
+
+
+@dataclasses.dataclass
+class SharedOutputs:
+    """What the modes of one batch share: the encoder output, and -- computed on first
+    use, then reused -- the CTC log-posteriors and the prefix-beam n-best."""
+
+    searcher: Searcher
+    encoder_out: torch.Tensor
+    encoder_lengths: torch.Tensor
+    beam_size: int
+    ctc_weight: float
+    reverse_weight: float
+    blank_skip_threshold: float
+    _log_probs: Optional[torch.Tensor] = None
+    _nbest: Optional[Tuple[List[List[List[int]]], List[List[float]]]] = None
+
+    def log_probs(self) -> torch.Tensor:
+        if self._log_probs is None:
+            self._log_probs = self.searcher.ctc_log_probs(self.encoder_out)
+        return self._log_probs
+
+    def nbest(self) -> Tuple[List[List[List[int]]], List[List[float]]]:
+        """``(hypotheses, CTC scores)`` per utterance, ``beam_size`` at most, best first."""
+        if self._nbest is None:
+            self._nbest = self.searcher.ctc_nbest(self.log_probs(), self.encoder_lengths, self.beam_size,
+                                                  self.blank_skip_threshold)
+        return self._nbest
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodingMode:
+    """``run(shared) -> token ids per utterance``; ``needs``: what the model must have."""
+
+    name: str
+    needs: Tuple[Requirement, ...]
+    run: Callable[[SharedOutputs], List[List[int]]]
+    summary: str
+
+
+REGISTRY: dict[str, DecodingMode] = {}
+
+
+def register_mode(mode: DecodingMode) -> DecodingMode:
+    """Add ``mode`` to :data:`REGISTRY` (a name may be registered once)."""
+    if mode.name in REGISTRY:
+        raise ValueError(f"decoding mode {mode.name} is already registered")
+    REGISTRY[mode.name] = mode
+    return mode
+
+
+def _best_of(nbest: List[List[List[int]]]) -> List[List[int]]:
+    return [list(hyps[0]) if hyps else [] for hyps in nbest]
+
+
+def _rescore(shared: SharedOutputs) -> List[List[int]]:
+    hyps, ctc_scores = shared.nbest()
+    best, _ = shared.searcher.attention_rescoring(shared.encoder_out, shared.encoder_lengths, hyps, ctc_scores,
+                                                  shared.ctc_weight, shared.reverse_weight)
+    return best
+
+
+register_mode(DecodingMode(
+    "ctc_greedy_search", (CTC_HEAD,),
+    lambda shared: shared.searcher.ctc_greedy(shared.log_probs(), shared.encoder_lengths),
+    "best CTC path: per-frame argmax, repeats merged, blanks dropped"))
+register_mode(DecodingMode(
+    "ctc_prefix_beam_search", (CTC_HEAD,), lambda shared: _best_of(shared.nbest()[0]),
+    "best prefix of the CTC prefix beam search (the n-best shared with attention_rescoring)"))
+register_mode(DecodingMode(
+    "attention", (ATTENTION_DECODER,),
+    lambda shared: shared.searcher.attention_beam(shared.encoder_out, shared.encoder_lengths,
+                                                  shared.beam_size)[0],
+    "attention-decoder beam search"))
+register_mode(DecodingMode(
+    "attention_rescoring", (CTC_HEAD, ATTENTION_DECODER), _rescore,
+    "the CTC prefix-beam n-best rescored by the decoder(s) plus ctc_weight x CTC score"))
+
+
+def mode_names() -> tuple[str, ...]:
+    """Registered mode names, in registration order."""
+    return tuple(REGISTRY)
+
+
+def check_modes(model, modes: Iterable[str]) -> list[str]:
+    """``modes`` as a list, after checking each is registered and that ``model`` (an
+    :class:`asrkit.models.AsrModel` or a :class:`Searcher`) has what it needs.
+    Raises :class:`ModeError` with a one-line message naming the first problem."""
+    modes = list(modes)
+    searcher = model if isinstance(model, Searcher) else Searcher.of_model(model)
+    if not modes:
+        raise ModeError(f"no decoding mode given; choose from {list(REGISTRY)}")
+    for name in modes:
+        mode = REGISTRY.get(name)
+        if mode is None:
+            raise ModeError(f"unknown decoding mode {name!r}; choose from {list(REGISTRY)}")
+        for need in mode.needs:
+            if not need.present(searcher):
+                raise ModeError(f"mode {name} needs {need.description}; this model has none "
+                                f"({need.absent_because})")
+    return modes
