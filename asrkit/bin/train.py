@@ -260,10 +260,10 @@ def run(cfg: TrainConfig, args, ctx, spec, notes: list[str], model_dir: Path) ->
     cv_proc = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=cfg.seed)
     train_loader = D.MonitoredLoader(
         build_dataloader(train_entries, cfg.dataset_conf, train_proc, train=True, seed=cfg.seed,
-                         rank=ctx.rank, world_size=ctx.world_size), monitor, "train", ctx.rank)
+                         rank=ctx.rank, world_size=ctx.world_size), monitor, "train")
     cv_loader = D.MonitoredLoader(
         build_dataloader(cv_entries, cfg.dataset_conf, cv_proc, train=False, seed=cfg.seed,
-                         rank=ctx.rank, world_size=ctx.world_size), monitor, "cv", ctx.rank)
+                         rank=ctx.rank, world_size=ctx.world_size), monitor, "cv")
 
     bare_model = build_model(cfg, input_dim, tokenizer.vocabulary).to(ctx.device)
     n_params = sum(p.numel() for p in bare_model.parameters())
