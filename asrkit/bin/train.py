@@ -168,7 +168,7 @@ def main(argv=None) -> int:
                                 local_rank=args.local_rank, init_method=args.init_method,
                                 dist_backend=args.dist_backend)
         if spec.world_size > 1:
-            D.check_init_method(spec.init_method, spec.rank)
+            D.check_init_method(spec.init_method)
     except (ConfigError, D.LaunchError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -282,8 +282,9 @@ def run(cfg: TrainConfig, args, ctx, spec, notes: list[str], model_dir: Path) ->
                  "nothing to convert", getattr(cfg.encoder_conf, "cnn_module_norm", "?"))
     elif cfg.sync_batchnorm and not ctx.distributed:
         log.info("sync_batchnorm: one process, nothing to synchronise; BatchNorm left as it is")
-    model = D.wrap_ddp(bare_model, ctx, find_unused_parameters=bool(getattr(bare_model, "has_unused_parameters", False)),
-                       sync_batchnorm=cfg.sync_batchnorm)
+    # Every parameter of the models built here takes part in the loss (AsrModel leaves out the
+    # CTC head or the decoder whose weight is 0), so DDP need not search for unused ones.
+    model = D.wrap_ddp(bare_model, ctx, find_unused_parameters=False, sync_batchnorm=cfg.sync_batchnorm)
     # The run steps with the scaled accum_grad; train.yaml and checkpoints keep the config as
     # written (with reference_world_size/keep_global_batch), so it rescales on any world size.
     train_cfg = dataclasses.replace(cfg, accum_grad=accum)

@@ -206,7 +206,7 @@ def resolve_launch(launch_conf, rank: Optional[int] = None, world_size: Optional
     return LaunchSpec(0, 1, 0, 1, backend, init_method or launch_conf.init_method, "config")
 
 
-def check_init_method(init_method: str, rank: int) -> None:
+def check_init_method(init_method: str) -> None:
     """Refuse init methods that would hang or silently join a dead job."""
     if init_method.startswith("file://"):
         path = Path(init_method[len("file://"):])
@@ -236,7 +236,9 @@ def init_distributed(spec: LaunchSpec, timeout_s: float = 1800.0) -> DistContext
     (one GPU per process).  Under torchrun (``TORCHELASTIC_RESTART_COUNT`` set) the group's
     keys live under a per-attempt prefix of the rendezvous store, so the ranks of a job
     restarted by ``--max_restarts`` never meet the keys of the attempt before.  Call
-    :func:`shutdown` in a ``finally``.
+    :func:`check_init_method` first (``asrkit.bin.train`` does, before anything else, so a
+    bad init method is a one-line error with exit status 2), and :func:`shutdown` in a
+    ``finally``.
     """
     if torch.cuda.is_available():
         torch.cuda.set_device(spec.local_rank % torch.cuda.device_count())
@@ -247,7 +249,6 @@ def init_distributed(spec: LaunchSpec, timeout_s: float = 1800.0) -> DistContext
                       local_world_size=spec.local_world_size, device=device, backend=spec.backend)
     if spec.world_size == 1:
         return ctx
-    check_init_method(spec.init_method, spec.rank)
     timeout = datetime.timedelta(seconds=timeout_s)
     kwargs = dict(backend=spec.backend, rank=spec.rank, world_size=spec.world_size, timeout=timeout)
     attempt = os.environ.get(RESTART_COUNT_ENV)
@@ -377,11 +378,6 @@ def scale_accum_grad(accum_grad: int, world_size: int, reference_world_size: int
 
 EXIT_STALLED = 3                             # exit status of a rank ended by the watchdog
 _STATUS_KEY = "asrkit/rank_status/{}"
-
-
-class CollectiveError(RuntimeError):
-    """A collective failed or timed out; the message names this rank, what it was doing
-    and what the other ranks were doing (from their heartbeats)."""
 
 
 def default_store():

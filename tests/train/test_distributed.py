@@ -105,18 +105,18 @@ def test_launch_precedence(monkeypatch):
 def test_init_method_checks(tmp_path, monkeypatch):
     monkeypatch.delenv("MASTER_ADDR", raising=False)
     with pytest.raises(LaunchError, match="MASTER_ADDR"):
-        check_init_method("env://", 0)
+        check_init_method("env://")
     with pytest.raises(LaunchError, match="unknown init_method"):
-        check_init_method("udp://x", 0)
+        check_init_method("udp://x")
     with pytest.raises(LaunchError, match="does not exist"):
-        check_init_method(f"file://{tmp_path}/nope/init", 0)
+        check_init_method(f"file://{tmp_path}/nope/init")
     fresh = tmp_path / "init"
     fresh.write_text("")
-    check_init_method(f"file://{fresh}", 1)  # just created by another rank of this job: fine
+    check_init_method(f"file://{fresh}")  # just created by another rank of this job: fine
     old = fresh.stat().st_mtime - 3600
     os.utime(fresh, (old, old))
     with pytest.raises(LaunchError, match="left over from an earlier run"):
-        check_init_method(f"file://{fresh}", 0)
+        check_init_method(f"file://{fresh}")
     if not torch.cuda.is_available():
         with pytest.raises(LaunchError, match="nccl needs CUDA"):
             resolve_launch(LaunchConf(dist_backend="nccl"))
