@@ -67,12 +67,13 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Callable, Optional
 
 import torch
 
 from asrkit.train.distributed import DistContext, no_sync_if, unwrap
-from asrkit.train.loss_sums import merge_names, report, summed_names
+from asrkit.train.loss_sums import Window, merge_names, report, summed_names
+from asrkit.train.reading import consumed_position, mark_consumed, read_ahead
 
 log = logging.getLogger("asrkit.train")
 
@@ -100,32 +101,6 @@ class TrainState:
     @classmethod
     def from_dict(cls, d: dict) -> "TrainState":
         return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
-
-
-class Window:
-    """Sums over the batches since the last log line."""
-
-    def __init__(self):
-        self.sums: dict[str, float] = {"loss": 0.0}
-        self.utts = self.tokens = self.frames = self.batches = 0
-        self.data_wait = 0.0
-        self.start = time.perf_counter()
-        self._pending: list[dict] = []
-
-    def add(self, out: dict, utts: int, tokens: int, frames: int, wait: float) -> None:
-        self._pending.append({k: out[k].detach() for k in summed_names(out)})
-        self.utts += utts
-        self.tokens += tokens
-        self.frames += frames
-        self.batches += 1
-        self.data_wait += wait
-
-    def flush(self) -> None:
-        """Move the pending device tensors to Python numbers (one sync per log line)."""
-        for item in self._pending:
-            for k, v in item.items():
-                self.sums[k] = self.sums.get(k, 0.0) + float(v)
-        self._pending.clear()
 
 
 class Executor:
@@ -399,35 +374,6 @@ class Executor:
         norm = max(tokens if self.length_normalized else utts, 1)
         reported = report(total, lambda v: v / norm)
         return {"loss": reported.pop("loss"), "num_utts": utts, **reported}
-
-
-def read_ahead(batches: Iterable) -> Iterator[tuple[dict, bool]]:
-    """``(batch, has_next)`` for each batch of ``batches``: the next batch is read before a
-    batch is yielded, so ``has_next`` says whether this rank has another one.  Local only
-    (no collective)."""
-    it = iter(batches)
-    try:
-        current = next(it)
-    except StopIteration:
-        return
-    for following in it:
-        yield current, True
-        current = following
-    yield current, False
-
-
-def mark_consumed(loader, position: int) -> None:
-    """Record that the batch at ``position`` is being trained (the resume position), undoing
-    the loader's count of the batch :func:`read_ahead` read beyond it."""
-    mark = getattr(getattr(loader, "sampler", None), "mark_consumed", None)
-    if mark is not None:
-        mark(position)
-
-
-def consumed_position(loader) -> int:
-    """Batches of the current epoch the trainer already consumed (non-zero after a resume)."""
-    sampler = getattr(loader, "sampler", None)
-    return int(getattr(sampler, "consumed", 0)) if sampler is not None else 0
 
 
 def _fmt_time(seconds: float) -> str:

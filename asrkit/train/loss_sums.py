@@ -18,6 +18,7 @@ Names are reported in the order the model's dict first gives them: ``loss``, the
 """
 from __future__ import annotations
 
+import time
 from typing import Callable, Iterable, Mapping
 
 
@@ -61,3 +62,29 @@ def report(sums: Mapping[str, float], normalise: Callable[[float], float]) -> di
             if total:
                 out[base] = value / total
     return out
+
+
+class Window:
+    """Sums over the batches since the last log line."""
+
+    def __init__(self):
+        self.sums: dict[str, float] = {"loss": 0.0}
+        self.utts = self.tokens = self.frames = self.batches = 0
+        self.data_wait = 0.0
+        self.start = time.perf_counter()
+        self._pending: list[dict] = []
+
+    def add(self, out: dict, utts: int, tokens: int, frames: int, wait: float) -> None:
+        self._pending.append({k: out[k].detach() for k in summed_names(out)})
+        self.utts += utts
+        self.tokens += tokens
+        self.frames += frames
+        self.batches += 1
+        self.data_wait += wait
+
+    def flush(self) -> None:
+        """Move the pending device tensors to Python numbers (one sync per log line)."""
+        for item in self._pending:
+            for k, v in item.items():
+                self.sums[k] = self.sums.get(k, 0.0) + float(v)
+        self._pending.clear()
