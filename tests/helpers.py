@@ -101,15 +101,23 @@ def run_checked(cmd, timeout: float = 300, **kwargs) -> subprocess.CompletedProc
     return proc
 
 
-def identical_utterance_list(src_list: Path, dst: Path, count: int) -> Path:
-    """A data.list of ``count`` copies of the first utterance of ``src_list`` (distinct keys):
-    every batch of the same size is then the same batch, whatever the plan deals where."""
-    import json
-    first = json.loads(Path(src_list).read_text().splitlines()[0])
-    with open(dst, "w") as f:
-        for i in range(count):
-            f.write(json.dumps(dict(first, key=f"same{i:03d}")) + "\n")
+def distinct_utterance_list(src_list: Path, dst: Path, count: int) -> Path:
+    """A data.list of the first ``count`` utterances of ``src_list``, in list order (distinct
+    audio and transcripts of different lengths: every batch is a different batch)."""
+    lines = Path(src_list).read_text().splitlines()
+    if len(lines) < count:
+        raise ValueError(f"{src_list} has {len(lines)} utterances, fewer than {count}")
+    Path(dst).write_text("".join(line + "\n" for line in lines[:count]))
     return dst
+
+
+def tensorboard_scalars(log_dir: Path, tag: str) -> list:
+    """``[(step, value)]`` of scalar ``tag`` in the TensorBoard event files under ``log_dir``
+    (full float32 precision, unlike the 3 decimals of a log line)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return [(e.step, e.value) for e in acc.Scalars(tag)]
 
 
 def plain_env() -> dict:

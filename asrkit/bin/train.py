@@ -168,7 +168,7 @@ def main(argv=None) -> int:
                                 local_rank=args.local_rank, init_method=args.init_method,
                                 dist_backend=args.dist_backend)
         if spec.world_size > 1:
-            D.check_init_method(spec.init_method, spec.rank)
+            D.check_init_method(spec.init_method)
     except (ConfigError, D.LaunchError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -260,10 +260,10 @@ def run(cfg: TrainConfig, args, ctx, spec, notes: list[str], model_dir: Path) ->
     cv_proc = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=cfg.seed)
     train_loader = D.MonitoredLoader(
         build_dataloader(train_entries, cfg.dataset_conf, train_proc, train=True, seed=cfg.seed,
-                         rank=ctx.rank, world_size=ctx.world_size), monitor, "train", ctx.rank)
+                         rank=ctx.rank, world_size=ctx.world_size), monitor, "train")
     cv_loader = D.MonitoredLoader(
         build_dataloader(cv_entries, cfg.dataset_conf, cv_proc, train=False, seed=cfg.seed,
-                         rank=ctx.rank, world_size=ctx.world_size), monitor, "cv", ctx.rank)
+                         rank=ctx.rank, world_size=ctx.world_size), monitor, "cv")
 
     bare_model = build_model(cfg, input_dim, tokenizer.vocabulary).to(ctx.device)
     n_params = sum(p.numel() for p in bare_model.parameters())
@@ -282,8 +282,9 @@ def run(cfg: TrainConfig, args, ctx, spec, notes: list[str], model_dir: Path) ->
                  "nothing to convert", getattr(cfg.encoder_conf, "cnn_module_norm", "?"))
     elif cfg.sync_batchnorm and not ctx.distributed:
         log.info("sync_batchnorm: one process, nothing to synchronise; BatchNorm left as it is")
-    model = D.wrap_ddp(bare_model, ctx, find_unused_parameters=bool(getattr(bare_model, "has_unused_parameters", False)),
-                       sync_batchnorm=cfg.sync_batchnorm)
+    # Every parameter of the models built here takes part in the loss (AsrModel leaves out the
+    # CTC head or the decoder whose weight is 0), so DDP need not search for unused ones.
+    model = D.wrap_ddp(bare_model, ctx, find_unused_parameters=False, sync_batchnorm=cfg.sync_batchnorm)
     # The run steps with the scaled accum_grad; train.yaml and checkpoints keep the config as
     # written (with reference_world_size/keep_global_batch), so it rescales on any world size.
     train_cfg = dataclasses.replace(cfg, accum_grad=accum)

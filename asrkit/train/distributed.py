@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import torch
 import torch.distributed as dist
@@ -99,6 +99,15 @@ class DistContext:
     def barrier(self) -> None:
         if self.distributed:
             dist.barrier()
+
+    def all_gather(self, obj: Any) -> list:
+        """Every rank's picklable ``obj``, in rank order, on every rank; ``[obj]`` with one
+        process.  A collective: every rank must call it."""
+        if not self.distributed:
+            return [obj]
+        out = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
 
     def gather_to_main(self, obj: Any) -> Optional[list]:
         """Every rank's picklable ``obj``, in rank order, on rank 0 (None on the others);
@@ -197,7 +206,7 @@ def resolve_launch(launch_conf, rank: Optional[int] = None, world_size: Optional
     return LaunchSpec(0, 1, 0, 1, backend, init_method or launch_conf.init_method, "config")
 
 
-def check_init_method(init_method: str, rank: int) -> None:
+def check_init_method(init_method: str) -> None:
     """Refuse init methods that would hang or silently join a dead job."""
     if init_method.startswith("file://"):
         path = Path(init_method[len("file://"):])
@@ -227,7 +236,9 @@ def init_distributed(spec: LaunchSpec, timeout_s: float = 1800.0) -> DistContext
     (one GPU per process).  Under torchrun (``TORCHELASTIC_RESTART_COUNT`` set) the group's
     keys live under a per-attempt prefix of the rendezvous store, so the ranks of a job
     restarted by ``--max_restarts`` never meet the keys of the attempt before.  Call
-    :func:`shutdown` in a ``finally``.
+    :func:`check_init_method` first (``asrkit.bin.train`` does, before anything else, so a
+    bad init method is a one-line error with exit status 2), and :func:`shutdown` in a
+    ``finally``.
     """
     if torch.cuda.is_available():
         torch.cuda.set_device(spec.local_rank % torch.cuda.device_count())
@@ -238,7 +249,6 @@ def init_distributed(spec: LaunchSpec, timeout_s: float = 1800.0) -> DistContext
                       local_world_size=spec.local_world_size, device=device, backend=spec.backend)
     if spec.world_size == 1:
         return ctx
-    check_init_method(spec.init_method, spec.rank)
     timeout = datetime.timedelta(seconds=timeout_s)
     kwargs = dict(backend=spec.backend, rank=spec.rank, world_size=spec.world_size, timeout=timeout)
     attempt = os.environ.get(RESTART_COUNT_ENV)
@@ -297,45 +307,6 @@ def wrap_ddp(model: torch.nn.Module, ctx: DistContext, find_unused_parameters: b
     device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
     return DistributedDataParallel(model, device_ids=device_ids,
                                    find_unused_parameters=find_unused_parameters)
-
-
-def iterate_together(batches: Iterable, ctx: DistContext) -> Iterator:
-    """Yield from ``batches`` while **every** rank still has a batch (safety net).
-
-    Before each batch, ranks all-reduce a has-next flag; if any rank is out of batches
-    all stop together instead of the others hanging in the next collective.  With the
-    sampler's equal batch counts this never triggers; when it does, it is logged as an
-    error (it means batches were lost on the ranks that still had some).
-    """
-    if not ctx.distributed:
-        yield from batches
-        return
-    it = iter(batches)
-    flag = torch.zeros(1, dtype=torch.int64, device=ctx.device)
-    monitor = ctx.monitor
-    while True:
-        try:
-            batch = next(it)
-            has = 1
-        except StopIteration:
-            batch, has = None, 0
-        flag.fill_(has)
-        if monitor is not None:
-            what = f"train batch {monitor.batch_label}" if has else "the end of this rank's train batches"
-            monitor.set_phase(f"in the has-next all-reduce before {what}", "collective")
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-        if int(flag.item()) == 0:
-            if has:
-                log.error("rank %d: another rank ran out of batches first; stopping this epoch here "
-                          "(the batch counts were unequal -- a sampler bug)", ctx.rank)
-            if monitor is not None:
-                monitor.set_phase("after the train batches of this epoch (CV, checkpoint, rank-0 decisions)",
-                                  "other")
-            return
-        if monitor is not None:
-            monitor.set_phase(f"training on batch {monitor.batch_label} (forward, backward with the gradient "
-                              f"all-reduce, optimizer step)", "compute")
-        yield batch
 
 
 def describe(ctx: DistContext, spec: LaunchSpec) -> str:
@@ -405,15 +376,8 @@ def scale_accum_grad(accum_grad: int, world_size: int, reference_world_size: int
 # rank that waits for its data loader longer than the timeout ends itself (a watchdog
 # thread), so a job started without torchrun's agent ends too.
 
-STALL_RANK_ENV = "ASRKIT_TEST_STALL_RANK"    # fault injection: this rank's train loader hangs ...
-STALL_BATCH_ENV = "ASRKIT_TEST_STALL_BATCH"  # ... before this 0-based batch of the pass (default 0)
 EXIT_STALLED = 3                             # exit status of a rank ended by the watchdog
 _STATUS_KEY = "asrkit/rank_status/{}"
-
-
-class CollectiveError(RuntimeError):
-    """A collective failed or timed out; the message names this rank, what it was doing
-    and what the other ranks were doing (from their heartbeats)."""
 
 
 def default_store():
@@ -470,7 +434,6 @@ class RankMonitor:
         self.timeout_s = float(timeout_s)
         self.store = store
         self.interval_s = interval_s or min(max(self.timeout_s / 10.0, 0.5), 30.0)
-        self.batch_label = "?"
         self._phase = Phase("starting", "other", time.monotonic())
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -619,8 +582,8 @@ class MonitoredLoader:
     """A loader that records its waits in a :class:`RankMonitor` ("waiting for train batch
     k/N of epoch e from the data loader"); everything else is the wrapped loader's."""
 
-    def __init__(self, loader, monitor: RankMonitor, kind: str = "train", rank: int = 0):
-        self.__dict__.update(_loader=loader, _monitor=monitor, _kind=kind, _rank=rank)
+    def __init__(self, loader, monitor: RankMonitor, kind: str = "train"):
+        self.__dict__.update(_loader=loader, _monitor=monitor, _kind=kind)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.__dict__["_loader"], name)
@@ -628,38 +591,22 @@ class MonitoredLoader:
     def __len__(self) -> int:
         return len(self._loader)
 
-    def _stall_at(self) -> Optional[int]:
-        """Fault injection for tests (``ASRKIT_TEST_STALL_RANK``): the 0-based batch of the
-        train pass before which this rank's loader hangs forever, or None."""
-        if self._kind != "train" or os.environ.get(STALL_RANK_ENV, "") != str(self._rank):
-            return None
-        return int(os.environ.get(STALL_BATCH_ENV, "0") or 0)
-
     def __iter__(self) -> Iterator:
         loader, monitor, kind = self._loader, self._monitor, self._kind
         total = len(loader)
         epoch = getattr(loader, "epoch", "?")
         position = int(getattr(getattr(loader, "sampler", None), "consumed", 0) or 0)
-        stall_at = self._stall_at()
         it = iter(loader)
-        count = 0
         while True:
             label = f"{position + 1}/{total} of epoch {epoch}"
             monitor.set_phase(f"waiting for {kind} batch {label} from the data loader", "data")
-            if stall_at is not None and count == stall_at:
-                log.warning("fault injection (%s=%d): the train loader of rank %d hangs now",
-                            STALL_RANK_ENV, self._rank, self._rank)
-                while True:
-                    time.sleep(3600)
             try:
                 batch = next(it)
             except StopIteration:
                 break
-            monitor.batch_label = label
             monitor.set_phase(f"{'evaluating' if kind == 'cv' else 'training on'} {kind} batch {label}", "compute")
             yield batch
             position += 1
-            count += 1
         monitor.set_phase(f"after the {kind} batches of epoch {epoch} "
                           f"({'summing CV results, checkpoint, rank-0 decisions' if kind == 'cv' else 'CV next'})",
                           "other")

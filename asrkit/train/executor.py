@@ -21,15 +21,42 @@ Accumulation semantics (single process and DDP alike):
 * the scheduler steps once per real optimizer step; a group with no utterance on any rank
   (every sample skipped as bad data) makes no step.
 
-One all-reduce per optimizer step carries three sums: the group's utterance (or token)
-count, the number of micro-batches with a non-finite loss and the number of ranks asking
-to stop (``asrkit.train.preemption``): every rank takes the same skip/stop decisions.
-``trained_utts`` counts the utterances of this rank whose optimizer step was applied in
-the current epoch (the trainer sums it over ranks for the epoch report).
+One all-reduce per optimizer step -- the only collective the executor itself makes while
+training -- carries six sums: the group's utterance (or token) count, the number of ranks
+asking to stop (``asrkit.train.preemption``), the number of micro-batches with a
+non-finite loss, the number of ranks that have a batch after this group, and the number
+of micro-batches in the group and its square.  Every rank takes the same skip/stop
+decisions from them.  ``trained_utts`` counts the utterances of this rank whose optimizer
+step was applied in the current epoch (the trainer sums it over ranks for the epoch report).
 
-With DDP every rank has the same number of batches per epoch (the sampler guarantees
-it), so every rank reaches the same group boundaries; ``model.no_sync()`` is used for
-all but the last micro-batch of each group.
+Group boundaries and the has-next safety net (DDP): the executor reads its loader **one
+batch ahead**, so before each micro-batch it knows whether this rank has another batch.
+A micro-batch is the last of its group when its position completes ``accum_grad`` or when
+this rank has no next batch; it runs forward/backward with DDP's gradient all-reduce, the
+others under ``model.no_sync()``.  So every group makes, on every rank, exactly one
+synchronising backward (and DDP's buffer broadcast in its first forward) followed by the
+step all-reduce, whatever the number of micro-batches each rank has in it: ranks never
+wait in different collectives.  The sampler gives every rank the same number of batches,
+so the groups are the same everywhere.  If not (a sampler bug):
+
+* a rank without a next batch ends its epoch after the step of its last group; the step
+  all-reduce tells every rank that some rank has no next batch, and all end the epoch
+  after that same step (the ranks that still had batches log an error: those are not
+  trained this epoch) -- nobody waits in a collective the others never reach;
+* when all ranks end together but their last groups held different numbers of
+  micro-batches, every rank logs an error (the step is applied: it normalises by the
+  global count of what was trained).
+
+There is no collective per micro-batch: in steady state a step of ``accum_grad``
+micro-batches costs one step all-reduce plus DDP's own gradient all-reduce (and buffer
+broadcast) -- the same as one micro-batch.  Reading ahead does not move the resume
+position: a batch counts as consumed (``sampler.mark_consumed``) when it is trained, not
+when it is read.
+
+Outputs of the model: see ``asrkit.train.loss_sums`` for the contract (``loss`` is
+backpropagated; every ``loss_<name>`` is summed, all-reduced in CV and reported
+normalised like ``loss``; a ``<name>_correct``/``<name>_total`` pair becomes the ratio
+``<name>``).
 """
 from __future__ import annotations
 
@@ -44,11 +71,11 @@ from typing import Callable, Optional
 
 import torch
 
-from asrkit.train.distributed import DistContext, iterate_together, no_sync_if, unwrap
+from asrkit.train.distributed import DistContext, no_sync_if, unwrap
+from asrkit.train.loss_sums import Window, merge_names, report, summed_names
+from asrkit.train.reading import consumed_position, mark_consumed, read_ahead
 
 log = logging.getLogger("asrkit.train")
-
-LOSS_KEYS = ("loss", "loss_ctc", "loss_att", "acc_correct", "acc_total")
 
 
 class NonFiniteError(RuntimeError):
@@ -76,32 +103,6 @@ class TrainState:
         return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
 
 
-class Window:
-    """Sums over the batches since the last log line."""
-
-    def __init__(self):
-        self.sums = {k: 0.0 for k in LOSS_KEYS}
-        self.utts = self.tokens = self.frames = self.batches = 0
-        self.data_wait = 0.0
-        self.start = time.perf_counter()
-        self._pending: list[dict] = []
-
-    def add(self, out: dict, utts: int, tokens: int, frames: int, wait: float) -> None:
-        self._pending.append({k: out[k].detach() for k in LOSS_KEYS if out.get(k) is not None})
-        self.utts += utts
-        self.tokens += tokens
-        self.frames += frames
-        self.batches += 1
-        self.data_wait += wait
-
-    def flush(self) -> None:
-        """Move the pending device tensors to Python numbers (one sync per log line)."""
-        for item in self._pending:
-            for k, v in item.items():
-                self.sums[k] += float(v)
-        self._pending.clear()
-
-
 class Executor:
     """Runs epochs of training and CV for an already-built model/optimizer/scheduler."""
 
@@ -122,6 +123,7 @@ class Executor:
         self.autocast_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg.dtype)
         self.preemption = preemption  # asrkit.train.preemption.Preemption (or None)
         self.stop_requests = 0        # ranks asking to stop, from the last step's all-reduce
+        self.all_ranks_have_next = True  # from the last step's all-reduce: every rank has a next batch
         self.trained_utts = 0         # this rank's utterances in applied steps, this epoch
 
     # ------------------------------------------------------------------ helpers
@@ -156,7 +158,8 @@ class Executor:
 
         ``on_step(state)`` runs after every optimizer step (checkpointing, CV); when it
         returns True the epoch stops there (the caller decided, identically on every rank).
-        Returns True if the epoch ran to its end, False if ``on_step`` stopped it.
+        Returns True if the epoch ran to its end (on every rank: see the module docstring
+        for ranks whose batch counts differ), False if ``on_step`` stopped it.
         """
         self.model.train()
         accum = self.cfg.accum_grad
@@ -170,9 +173,13 @@ class Executor:
         epoch_start = time.perf_counter()
         start_position = position
         t_ready = time.perf_counter()
-        for batch in iterate_together(loader, self.ctx):
+        for batch, has_next in read_ahead(loader):
             wait = time.perf_counter() - t_ready
-            last_in_group = (position + 1) % accum == 0 or position + 1 == n_batches
+            last_in_group = (position + 1) % accum == 0 or not has_next
+            mark_consumed(loader, position)
+            self._set_phase(f"training on train batch {position + 1}/{n_batches} of epoch {state.epoch} "
+                            f"(forward, backward{' with the gradient all-reduce' if last_in_group else ''})",
+                            "compute")
             utts, tokens, frames = self._counts(batch)
             dev_batch = self._to_device(batch)
             with no_sync_if(self.model, skip_sync=not last_in_group):
@@ -185,7 +192,9 @@ class Executor:
             window.add(out, utts, tokens, frames, wait)
             position += 1
             if last_in_group:
-                grad_norm = self._optimizer_step(group_count, group_nonfinite, group, state)
+                self._set_phase(f"in the step all-reduce after train batch {position}/{n_batches} of epoch "
+                                f"{state.epoch}", "collective")
+                grad_norm = self._optimizer_step(group_count, group_nonfinite, group, state, has_next)
                 group, group_count = [], 0
                 group_nonfinite = torch.zeros_like(group_nonfinite)
                 if grad_norm is not None and state.step % self.cfg.log_interval == 0:
@@ -193,23 +202,51 @@ class Executor:
                     window = Window()
                 if on_step(state):
                     return False
+                if not self.all_ranks_have_next:
+                    break
             if self.progress:
                 self._progress(state, position, n_batches)
             t_ready = time.perf_counter()
+        self._set_phase(f"after the train batches of epoch {state.epoch} (CV, checkpoint, rank-0 decisions)", "other")
         if self.progress:
             sys.stderr.write("\n")
         return True
 
+    def _set_phase(self, text: str, kind: str) -> None:
+        """What this rank does now, for the stuck-rank diagnosis (``asrkit.train.distributed.RankMonitor``)."""
+        if self.ctx.monitor is not None:
+            self.ctx.monitor.set_phase(text, kind)
+
+    def _agree_on_the_end(self, has_next: bool, ranks_with_next: int, micro_batches: float,
+                          micro_batches_sq: float, state: TrainState) -> None:
+        """From the step all-reduce: does every rank go on after this group?  Logs the
+        sampler bugs the sums reveal (identical values, hence decisions, on every rank)."""
+        world = self.ctx.world_size
+        self.all_ranks_have_next = ranks_with_next == world
+        if 0 < ranks_with_next < world and has_next:
+            log.error("rank %d: %d of %d rank(s) ran out of batches at step %d; stopping this epoch here, "
+                      "its remaining batches untrained (the batch counts were unequal -- a sampler bug)",
+                      self.ctx.rank, world - ranks_with_next, world, state.step)
+        elif ranks_with_next == 0 and micro_batches_sq * world != micro_batches * micro_batches:
+            log.error("rank %d: the ranks' last accumulation groups of this epoch held different numbers of "
+                      "micro-batches (%d in all over %d ranks; the batch counts were unequal -- a sampler bug)",
+                      self.ctx.rank, int(micro_batches), world)
+
     def _optimizer_step(self, local_count: int, local_nonfinite: torch.Tensor, group: list[dict],
-                        state: TrainState) -> Optional[float]:
-        """Agree with the other ranks (one all-reduce: count, non-finite losses, stop
-        requests), then normalise, clip and apply the accumulated gradients; returns the
-        grad norm, or None when the step was skipped."""
+                        state: TrainState, has_next: bool = False) -> Optional[float]:
+        """Agree with the other ranks (one all-reduce: count, stop requests, non-finite
+        losses, ranks with a next batch, micro-batches and their square), then normalise,
+        clip and apply the accumulated gradients; returns the grad norm, or None when the
+        step was skipped."""
         flag = self.preemption.flag() if self.preemption is not None else 0.0
+        n = float(len(group))
         local = torch.cat([torch.tensor([float(local_count), flag], dtype=torch.float64, device=self.ctx.device),
-                           local_nonfinite.reshape(1).to(device=self.ctx.device, dtype=torch.float64)])
-        global_count, stop_requests, nonfinite_losses = self.ctx.all_reduce_sum(local).tolist()
+                           local_nonfinite.reshape(1).to(device=self.ctx.device, dtype=torch.float64),
+                           torch.tensor([float(has_next), n, n * n], dtype=torch.float64, device=self.ctx.device)])
+        global_count, stop_requests, nonfinite_losses, with_next, micro, micro_sq = \
+            self.ctx.all_reduce_sum(local).tolist()
         self.stop_requests = int(stop_requests)
+        self._agree_on_the_end(has_next, int(with_next), micro, micro_sq, state)
         if global_count == 0:
             self.optimizer.zero_grad(set_to_none=True)
             state.empty_groups += 1
@@ -284,13 +321,10 @@ class Executor:
                  f"loss {loss:.4f}"]
         scalars = {"loss": loss, "lr": lr, "grad_norm": grad_norm,
                    "frames_per_s": w.frames / elapsed, "data_wait_share": w.data_wait / elapsed}
-        for k in ("loss_ctc", "loss_att"):
-            if w.sums[k]:
-                scalars[k] = w.sums[k] * per_utt
-                parts.append(f"{k} {scalars[k]:.4f}")
-        if w.sums["acc_total"]:
-            scalars["acc"] = w.sums["acc_correct"] / w.sums["acc_total"]
-            parts.append(f"acc {scalars['acc']:.4f}")
+        for k, v in report(w.sums, lambda total: total * per_utt).items():
+            if k != "loss":
+                scalars[k] = v
+                parts.append(f"{k} {v:.4f}")
         parts += [f"lr {lr:.3e}", f"grad_norm {grad_norm:.3f}", f"{scalars['frames_per_s']:.0f} frames/s",
                   f"data_wait {100 * scalars['data_wait_share']:.1f}%", f"eta {_fmt_time(eta)}"]
         log.info(" | ".join(parts))
@@ -318,7 +352,7 @@ class Executor:
         model = unwrap(self.model)
         was_training = model.training
         model.eval()
-        sums = {k: 0.0 for k in LOSS_KEYS}
+        sums: dict[str, float] = {}
         utts = tokens = 0
         for batch in loader:
             b_utts, b_tokens, _ = self._counts(batch)
@@ -328,29 +362,18 @@ class Executor:
             with self._autocast():
                 out = model(dev_batch["feats"], dev_batch["feats_lengths"], dev_batch["target"],
                             dev_batch["target_lengths"])
-            for k in LOSS_KEYS:
-                if out.get(k) is not None:
-                    sums[k] += float(out[k])
+            for k in summed_names(out):
+                sums[k] = sums.get(k, 0.0) + float(out[k])
             utts += b_utts
             tokens += b_tokens
         model.train(was_training)
-        values = self.ctx.sum_floats([sums[k] for k in LOSS_KEYS] + [float(utts), float(tokens)])
-        total = dict(zip(LOSS_KEYS, values[:len(LOSS_KEYS)]))
+        names = merge_names(self.ctx.all_gather(list(sums)))  # ranks agree on the vector's layout
+        values = self.ctx.sum_floats([sums.get(k, 0.0) for k in names] + [float(utts), float(tokens)])
+        total = dict(zip(names, values[:len(names)]))
         utts, tokens = int(values[-2]), int(values[-1])
         norm = max(tokens if self.length_normalized else utts, 1)
-        result = {"loss": total["loss"] / norm, "num_utts": utts}
-        for k in ("loss_ctc", "loss_att"):
-            if total[k]:
-                result[k] = total[k] / norm
-        if total["acc_total"]:
-            result["acc"] = total["acc_correct"] / total["acc_total"]
-        return result
-
-
-def consumed_position(loader) -> int:
-    """Batches of the current epoch the trainer already consumed (non-zero after a resume)."""
-    sampler = getattr(loader, "sampler", None)
-    return int(getattr(sampler, "consumed", 0)) if sampler is not None else 0
+        reported = report(total, lambda v: v / norm)
+        return {"loss": reported.pop("loss"), "num_utts": utts, **reported}
 
 
 def _fmt_time(seconds: float) -> str:

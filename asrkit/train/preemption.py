@@ -26,16 +26,10 @@ write.  Repeated ``SIGTERM`` changes nothing (SLURM and torchrun may both signal
 worker); a second ``SIGINT`` (Ctrl-C pressed twice) raises ``KeyboardInterrupt`` at once.
 DataLoader workers ignore both signals (``asrkit.data.dataset``): the training process
 ends them itself, and a worker killed by the signal would fail the batch it was loading.
-
-**Fault injection for tests** (``ASRKIT_TEST_KILL_RANK=r``, ``ASRKIT_TEST_KILL_STEP=k``):
-rank r sends itself ``SIGKILL`` right after optimizer step k, before any checkpoint of
-that step, in the first attempt of a torchrun job only (``TORCHELASTIC_RESTART_COUNT``
-unset or 0), so a restarted job runs through.
 """
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 import time
@@ -43,15 +37,10 @@ from typing import Optional
 
 import torch
 
-from asrkit.train.distributed import RESTART_COUNT_ENV
-
 log = logging.getLogger("asrkit.train")
 
 EXIT_PREEMPTED = 4          # exit status of a run stopped by a signal after saving a checkpoint
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-KILL_RANK_ENV = "ASRKIT_TEST_KILL_RANK"
-KILL_STEP_ENV = "ASRKIT_TEST_KILL_STEP"
 
 
 class Preemption:
@@ -115,20 +104,3 @@ class Preemption:
         local = (f"this rank received {self.signal_name()} {time.monotonic() - self.received_at:.1f} s ago"
                  if self.requested else "this rank received no signal")
         return f"stop requested by {ranks_requesting} of {world_size} rank(s) ({local})"
-
-
-def maybe_kill_for_test(rank: int, step: int) -> None:
-    """Fault injection (see the module docstring): SIGKILL this process when it is rank
-    ``ASRKIT_TEST_KILL_RANK`` right after optimizer step ``ASRKIT_TEST_KILL_STEP``, in the
-    first attempt of the job only."""
-    if os.environ.get(KILL_RANK_ENV, "") != str(rank):
-        return
-    if step != int(os.environ.get(KILL_STEP_ENV, "-1") or -1):
-        return
-    if os.environ.get(RESTART_COUNT_ENV, "0") not in ("", "0"):
-        return
-    log.warning("fault injection (%s=%d, %s=%d): rank %d kills itself with SIGKILL now",
-                KILL_RANK_ENV, rank, KILL_STEP_ENV, step, rank)
-    for h in logging.getLogger().handlers:
-        h.flush()
-    os.kill(os.getpid(), signal.SIGKILL)

@@ -34,7 +34,6 @@ import torch
 from asrkit.train import checkpoint as ckpt
 from asrkit.train.distributed import DistContext, unwrap
 from asrkit.train.executor import Executor, TrainState, consumed_position
-from asrkit.train.preemption import maybe_kill_for_test
 
 log = logging.getLogger("asrkit.train")
 
@@ -138,7 +137,6 @@ class Trainer:
     def _on_step(self, state: TrainState) -> bool:
         """After each optimizer step: CV / checkpoint at their intervals, a stop signal
         agreed in the step's all-reduce, ``max_steps``; True = stop now."""
-        maybe_kill_for_test(self.ctx.rank, state.step)
         stop = self.max_steps is not None and state.step >= self.max_steps
         preempt = self.executor.stop_requests > 0
         cv_loss = None

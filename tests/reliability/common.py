@@ -25,11 +25,14 @@ def two_rank_config(exp, path: Path, **top) -> Path:
     return exp.config(path, **top)
 
 
-def torchrun(exp, model_dir: Path, config: Path, *extra, nproc: int = 2, max_restarts: int = 0) -> list[str]:
-    """``torchrun --nproc_per_node N --max_restarts R -m asrkit.bin.train ...`` on a free port."""
+def torchrun(exp, model_dir: Path, config: Path, *extra, nproc: int = 2, max_restarts: int = 0,
+             hooks: tuple = ()) -> list[str]:
+    """``torchrun --nproc_per_node N --max_restarts R -m asrkit.bin.train ...`` on a free port;
+    with ``hooks`` (options of ``tests.hooked_train``) the ranks run through that wrapper."""
+    entry = ["-m", "tests.hooked_train", *map(str, hooks), "--"] if hooks else ["-m", "asrkit.bin.train"]
     return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
             "--max_restarts", str(max_restarts), "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-            "-m", "asrkit.bin.train", *train_args(exp, model_dir, config), *map(str, extra)]
+            *entry, *train_args(exp, model_dir, config), *map(str, extra)]
 
 
 def steps_logged(log_text: str) -> list[int]:

@@ -2,8 +2,8 @@
 ``torchrun --max_restarts 1``; the job restarts, resumes from the newest valid checkpoint
 by itself (``--checkpoint auto``) and completes with the weights of an uninterrupted run.
 
-Fault injection: ``ASRKIT_TEST_KILL_RANK``/``ASRKIT_TEST_KILL_STEP`` (asrkit.train.preemption)
-make rank 1 SIGKILL itself right after optimizer step 3, before anything of step 3 is saved,
+Fault injection: the ranks run through ``tests.hooked_train --kill_rank 1 --kill_step 3``, which
+makes rank 1 SIGKILL itself right after optimizer step 3, before anything of step 3 is saved,
 in the first attempt only; ``save_interval: 2`` has written ``step_2.pt`` by then.
 """
 from __future__ import annotations
@@ -12,7 +12,6 @@ import re
 
 import pytest
 
-from asrkit.train import preemption
 from tests.helpers import plain_env, run_checked
 from tests.reliability.common import assert_equal_weights, model_weights, steps_logged, torchrun
 
@@ -23,9 +22,9 @@ def test_sigkilled_rank_restarts_and_resumes_from_newest_checkpoint(tiny_experim
                                                                       reliability_root):
     config, reference = uninterrupted
     model_dir = reliability_root / "killed"
-    env = dict(plain_env(), **{preemption.KILL_RANK_ENV: "1", preemption.KILL_STEP_ENV: "3"})
     proc = run_checked(torchrun(tiny_experiment, model_dir, config, "--checkpoint", "auto",
-                                "--override", "max_epoch=1", max_restarts=1), env=env, timeout=150)
+                                "--override", "max_epoch=1", max_restarts=1,
+                                hooks=("--kill_rank", 1, "--kill_step", 3)), env=plain_env(), timeout=150)
     log0 = (model_dir / "log" / "rank0.log").read_text()
     log1 = (model_dir / "log" / "rank1.log").read_text()
     # the first attempt really lost rank 1 after step 3 (never saved), and the agent restarted the job

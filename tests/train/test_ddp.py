@@ -1,11 +1,27 @@
 """DDP with real gloo processes on CPU, proven equivalent to one process.
 
 Deterministic configuration: layer-norm conv module, dropout 0, no augmentation, no
-dither, and a training list of identical utterances (so every batch of a given size is
-the same batch, wherever the sampler deals it).  Adam's ``eps`` is 1e-3: some gradients
-are exactly zero in exact arithmetic (attention key biases: softmax ignores a shift), and
-with eps 1e-9 Adam turns their float rounding noise into full learning-rate steps that
-differ between any two summation orders.
+dither.  Adam's ``eps`` is 1e-3: some gradients are exactly zero in exact arithmetic
+(attention key biases: softmax ignores a shift), and with eps 1e-9 Adam turns their float
+rounding noise into full learning-rate steps that differ between any two summation orders.
+
+The training list holds 32 *distinct* utterances of different lengths and the clip is
+unreachable (``grad_clip: 1e9``), so the global pre-clip gradient norm of every step --
+rank 0's ``train/grad_norm`` TensorBoard scalar -- exposes a missing gradient all-reduce, a
+misapplied ``no_sync`` or a wrong normaliser; the tests compare it per step, as well as
+the final weights.
+
+Why every configuration sees the same global group of utterances per optimizer step:
+``shuffle``, ``list_shuffle`` and ``sort`` are off, so the epoch plan is the list order cut
+into static batches (``asrkit.data.sampler``: plan batch ``j`` holds utterances
+``[j*b, (j+1)*b)`` for batch size ``b``), 32 is a multiple of every ``b * world_size`` here
+(no batch is split), and rank ``r`` of ``W`` gets plan batches ``r, r+W, r+2W, ...``:
+
+* 1 rank x 2B: step ``s`` trains plan batch ``s`` = utterances ``[2Bs, 2B(s+1))``;
+* 1 rank x B, accum_grad 2: positions ``2s, 2s+1`` = utterances ``[2Bs, 2B(s+1))``;
+* 2 ranks x B: rank ``r`` trains plan batch ``2s+r``: together ``[2Bs, 2B(s+1))``;
+* 2 ranks x B/2, accum_grad 2: rank ``r``'s positions ``2s, 2s+1`` are plan batches
+  ``4s+r, 4s+2+r`` of B/2: together ``4s .. 4s+3`` = utterances ``[2Bs, 2B(s+1))``.
 """
 from __future__ import annotations
 
@@ -16,21 +32,22 @@ import pytest
 import torch
 
 from asrkit.train import checkpoint as ckpt
-from tests.helpers import REPO, free_port, identical_utterance_list, run_checked, train_args
+from tests.helpers import REPO, distinct_utterance_list, free_port, run_checked, tensorboard_scalars, train_args
 
 pytestmark = pytest.mark.slow
 B = 4          # per-rank batch
 UTTS = 32      # 4 optimizer steps of a global batch of 8
+PLAN_IN_LIST_ORDER = {"shuffle": False, "list_shuffle": False, "sort": False}
 
 
 @pytest.fixture(scope="module")
 def setup(tiny_experiment, tmp_path_factory):
     root = tmp_path_factory.mktemp("ddp")
-    same = identical_utterance_list(tiny_experiment.corpus.splits["train"].data_list, root / "same.list", UTTS)
+    distinct = distinct_utterance_list(tiny_experiment.corpus.splits["train"].data_list, root / "distinct.list", UTTS)
     cfg = lambda name, batch, accum: tiny_experiment.config(
-        root / name, accum_grad=accum, optim_conf={"lr": 0.002, "eps": 1e-3},
-        dataset_conf={"batch_conf": {"batch_size": batch}})
-    return {"exp": tiny_experiment, "root": root, "list": same, "cfg": cfg}
+        root / name, accum_grad=accum, grad_clip=1e9, optim_conf={"lr": 0.002, "eps": 1e-3},
+        dataset_conf={**PLAN_IN_LIST_ORDER, "batch_conf": {"batch_size": batch}})
+    return {"exp": tiny_experiment, "root": root, "list": distinct, "cfg": cfg}
 
 
 def args(setup, model_dir, config):
@@ -39,6 +56,20 @@ def args(setup, model_dir, config):
 
 def final(model_dir):
     return ckpt.load_checkpoint(model_dir / "epoch_0.pt")["model"]
+
+
+def grad_norms(model_dir) -> list:
+    """[(step, global pre-clip gradient norm)] of every optimizer step, from rank 0's TensorBoard."""
+    return tensorboard_scalars(model_dir / "tensorboard", "train/grad_norm")
+
+
+def assert_same_grad_norms(got, ref, rel=5e-5):
+    """Per-step gradient norms equal up to summation-order noise (measured on 2 CPU cores:
+    3.4e-6 relative at most, norms 48-81; a lost all-reduce or a normaliser off by the
+    world size moves them by tens of percent)."""
+    assert [s for s, _ in got] == [s for s, _ in ref] == list(range(1, UTTS // (2 * B) + 1)), (got, ref)
+    for (step, a), (_, b) in zip(got, ref):
+        assert a == pytest.approx(b, rel=rel), f"step {step}: grad_norm {a} vs {b} (all: {got} vs {ref})"
 
 
 def cv_loss(stderr):
@@ -55,13 +86,14 @@ def reference(setup):
     """1 rank x batch 2B."""
     out = setup["root"] / "ref"
     proc = run_checked([sys.executable, "-m", "asrkit.bin.train", *args(setup, out, setup["cfg"]("ref.yaml", 2 * B, 1))])
-    return final(out), cv_loss(proc.stderr)
+    return final(out), cv_loss(proc.stderr), grad_norms(out)
 
 
 def test_two_ranks_equal_one_rank_double_batch_and_accumulation(setup, reference):
-    ref_w, ref_cv = reference
+    ref_w, ref_cv, ref_norms = reference
     acc = setup["root"] / "accum"
     run_checked([sys.executable, "-m", "asrkit.bin.train", *args(setup, acc, setup["cfg"]("acc.yaml", B, 2))])
+    assert_same_grad_norms(grad_norms(acc), ref_norms)
     assert_same_weights(final(acc), ref_w)
 
     ddp = setup["root"] / "ddp"
@@ -71,10 +103,27 @@ def test_two_ranks_equal_one_rank_double_batch_and_accumulation(setup, reference
     log0 = (ddp / "log" / "rank0.log").read_text()
     assert "world size 2" in log0 and (ddp / "log" / "rank1.log").is_file()
     assert "effective global batch per optimizer step: 2 x that" in log0
+    assert_same_grad_norms(grad_norms(ddp), ref_norms)
     assert_same_weights(final(ddp), ref_w)
     # sharded CV: the dev set split over 2 ranks gives the 1-rank CV loss
     assert cv_loss(log0) == pytest.approx(ref_cv, rel=1e-4)
     assert "step 4 " in log0 and "step 4 " in (ddp / "log" / "rank1.log").read_text()
+
+
+def test_two_ranks_half_batch_with_accumulation_equal_one_rank_double_batch(setup, reference):
+    """DDP and accumulation together: 2 ranks x B/2 x accum_grad 2 (the gradient all-reduce
+    runs on the second micro-batch of each group only, under ``no_sync`` on the first)."""
+    ref_w, ref_cv, ref_norms = reference
+    out = setup["root"] / "ddp_accum"
+    proc = run_checked([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                        "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+                        "-m", "asrkit.bin.train", *args(setup, out, setup["cfg"]("ddp_accum.yaml", B // 2, 2))])
+    log0 = (out / "log" / "rank0.log").read_text()
+    assert "accum_grad 2; world size 2; effective global batch per optimizer step: 4 x that" in log0, proc.stderr
+    assert re.search(r"step 4 ", log0) and not re.search(r"step 5 ", log0)
+    assert_same_grad_norms(grad_norms(out), ref_norms)
+    assert_same_weights(final(out), ref_w)
+    assert cv_loss(log0) == pytest.approx(ref_cv, rel=1e-4)
 
 
 def test_two_torchrun_nodes_on_localhost(setup, reference):
@@ -88,6 +137,7 @@ def test_two_torchrun_nodes_on_localhost(setup, reference):
         "for p in ${pids[@]}; do wait $p || rc=1; done; exit $rc"])
     run_checked(cmd)
     assert "world size 2 (2 node(s) x 1)" in (out / "log" / "rank0.log").read_text()
+    assert_same_grad_norms(grad_norms(out), reference[2])
     assert_same_weights(final(out), reference[0])
 
 
@@ -104,6 +154,7 @@ def test_legacy_shell_loop_launch(setup, reference, method):
         "for p in ${pids[@]}; do wait $p || rc=1; done; exit $rc"])
     run_checked(cmd, env={"RANK": "", "WORLD_SIZE": ""})
     assert "launch via flags" in (out / "log" / "rank0.log").read_text()
+    assert_same_grad_norms(grad_norms(out), reference[2])
     assert_same_weights(final(out), reference[0])
 
 

@@ -1,8 +1,8 @@
 """No silent hang: a rank stuck in its data loader ends the job within ``launch.timeout_s``
 with a message naming the rank and what it was doing.
 
-Fault injection: ``ASRKIT_TEST_STALL_RANK=r`` makes rank r's train loader hang forever
-before batch ``ASRKIT_TEST_STALL_BATCH`` (default 0) of the pass.
+Fault injection: the test hooks of ``tests.hooked_train`` (``--stall_rank r``) make rank
+r's train loader hang forever before the first batch of the pass.
 """
 from __future__ import annotations
 
@@ -14,17 +14,19 @@ import sys
 import time
 
 import pytest
+import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from asrkit.train import distributed as D
-from tests.helpers import REPO, free_port, train_args
+
+from tests.helpers import REPO, free_port, random_batch, tiny_config_dict, train_args
 
 TIMEOUT_S = 6
 
 
 class _Batches:
-    """A loader stand-in: 4 batches of epoch 0."""
+    """A loader stand-in: 4 random batches of epoch 0."""
 
     epoch = 0
 
@@ -32,20 +34,31 @@ class _Batches:
         return 4
 
     def __iter__(self):
-        yield from range(4)
+        gen = torch.Generator().manual_seed(0)
+        for _ in range(4):
+            yield random_batch(gen, 1, vocab=10, max_frames=20)
 
 
-def _stall_worker(rank, port, timeout_s, queue):
-    if rank == 1:
-        os.environ[D.STALL_RANK_ENV] = "1"
+def _stall_worker(rank, port, timeout_s, queue, tmp):
+    from asrkit.config import TrainConfig, build
+    from asrkit.models import build_model
+    from asrkit.text.vocabulary import Vocabulary
+    from asrkit.train.executor import Executor, TrainState
+    from asrkit.train.scheduler import build_optimizer, build_scheduler
+    from tests.hooked_train import install_stall
+    install_stall(1, 0)  # rank 1's train loader hangs before its first batch
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
                             timeout=datetime.timedelta(seconds=timeout_s))
     ctx = D.DistContext(rank=rank, world_size=2)
     monitor = D.RankMonitor.for_context(ctx, timeout_s)
+    cfg = build(TrainConfig, tiny_config_dict())
+    model = D.wrap_ddp(build_model(cfg, 80, Vocabulary.of_size(10)), ctx, find_unused_parameters=False)
+    opt = build_optimizer(cfg, model.parameters())
+    executor = Executor(cfg, model, opt, build_scheduler(cfg, opt), ctx, tmp, progress=False)
     start = time.monotonic()
     try:
-        got = list(D.iterate_together(D.MonitoredLoader(_Batches(), monitor, "train", rank), ctx))
-        queue.put((rank, "finished", got, 0.0))
+        executor.train_epoch(D.MonitoredLoader(_Batches(), monitor, "train"), TrainState())
+        queue.put((rank, "finished", "", 0.0))
     except RuntimeError as e:
         assert D.is_collective_failure(e)
         queue.put((rank, "failed", monitor.explain(e), time.monotonic() - start))
@@ -54,13 +67,16 @@ def _stall_worker(rank, port, timeout_s, queue):
         dist.destroy_process_group()
 
 
-def test_stuck_loader_ends_both_ranks_without_an_agent():
-    """Plain processes (as a legacy shell loop starts them): rank 0 times out in the has-next
-    all-reduce and names rank 1's phase; rank 1's watchdog ends rank 1 itself (status 3)."""
+@pytest.mark.slow
+def test_stuck_loader_ends_both_ranks_without_an_agent(tmp_path):
+    """Plain processes (as a legacy shell loop starts them) running the real executor on a
+    DDP model: rank 0 times out in the first micro-batch's collectives (DDP's, there is no
+    per-batch has-next all-reduce) and names rank 1's phase; rank 1's watchdog ends rank 1
+    itself (status 3)."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_stall_worker, args=(r, port, 3.0, queue)) for r in range(2)]
+    procs = [ctx.Process(target=_stall_worker, args=(r, port, 3.0, queue, tmp_path)) for r in range(2)]
     start = time.monotonic()
     for p in procs:
         p.start()
@@ -71,7 +87,8 @@ def test_stuck_loader_ends_both_ranks_without_an_agent():
     assert procs[1].exitcode == D.EXIT_STALLED
     rank, outcome, message, waited = queue.get(timeout=5)
     assert (rank, outcome) == (0, "failed")
-    assert "while in the has-next all-reduce before train batch 1/4 of epoch 0" in message
+    assert ("while training on train batch 1/4 of epoch 0 (forward, backward with the gradient all-reduce)"
+            in message), message
     assert re.search(r"rank 1 \(host .*pid \d+\): (STALLED, )?waiting for train batch 1/4 of epoch 0 "
                      r"from the data loader", message), message
     assert 2.5 < waited < 10 and elapsed < 40
@@ -111,9 +128,9 @@ def test_peer_summary_and_failure_classification():
 def test_torchrun_job_with_a_stuck_rank_fails_within_the_timeout(tiny_experiment, tmp_path):
     cfg = tiny_experiment.config(tmp_path / "c.yaml", launch={"timeout_s": TIMEOUT_S})
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port()), "-m", "asrkit.bin.train",
+           "--master_port", str(free_port()), "-m", "tests.hooked_train", "--stall_rank", "1", "--",
            *train_args(tiny_experiment, tmp_path / "exp", cfg)]
-    env = dict(os.environ, PYTHONPATH=str(REPO), **{D.STALL_RANK_ENV: "1"})
+    env = dict(os.environ, PYTHONPATH=str(REPO))
     start = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=240)
     end = time.time()

@@ -2,8 +2,9 @@
 ``reference_world_size`` ranks keeps its global batch on any number of ranks.
 
 The end-to-end test uses the deterministic configuration of tests/train/test_ddp.py
-(identical utterances, layer-norm conv module, no dropout/augmentation/dither, Adam eps
-1e-3).  Its 2-rank run also gives each rank a different ``launch`` section: ranks that
+(distinct utterances of different lengths in list order, layer-norm conv module, no
+dropout/augmentation/dither, an unreachable clip, Adam eps 1e-3) and compares the
+per-step gradient norms as well as the final weights.  Its 2-rank run also gives each rank a different ``launch`` section: ranks that
 differ only there pass the agreement preflight and train.
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 
 from asrkit.train import checkpoint as ckpt
 from asrkit.train.distributed import scale_accum_grad
-from tests.helpers import identical_utterance_list, launch_ranks, run_checked, train_args
+from tests.helpers import distinct_utterance_list, launch_ranks, run_checked, tensorboard_scalars, train_args
 
 
 def test_scaling_rule_and_messages():
@@ -52,11 +53,15 @@ def test_keep_global_batch_needs_a_reference(tiny_experiment, tmp_path, capsys):
 @pytest.mark.slow
 def test_one_rank_and_two_ranks_keep_the_reference_global_batch(tiny_experiment, tmp_path):
     """reference_world_size 2, accum_grad 1, batch 4: 1 rank runs accum_grad 2, 2 ranks run
-    accum_grad 1 -- the same global batch of 8, the same 4 steps, the same weights."""
-    same = identical_utterance_list(tiny_experiment.corpus.splits["train"].data_list, tmp_path / "same.list", 32)
+    accum_grad 1 -- the same global batch of 8, the same 4 steps, the same gradient norms
+    per step, the same weights.  The plan is the list order in static batches of 4, so
+    step s is utterances [8s, 8s+8) in both runs: positions 2s, 2s+1 of the one rank, plan
+    batches 2s (rank 0) and 2s+1 (rank 1) of the two (see tests/train/test_ddp.py)."""
+    same = distinct_utterance_list(tiny_experiment.corpus.splits["train"].data_list, tmp_path / "distinct.list", 32)
     cfg = tiny_experiment.config(tmp_path / "c.yaml", reference_world_size=2, keep_global_batch=True,
-                                 accum_grad=1, optim_conf={"lr": 0.002, "eps": 1e-3},
-                                 dataset_conf={"batch_conf": {"batch_size": 4}}, launch={"timeout_s": 120})
+                                 accum_grad=1, grad_clip=1e9, optim_conf={"lr": 0.002, "eps": 1e-3},
+                                 dataset_conf={"shuffle": False, "list_shuffle": False, "sort": False,
+                                               "batch_conf": {"batch_size": 4}}, launch={"timeout_s": 120})
     one = tmp_path / "one"
     run_checked([sys.executable, "-m", "asrkit.bin.train", *train_args(tiny_experiment, one, cfg, train_list=same)])
 
@@ -78,6 +83,10 @@ def test_one_rank_and_two_ranks_keep_the_reference_global_batch(tiny_experiment,
     assert "agreement: the 2 ranks have the same config (less launch)" in log2
     for log in (log1, log2):
         assert re.search(r"step 4 ", log) and not re.search(r"step 5 ", log)
+    norms1, norms2 = (tensorboard_scalars(d / "tensorboard", "train/grad_norm") for d in (one, two))
+    assert [s for s, _ in norms1] == [s for s, _ in norms2] == [1, 2, 3, 4]
+    for (step, x), (_, y) in zip(norms1, norms2):  # summation-order noise: < 4e-6 relative (measured)
+        assert x == pytest.approx(y, rel=5e-5), f"step {step}: grad_norm {x} vs {y} ({norms1} vs {norms2})"
     a, b = (ckpt.load_checkpoint(d / "epoch_0.pt")["model"] for d in (one, two))
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=2e-5, msg=k)

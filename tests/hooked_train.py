@@ -1,0 +1,150 @@
+"""``asrkit.bin.train`` with test hooks installed: fault injection and collective counting.
+
+Production code reads no test-only setting; a test that needs a fault launches its ranks
+as ``python -m tests.hooked_train [hook options] -- <asrkit.bin.train arguments>`` (under
+torchrun too), and this module patches the library before calling
+``asrkit.bin.train.main``:
+
+``--kill_rank R --kill_step S``
+    rank R SIGKILLs itself right after optimizer step S (after ``Trainer._on_step`` would
+    start, before anything of step S is saved), in the first attempt of a torchrun job only
+    (``TORCHELASTIC_RESTART_COUNT`` unset or 0).
+``--stall_rank R [--stall_batch K]``
+    rank R's train loader hangs forever before the K-th (0-based, default 0) batch of
+    every pass, while the rank's monitor says it waits for the data loader.
+``--count_collectives PATH``
+    counts the Python-level collectives (``torch.distributed.all_reduce``, ``broadcast``,
+    ``all_gather_object``, ``gather_object``, ``barrier``) issued inside
+    ``Executor.train_epoch`` and the optimizer steps taken there, and writes
+    ``{"collectives": n, "steps": s}`` as JSON to ``PATH.rank<r>`` at the end.  DDP's own
+    gradient all-reduce and buffer broadcast run in C++ and are not counted.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import time
+
+log = logging.getLogger("asrkit.train")
+
+
+def _flush_logs() -> None:
+    for h in logging.getLogger().handlers:
+        h.flush()
+
+
+def install_kill(rank: int, step: int) -> None:
+    from asrkit.train.trainer import Trainer
+    original = Trainer._on_step
+
+    def on_step(self, state):
+        first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") in ("", "0")
+        if self.ctx.rank == rank and state.step == step and first_attempt:
+            log.warning("fault injection (kill rank %d after step %d): rank %d kills itself with SIGKILL now",
+                        rank, step, rank)
+            _flush_logs()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return original(self, state)
+
+    Trainer._on_step = on_step
+
+
+class _StallingLoader:
+    """A train loader that hangs before batch ``at`` of every pass (everything else delegated)."""
+
+    def __init__(self, loader, rank: int, at: int):
+        self.__dict__.update(_loader=loader, _rank=rank, _at=at)
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["_loader"], name)
+
+    def __len__(self):
+        return len(self._loader)
+
+    def __iter__(self):
+        for count, batch in enumerate(self._loader):
+            if count == self._at:
+                self._hang()
+            yield batch
+        if self._at >= len(self._loader):
+            self._hang()
+
+    def _hang(self):
+        log.warning("fault injection (stall rank %d at batch %d): the train loader of rank %d hangs now",
+                    self._rank, self._at, self._rank)
+        _flush_logs()
+        while True:
+            time.sleep(3600)
+
+
+def install_stall(rank: int, batch: int) -> None:
+    from asrkit.train import distributed
+    original = distributed.MonitoredLoader.__init__
+
+    def init(self, loader, monitor, kind="train"):
+        if kind == "train" and monitor.rank == rank:
+            loader = _StallingLoader(loader, rank, batch)
+        original(self, loader, monitor, kind)
+
+    distributed.MonitoredLoader.__init__ = init
+
+
+def install_collective_counter(path: str) -> None:
+    import torch.distributed as dist
+    from asrkit.train.executor import Executor
+    counts = {"collectives": 0, "steps": 0}
+    inside = [False]
+    for name in ("all_reduce", "broadcast", "all_gather_object", "gather_object", "barrier"):
+        original = getattr(dist, name)
+
+        def counted(*args, _original=original, **kwargs):
+            if inside[0]:
+                counts["collectives"] += 1
+            return _original(*args, **kwargs)
+
+        setattr(dist, name, counted)
+    train_epoch = Executor.train_epoch
+
+    def counting_train_epoch(self, loader, state, *args, **kwargs):
+        inside[0] = True
+        start = state.step
+        try:
+            return train_epoch(self, loader, state, *args, **kwargs)
+        finally:
+            inside[0] = False
+            counts["steps"] += state.step - start
+            with open(f"{path}.rank{self.ctx.rank}", "w") as f:
+                json.dump(counts, f)
+
+    Executor.train_epoch = counting_train_epoch
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--" not in argv:
+        print("error: usage: python -m tests.hooked_train [hooks] -- <asrkit.bin.train arguments>", file=sys.stderr)
+        return 2
+    split = argv.index("--")
+    p = argparse.ArgumentParser(prog="tests.hooked_train")
+    p.add_argument("--kill_rank", type=int)
+    p.add_argument("--kill_step", type=int)
+    p.add_argument("--stall_rank", type=int)
+    p.add_argument("--stall_batch", type=int, default=0)
+    p.add_argument("--count_collectives")
+    hooks = p.parse_args(argv[:split])
+    if hooks.kill_rank is not None:
+        install_kill(hooks.kill_rank, hooks.kill_step)
+    if hooks.stall_rank is not None:
+        install_stall(hooks.stall_rank, hooks.stall_batch)
+    if hooks.count_collectives:
+        install_collective_counter(hooks.count_collectives)
+    from asrkit.bin.train import main as train_main
+    return train_main(argv[split + 1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
