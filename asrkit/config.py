@@ -75,7 +75,7 @@ class LaunchConf:
     dist_backend: Literal["auto", "gloo", "nccl"] = "auto"
     init_method: str = "env://"
     # Seconds any collective (and any wait for the data loader) may block before the job
-    # fails naming the rank and what it was doing (asrkit.train.distributed.RankMonitor).
+    # fails naming the rank and what it was doing (asrkit.train.dist.monitor.RankMonitor).
     timeout_s: float = checked(1800.0, positive)
 
 

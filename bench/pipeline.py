@@ -1,5 +1,5 @@
 """The training pipeline the benchmarks time: config -> loader (real data, workers) ->
-model -> optimizer, built exactly as ``asrkit.bin.train`` builds them, and one training
+model -> optimizer, built by ``asrkit.bin.train``'s own ``build_training``, and one training
 step (forward, backward, clip, optimizer, scheduler)."""
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from asrkit.config import apply_overrides, build, read_yaml, TrainConfig  # noqa: E402
+from asrkit.train.build import build_training  # noqa: E402
+from asrkit.train.dist import DistContext  # noqa: E402
 
 
 def add_pipeline_args(p: argparse.ArgumentParser) -> None:
@@ -62,29 +64,18 @@ class Pipeline:
 
 
 def build_pipeline(args, rank: int = 0, world_size: int = 1) -> Pipeline:
-    """Everything from ``add_pipeline_args``' options; rank/world_size shard the data."""
+    """Everything from ``add_pipeline_args``' options, built by ``asrkit.train.build.build_training``
+    (what ``asrkit.bin.train`` runs); rank/world_size shard the data.  The model is returned
+    bare: ``bench/ddp_scaling.py`` wraps it with the DDP options it compares."""
     raw = read_yaml(args.config)
     raw = apply_overrides(raw, [f"tokenizer_conf.symbol_table_path={args.units}",
                                 f"dataset_conf.num_workers={args.num_workers}", *args.override])
     if args.cmvn:
         raw = apply_overrides(raw, ["cmvn=global_cmvn", f"cmvn_conf.cmvn_file={args.cmvn}"])
     cfg = build(TrainConfig, raw)
-    torch.manual_seed(cfg.seed)
-
-    from asrkit.data.dataset import build_dataloader
-    from asrkit.data.lists import read_list
-    from asrkit.data.processors import build_sample_processor
-    from asrkit.models import build_model
-    from asrkit.text import build_tokenizer
-    from asrkit.train.scheduler import build_optimizer, build_scheduler
-
-    tok = build_tokenizer(cfg)
-    proc = build_sample_processor(cfg.dataset_conf, tok, train=True, seed=cfg.seed)
-    loader = build_dataloader(read_list(args.data), cfg.dataset_conf, proc, train=True, seed=cfg.seed,
-                              rank=rank, world_size=world_size)
-    model = build_model(cfg, cfg.dataset_conf.fbank_conf.num_mel_bins, tok.vocabulary).train()
-    optimizer = build_optimizer(cfg, model.parameters())
-    return Pipeline(cfg, loader, model, optimizer, build_scheduler(cfg, optimizer))
+    ctx = DistContext(rank=rank, world_size=world_size)
+    parts = build_training(cfg, argparse.Namespace(train_data=args.data, cv_data=None), ctx, ddp=False)
+    return Pipeline(parts.cfg, parts.train_loader, parts.bare_model.train(), parts.optimizer, parts.scheduler)
 
 
 def matmul_peak(threads: int, n: int = 1024, repeats: int = 20) -> float:

@@ -82,15 +82,15 @@ class _StallingLoader:
 
 
 def install_stall(rank: int, batch: int) -> None:
-    from asrkit.train import distributed
-    original = distributed.MonitoredLoader.__init__
+    from asrkit.train.dist import monitor
+    original = monitor.MonitoredLoader.__init__
 
     def init(self, loader, monitor, kind="train"):
         if kind == "train" and monitor.rank == rank:
             loader = _StallingLoader(loader, rank, batch)
         original(self, loader, monitor, kind)
 
-    distributed.MonitoredLoader.__init__ = init
+    monitor.MonitoredLoader.__init__ = init
 
 
 def install_collective_counter(path: str) -> None:

@@ -21,14 +21,10 @@ boundary (``asrkit.train.preemption``): rerun with ``--checkpoint auto`` to cont
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
-import os
-import random
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from asrkit.config import ConfigError, TrainConfig, dump_config, load_config, to_dict
@@ -111,7 +107,7 @@ def preflight(cfg: TrainConfig, args, device: torch.device, backend: str | None 
         problems.append("dtype: bf16 is not supported by this GPU (it needs compute capability 8.0+, e.g. "
                         "A100/H100) -- use dtype: fp16 (with loss scaling) or fp32")
     if cfg.sync_batchnorm:
-        from asrkit.train.distributed import check_sync_batchnorm, resolve_backend
+        from asrkit.train.dist import check_sync_batchnorm, resolve_backend
         problem = check_sync_batchnorm(backend or resolve_backend(cfg.launch.dist_backend), device)
         if problem:
             problems.append(problem)
@@ -132,35 +128,10 @@ def enc_init_flags(args) -> dict:
     return {"--enc_init": Path(args.enc_init).name, "--enc_init_mods": args.enc_init_mods}
 
 
-def amp_scaler(cfg: TrainConfig, device: torch.device):
-    """The GradScaler for ``dtype: fp16`` on CUDA (None otherwise: fp32 needs none and
-    bf16 has fp32's exponent range).  Its calibration skips -- steps it drops while it
-    lowers the scale -- are counted apart from non-finite faults by the executor."""
-    if cfg.dtype == "fp16" and device.type == "cuda":
-        return torch.amp.GradScaler("cuda")
-    return None
-
-
-def effective_batch(cfg: TrainConfig, world_size: int) -> str:
-    """The per-rank batch, accum_grad and the effective global batch of one optimizer step."""
-    b = cfg.dataset_conf.batch_conf
-    per_rank = (f"{b.batch_size} utterances" if b.batch_type == "static"
-                else f"up to {b.max_frames_in_batch} frames ({b.batch_type})")
-    groups = cfg.accum_grad * world_size
-    return (f"batch per rank: {per_rank}; accum_grad {cfg.accum_grad}; world size {world_size}; "
-            f"effective global batch per optimizer step: {groups} x that")
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     model_dir = Path(args.model_dir)
-    from asrkit.train import distributed as D
+    from asrkit.train import dist as D
     notes: list[str] = []
     try:
         cfg = load_config(args.config, args.override, notes=notes)
@@ -214,7 +185,7 @@ def _fatal(ctx, msg: str, to_stderr: bool) -> None:
 
 def run(cfg: TrainConfig, args, ctx, spec, notes: list[str], model_dir: Path) -> int:
     """Everything after the process group exists (``main`` tears it down afterwards)."""
-    from asrkit.train import distributed as D
+    from asrkit.train import dist as D
     model_dir.mkdir(parents=True, exist_ok=True)
     setup_logging(model_dir, ctx.rank)
     log.info(D.describe(ctx, spec))
@@ -230,67 +201,16 @@ def run(cfg: TrainConfig, args, ctx, spec, notes: list[str], model_dir: Path) ->
                                      "asrkit source": agreement.package_digest()})
     monitor.set_phase("building the tokenizer, loaders and model", "other")
 
-    accum, scaling, inexact = D.scale_accum_grad(cfg.accum_grad, ctx.world_size, cfg.reference_world_size,
-                                                 cfg.keep_global_batch)
-    if scaling:
-        (log.warning if inexact else log.info)("world-size scaling: %s", scaling)
-    scaler = amp_scaler(cfg, ctx.device)
-    if cfg.dtype != "fp32":
-        log.info("mixed precision: %s autocast on %s%s; CTC is computed in fp32", cfg.dtype, ctx.device,
-                 " with a dynamic GradScaler (its calibration skips are counted apart from faults)"
-                 if scaler is not None else " (no loss scaling needed)")
-    seed_everything(cfg.seed)
-
-    from asrkit.data.dataset import build_dataloader
-    from asrkit.data.lists import read_list
-    from asrkit.data.processors import build_sample_processor
-    from asrkit.models import build_model
-    from asrkit.text import build_tokenizer
     from asrkit.train import checkpoint as ckpt
+    from asrkit.train.build import InitError, build_training
     from asrkit.train.preemption import EXIT_PREEMPTED, Preemption
-    from asrkit.train.scheduler import build_optimizer, build_scheduler
     from asrkit.train.trainer import Trainer
-
-    tokenizer = build_tokenizer(cfg)
-    train_entries = read_list(args.train_data)
-    cv_entries = read_list(args.cv_data)
-    input_dim = cfg.dataset_conf.fbank_conf.num_mel_bins
-    cfg = dataclasses.replace(cfg, input_dim=input_dim, output_dim=tokenizer.vocab_size)
-    train_proc = build_sample_processor(cfg.dataset_conf, tokenizer, train=True, seed=cfg.seed)
-    cv_proc = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=cfg.seed)
-    train_loader = D.MonitoredLoader(
-        build_dataloader(train_entries, cfg.dataset_conf, train_proc, train=True, seed=cfg.seed,
-                         rank=ctx.rank, world_size=ctx.world_size), monitor, "train")
-    cv_loader = D.MonitoredLoader(
-        build_dataloader(cv_entries, cfg.dataset_conf, cv_proc, train=False, seed=cfg.seed,
-                         rank=ctx.rank, world_size=ctx.world_size), monitor, "cv")
-
-    bare_model = build_model(cfg, input_dim, tokenizer.vocabulary).to(ctx.device)
-    n_params = sum(p.numel() for p in bare_model.parameters())
-    log.info("model: %s encoder + %s decoder, %.2f M parameters; %d train / %d CV utterances; "
-             "%d threads", cfg.encoder, cfg.decoder, n_params / 1e6, len(train_entries), len(cv_entries),
-             torch.get_num_threads())
-    if args.enc_init:
-        try:
-            copied = ckpt.init_modules(bare_model, args.enc_init, args.enc_init_mods.split(","))
-        except CheckpointError as e:
-            _fatal(ctx, f"cannot initialise from --enc_init: {e}", to_stderr=True)
-            return 2
-        log.info("initialised %d tensors (%s) from %s", len(copied), args.enc_init_mods, args.enc_init)
-    if cfg.sync_batchnorm and not D.count_batchnorm(bare_model):
-        log.info("sync_batchnorm: the model has no BatchNorm layer (encoder_conf.cnn_module_norm: %s); "
-                 "nothing to convert", getattr(cfg.encoder_conf, "cnn_module_norm", "?"))
-    elif cfg.sync_batchnorm and not ctx.distributed:
-        log.info("sync_batchnorm: one process, nothing to synchronise; BatchNorm left as it is")
-    # Every parameter of the models built here takes part in the loss (AsrModel leaves out the
-    # CTC head or the decoder whose weight is 0), so DDP need not search for unused ones.
-    model = D.wrap_ddp(bare_model, ctx, find_unused_parameters=False, sync_batchnorm=cfg.sync_batchnorm)
-    # The run steps with the scaled accum_grad; train.yaml and checkpoints keep the config as
-    # written (with reference_world_size/keep_global_batch), so it rescales on any world size.
-    train_cfg = dataclasses.replace(cfg, accum_grad=accum)
-    log.info(effective_batch(train_cfg, ctx.world_size))
-    optimizer = build_optimizer(cfg, model.parameters())
-    scheduler = build_scheduler(cfg, optimizer)
+    try:
+        parts = build_training(cfg, args, ctx, monitor=monitor)
+    except InitError as e:
+        _fatal(ctx, str(e), to_stderr=True)
+        return 2
+    cfg = parts.cfg
     if ctx.is_main:
         dump_config(cfg, model_dir / "train.yaml")
 
@@ -299,9 +219,12 @@ def run(cfg: TrainConfig, args, ctx, spec, notes: list[str], model_dir: Path) ->
         from torch.utils.tensorboard import SummaryWriter
         writer = SummaryWriter(args.tensorboard_dir or str(model_dir / "tensorboard"))
     preemption = Preemption()
-    trainer = Trainer(train_cfg, ctx, model, optimizer, scheduler, train_loader, cv_loader, model_dir,
-                      config_dict=to_dict(cfg), scaler=scaler, writer=writer, max_steps=args.max_steps,
-                      preemption=preemption)
+    # The run steps with the scaled accum_grad (parts.train_cfg); train.yaml and checkpoints keep
+    # the config as written (with reference_world_size/keep_global_batch), so it rescales on any
+    # world size.
+    trainer = Trainer(parts.train_cfg, ctx, parts.model, parts.optimizer, parts.scheduler, parts.train_loader,
+                      parts.cv_loader, model_dir, config_dict=to_dict(cfg), scaler=parts.scaler, writer=writer,
+                      max_steps=args.max_steps, preemption=preemption)
     ckpt.remove_stale_temporaries(model_dir)
     resume = args.checkpoint
     if resume == "auto":

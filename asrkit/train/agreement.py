@@ -28,7 +28,7 @@ from typing import Any, Iterable, Optional
 
 import torch.distributed as dist
 
-from asrkit.train.distributed import DistContext
+from asrkit.train.dist import DistContext
 
 log = logging.getLogger("asrkit.train")
 

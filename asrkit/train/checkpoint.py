@@ -25,19 +25,18 @@ output) is checked structurally only.
 from __future__ import annotations
 
 import logging
-import os
 import random
 import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 import torch
 import yaml
 
-from asrkit.io.checkpoint import (CheckpointError, load_checkpoint, read_info, read_record,  # noqa: F401
-                                  strip_module_prefix, verify_digest)
-from asrkit.io.files import WriteError, atomic_write, atomic_write_text, file_digest, remove_temporaries  # noqa: F401
+# (loading lives in asrkit.io.checkpoint, shared with inference; re-exported here for the trainer)
+from asrkit.io.checkpoint import CheckpointError, load_checkpoint, read_info, read_record
+from asrkit.io.files import WriteError, atomic_write, atomic_write_text, remove_temporaries
 
 log = logging.getLogger("asrkit.train")
 

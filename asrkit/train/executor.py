@@ -71,7 +71,7 @@ from typing import Callable, Optional
 
 import torch
 
-from asrkit.train.distributed import DistContext, no_sync_if, unwrap
+from asrkit.train.dist import DistContext, no_sync_if, unwrap
 from asrkit.train.loss_sums import Window, merge_names, report, summed_names
 from asrkit.train.reading import consumed_position, mark_consumed, read_ahead
 
@@ -213,7 +213,7 @@ class Executor:
         return True
 
     def _set_phase(self, text: str, kind: str) -> None:
-        """What this rank does now, for the stuck-rank diagnosis (``asrkit.train.distributed.RankMonitor``)."""
+        """What this rank does now, for the stuck-rank diagnosis (``asrkit.train.dist.monitor.RankMonitor``)."""
         if self.ctx.monitor is not None:
             self.ctx.monitor.set_phase(text, kind)
 

@@ -32,7 +32,7 @@ from typing import Optional
 import torch
 
 from asrkit.train import checkpoint as ckpt
-from asrkit.train.distributed import DistContext, unwrap
+from asrkit.train.dist import DistContext, unwrap
 from asrkit.train.executor import Executor, TrainState, consumed_position
 
 log = logging.getLogger("asrkit.train")

@@ -13,7 +13,7 @@ import torch.multiprocessing as mp
 
 from asrkit.config import TrainConfig, build
 from asrkit.models import build_model
-from asrkit.train.distributed import DistContext
+from asrkit.train.dist import DistContext
 from asrkit.train.executor import Executor, NonFiniteError, TrainState
 from asrkit.train.scheduler import build_optimizer, build_scheduler
 from tests.helpers import free_port, random_batch, tiny_config_dict

@@ -15,7 +15,7 @@ import torch.multiprocessing as mp
 
 from asrkit.config import TrainConfig, to_dict
 from asrkit.train import agreement as A
-from asrkit.train.distributed import DistContext
+from asrkit.train.dist import DistContext
 from tests.helpers import free_port, launch_ranks, train_args
 
 

@@ -9,7 +9,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from asrkit.config import LaunchConf
-from asrkit.train.distributed import DistContext, LaunchError, check_init_method, resolve_launch
+from asrkit.train.dist import DistContext, LaunchError, check_init_method, resolve_launch
 from tests.helpers import free_port, random_batch, tiny_config_dict
 
 
@@ -18,7 +18,7 @@ def _tiny_ddp_executors(ctx, tmp, accum_grads):
     from asrkit.config import TrainConfig, build
     from asrkit.models import build_model
     from asrkit.text.vocabulary import Vocabulary
-    from asrkit.train.distributed import wrap_ddp
+    from asrkit.train.dist import wrap_ddp
     from asrkit.train.executor import Executor
     from asrkit.train.scheduler import build_optimizer, build_scheduler
     cfgs = {a: build(TrainConfig, tiny_config_dict(accum_grad=a)) for a in accum_grads}

@@ -18,7 +18,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from asrkit.train import distributed as D
+from asrkit.train import dist as D
+from asrkit.train.dist.monitor import _first_line as first_line
 
 from tests.helpers import REPO, free_port, random_batch, tiny_config_dict, train_args
 
@@ -98,7 +99,7 @@ def test_peer_summary_and_failure_classification():
     assert D.is_collective_failure(RuntimeError("[../gloo/transport/tcp/unbound_buffer.cc:78] Timed out "
                                                 "waiting 4000ms for recv operation to complete"))
     assert not D.is_collective_failure(ValueError("bad config"))
-    assert D._first_line(RuntimeError("[x.cc:1] Timed out waiting\nmore")) == "Timed out waiting"
+    assert first_line(RuntimeError("[x.cc:1] Timed out waiting\nmore")) == "Timed out waiting"
 
     class Store(dict):
         def check(self, keys):

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from asrkit.train import checkpoint as ckpt
-from asrkit.train.distributed import scale_accum_grad
+from asrkit.train.dist import scale_accum_grad
 from tests.helpers import distinct_utterance_list, launch_ranks, run_checked, tensorboard_scalars, train_args
 
 

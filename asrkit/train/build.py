@@ -1,0 +1,162 @@
+"""``build_training``: the one place that turns a validated config into the parts of a
+training run -- tokenizer, sample processors, loaders, model (optionally started from
+another run's modules, DDP-wrapped), optimizer, scheduler and grad scaler.
+
+``asrkit.bin.train``, the benchmarks in ``bench/`` and the tests all build through it, so
+what they time or check is what training runs.  The order of construction is fixed
+(seed, tokenizer, lists, processors, loaders, model): the model's initial weights depend
+on it, and so does every reproduced result.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from asrkit.config import TrainConfig
+from asrkit.io.checkpoint import CheckpointError
+from asrkit.train.dist.context import DistContext
+
+log = logging.getLogger("asrkit.train")
+
+
+class InitError(RuntimeError):
+    """``--enc_init`` could not be applied (missing module, shape mismatch, bad checkpoint)."""
+
+
+@dataclasses.dataclass
+class TrainingParts:
+    """What :func:`build_training` returns.
+
+    ``cfg`` is the resolved config (``input_dim``/``output_dim`` filled in): what
+    ``train.yaml`` and the checkpoints record.  ``train_cfg`` is the same with the world-size
+    scaled ``accum_grad`` (``keep_global_batch``): what the executor steps with.
+    ``model`` is ``bare_model`` wrapped in DDP when the process group has several ranks
+    (and ``ddp=True``); ``scaler`` is the fp16 GradScaler or None."""
+
+    cfg: TrainConfig
+    train_cfg: TrainConfig
+    tokenizer: Any
+    train_entries: list
+    cv_entries: list
+    train_loader: Any
+    cv_loader: Optional[Any]
+    bare_model: torch.nn.Module
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    scaler: Optional[torch.amp.GradScaler]
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, numpy's and torch's global generators (model initialisation)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def amp_scaler(cfg: TrainConfig, device: torch.device) -> Optional[torch.amp.GradScaler]:
+    """The GradScaler for ``dtype: fp16`` on CUDA (None otherwise: fp32 needs none and
+    bf16 has fp32's exponent range).  Its calibration skips -- steps it drops while it
+    lowers the scale -- are counted apart from non-finite faults by the executor."""
+    if cfg.dtype == "fp16" and device.type == "cuda":
+        return torch.amp.GradScaler("cuda")
+    return None
+
+
+def effective_batch(cfg: TrainConfig, world_size: int) -> str:
+    """The per-rank batch, accum_grad and the effective global batch of one optimizer step."""
+    b = cfg.dataset_conf.batch_conf
+    per_rank = (f"{b.batch_size} utterances" if b.batch_type == "static"
+                else f"up to {b.max_frames_in_batch} frames ({b.batch_type})")
+    groups = cfg.accum_grad * world_size
+    return (f"batch per rank: {per_rank}; accum_grad {cfg.accum_grad}; world size {world_size}; "
+            f"effective global batch per optimizer step: {groups} x that")
+
+
+def _scaled_config(cfg: TrainConfig, ctx: DistContext) -> TrainConfig:
+    """``cfg`` with ``accum_grad`` scaled for this world size (logged when it changes anything)."""
+    from asrkit.train.dist.scaling import scale_accum_grad
+    accum, scaling, inexact = scale_accum_grad(cfg.accum_grad, ctx.world_size, cfg.reference_world_size,
+                                               cfg.keep_global_batch)
+    if scaling:
+        (log.warning if inexact else log.info)("world-size scaling: %s", scaling)
+    return dataclasses.replace(cfg, accum_grad=accum)
+
+
+def build_training(cfg: TrainConfig, args, ctx: DistContext, *, monitor=None, ddp: bool = True) -> TrainingParts:
+    """Build every part of a training run of ``cfg`` for this rank.
+
+    ``args`` carries ``train_data`` and ``cv_data`` (data.list paths; ``cv_data`` may be
+    None: no CV loader) and, optionally, ``enc_init`` / ``enc_init_mods`` (start the named
+    modules from another checkpoint; a failure raises :class:`InitError`).  The loaders shard
+    by ``ctx.rank``/``ctx.world_size``; with a ``monitor`` (``asrkit.train.dist.RankMonitor``)
+    they record their waits in it.  ``ddp=False`` returns the bare model in ``model`` too
+    (for callers that wrap it themselves, e.g. a benchmark comparing DDP options)."""
+    from asrkit.data.dataset import build_dataloader
+    from asrkit.data.lists import read_list
+    from asrkit.data.processors import build_sample_processor
+    from asrkit.models import build_model
+    from asrkit.text import build_tokenizer
+    from asrkit.train.dist import count_batchnorm, wrap_ddp
+    from asrkit.train.dist.monitor import MonitoredLoader
+    from asrkit.train.scheduler import build_optimizer, build_scheduler
+
+    train_cfg = _scaled_config(cfg, ctx)
+    scaler = amp_scaler(cfg, ctx.device)
+    if cfg.dtype != "fp32":
+        log.info("mixed precision: %s autocast on %s%s; CTC is computed in fp32", cfg.dtype, ctx.device,
+                 " with a dynamic GradScaler (its calibration skips are counted apart from faults)"
+                 if scaler is not None else " (no loss scaling needed)")
+    seed_everything(cfg.seed)
+
+    tokenizer = build_tokenizer(cfg)
+    train_entries = read_list(args.train_data)
+    cv_data = getattr(args, "cv_data", None)
+    cv_entries = read_list(cv_data) if cv_data else []
+    input_dim = cfg.dataset_conf.fbank_conf.num_mel_bins
+    cfg = dataclasses.replace(cfg, input_dim=input_dim, output_dim=tokenizer.vocab_size)
+    train_cfg = dataclasses.replace(train_cfg, input_dim=input_dim, output_dim=tokenizer.vocab_size)
+
+    def loader(entries, train: bool):
+        proc = build_sample_processor(cfg.dataset_conf, tokenizer, train=train, seed=cfg.seed)
+        built = build_dataloader(entries, cfg.dataset_conf, proc, train=train, seed=cfg.seed,
+                                 rank=ctx.rank, world_size=ctx.world_size)
+        return MonitoredLoader(built, monitor, "train" if train else "cv") if monitor is not None else built
+
+    train_loader = loader(train_entries, True)
+    cv_loader = loader(cv_entries, False) if cv_data else None
+
+    bare_model = build_model(cfg, input_dim, tokenizer.vocabulary).to(ctx.device)
+    n_params = sum(p.numel() for p in bare_model.parameters())
+    log.info("model: %s encoder + %s decoder, %.2f M parameters; %d train / %d CV utterances; "
+             "%d threads", cfg.encoder, cfg.decoder, n_params / 1e6, len(train_entries), len(cv_entries),
+             torch.get_num_threads())
+    enc_init = getattr(args, "enc_init", None)
+    if enc_init:
+        from asrkit.train.checkpoint import init_modules
+        mods = getattr(args, "enc_init_mods", "encoder.")
+        try:
+            copied = init_modules(bare_model, enc_init, mods.split(","))
+        except CheckpointError as e:
+            raise InitError(f"cannot initialise from --enc_init: {e}") from e
+        log.info("initialised %d tensors (%s) from %s", len(copied), mods, enc_init)
+    if cfg.sync_batchnorm and not count_batchnorm(bare_model):
+        log.info("sync_batchnorm: the model has no BatchNorm layer (encoder_conf.cnn_module_norm: %s); "
+                 "nothing to convert", getattr(cfg.encoder_conf, "cnn_module_norm", "?"))
+    elif cfg.sync_batchnorm and not ctx.distributed:
+        log.info("sync_batchnorm: one process, nothing to synchronise; BatchNorm left as it is")
+    model = bare_model
+    if ddp:
+        # Every parameter of the models built here takes part in the loss (AsrModel leaves out
+        # the CTC head or the decoder whose weight is 0), so DDP need not search for unused ones.
+        model = wrap_ddp(bare_model, ctx, find_unused_parameters=False, sync_batchnorm=cfg.sync_batchnorm)
+    log.info(effective_batch(train_cfg, ctx.world_size))
+    optimizer = build_optimizer(cfg, model.parameters())
+    scheduler = build_scheduler(cfg, optimizer)
+    return TrainingParts(cfg, train_cfg, tokenizer, train_entries, cv_entries, train_loader, cv_loader,
+                         bare_model, model, optimizer, scheduler, scaler)

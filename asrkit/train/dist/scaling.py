@@ -1,0 +1,51 @@
+"""World-size scaling of ``accum_grad``: keeping the global batch of a config tuned on another
+number of ranks."""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+
+
+def round_half_up(x: float) -> int:
+    return int(math.floor(x + 0.5))
+
+
+def scale_accum_grad(accum_grad: int, world_size: int, reference_world_size: int,
+                     keep_global_batch: bool) -> tuple[int, Optional[str], bool]:
+    """``accum_grad`` for this world size: ``(accum_grad to use, what was done, inexact)``.
+
+    The reference run (``reference_world_size`` ranks, ``accum_grad``) sums
+    ``reference_world_size x accum_grad`` per-rank batches into one optimizer step.  With
+    ``keep_global_batch`` the run keeps that number:
+    ``round(reference_world_size x accum_grad / world_size)`` -- to the nearest integer, halves
+    rounded up, at least 1.  When that is not exact the message says which global batch the
+    run really has (``inexact`` is then True; the caller logs it as a warning).
+    Without ``keep_global_batch`` nothing changes; with a ``reference_world_size`` the message
+    only compares the global batch with the reference's.
+    """
+    if reference_world_size <= 0:
+        return accum_grad, None, False
+    ref_groups = reference_world_size * accum_grad
+    if not keep_global_batch:
+        if world_size == reference_world_size:
+            return accum_grad, (f"world size {world_size} = reference_world_size: the global batch is the "
+                                f"reference's"), False
+        ratio = world_size / reference_world_size
+        return accum_grad, (
+            f"world size {world_size} vs reference_world_size {reference_world_size}: the global batch is "
+            f"{ratio:.3g}x the reference's (keep_global_batch: false); set keep_global_batch: true to scale "
+            f"accum_grad, or scale lr/warmup_steps by hand"), True
+    exact = ref_groups / world_size
+    effective = max(1, round_half_up(exact))
+    head = (f"keep_global_batch: the reference ({reference_world_size} rank(s) x accum_grad {accum_grad}) sums "
+            f"{ref_groups} per-rank batches per optimizer step; on {world_size} rank(s) accum_grad "
+            f"{accum_grad} -> {effective}")
+    got = effective * world_size
+    if got == ref_groups:
+        return effective, head + ": the same global batch", False
+    return effective, (
+        f"{head}: {ref_groups}/{world_size} = {exact:.3g} is not an integer and was rounded to the nearest "
+        f"(halves up, at least 1), so the global batch is {got} per-rank batches instead of {ref_groups} "
+        f"({got / ref_groups:.3g}x the reference); choose a world size that divides {ref_groups}, or scale "
+        f"lr/warmup_steps for the rest"), True
