@@ -178,7 +178,7 @@ def test_guide_slurm_script_resumes_and_restarts(recipe, two_nodes, tmp_path):
     port = free_port()  # (the script's default, 20000 + job id % 20000, may be taken here)
     env = run_env(PATH=f"{stubs}{os.pathsep}{os.environ['PATH']}", STUB_LOG=str(tmp_path / "stub.log"),
                   STUB_NODELIST="localhost,127.0.0.1", master_port=str(port),
-                  ASRKIT_TEST_KILL_RANK="1", ASRKIT_TEST_KILL_STEP="6")
+                  ASRKIT_HOOK_KILL="1:6", PYTHONPATH=f"{REPO / 'tests' / 'fault_site'}{os.pathsep}{REPO}")
     _, err = bash(guide_script("slurm", port=port, opts=TOY), recipe, env)
     calls = (tmp_path / "stub.log").read_text()
     assert "scontrol show hostnames localhost,127.0.0.1" in calls
