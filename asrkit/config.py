@@ -31,6 +31,7 @@ from typing import Any, ClassVar, Iterable, Literal, Optional, Union
 
 import yaml
 
+from asrkit.io.files import atomic_write_text
 from asrkit.schema import checked, merged_unsupported, non_negative, positive
 
 
@@ -337,12 +338,11 @@ def to_dict(obj) -> dict:
 
 
 def dump_config(obj, path: str | Path) -> None:
-    """Write ``obj`` as YAML; ``load_config(path)`` gives back an equal object."""
+    """Write ``obj`` as YAML, atomically (:class:`asrkit.io.files.WriteError` on failure, the
+    old file kept); ``load_config(path)`` gives back an equal object."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(yaml.safe_dump(to_dict(obj), sort_keys=False, allow_unicode=True), encoding="utf-8")
-    tmp.replace(path)
+    atomic_write_text(path, yaml.safe_dump(to_dict(obj), sort_keys=False, allow_unicode=True))
 
 
 def schema_classes(cls=None) -> list[type]:

@@ -67,14 +67,16 @@ def run_pipeline(proc: processors.SampleProcessor, entries, epoch: int) -> float
     return time.perf_counter() - start
 
 
-def step_breakdown(proc: processors.SampleProcessor, entries) -> dict[str, float]:
-    """Mean milliseconds per utterance of each step (load, then the configured steps)."""
+def step_breakdown(proc: processors.SampleProcessor, entries, epoch: int = 0) -> dict[str, float]:
+    """Mean milliseconds per utterance of each step (load, then the configured steps), the
+    samples built as ``proc(entry, epoch)`` builds them."""
     totals: dict[str, float] = {}
     for e in entries:
-        gen = processors.sample_generator(proc.seed, 0, e.key)
+        gen = processors.sample_generator(proc.seed, epoch, e.key)
         t = time.perf_counter()
         sample = processors.load(e)
         totals["load"] = totals.get("load", 0.0) + time.perf_counter() - t
+        sample["epoch"] = epoch  # speed_perturb draws its factor from (seed, epoch, key)
         for step in proc.steps:
             t = time.perf_counter()
             sample = step(sample, gen)

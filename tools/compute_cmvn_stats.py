@@ -33,6 +33,7 @@ from asrkit.data import processors  # noqa: E402
 from asrkit.data.audio import DataFault  # noqa: E402
 from asrkit.data.features import CmvnStats, write_cmvn  # noqa: E402
 from asrkit.data.lists import ListEntry, read_list, read_wav_scp  # noqa: E402
+from asrkit.io.files import WriteError  # noqa: E402
 
 _CHUNK = 64
 
@@ -84,7 +85,11 @@ def main(argv=None) -> int:
     if total.frames == 0:
         logging.error("no usable audio in the input (%s)", skips.summary())
         return 1
-    write_cmvn(args.out_cmvn, total)
+    try:
+        write_cmvn(args.out_cmvn, total)
+    except WriteError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     logging.info("wrote CMVN of %d frames from %d utterances to %s; %s", total.frames,
                  len(entries) - skips.total, args.out_cmvn, skips.summary())
     return 0

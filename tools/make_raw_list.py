@@ -25,6 +25,7 @@ import soundfile as sf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from asrkit.data.lists import ListError, read_wav_scp  # noqa: E402  (one wav.scp reader, pipes refused)
+from asrkit.io.files import WriteError, atomic_write_text  # noqa: E402
 
 
 def read_table(path: Path, what: str) -> dict[str, str]:
@@ -122,12 +123,12 @@ def main(argv=None) -> int:
         print(f"skipped {sum(skipped.values())} utterance(s): {summary}", file=sys.stderr)
         if args.strict:
             return 1
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.output.with_name(args.output.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for e in entries:
-            f.write(json.dumps(e, ensure_ascii=False) + "\n")
-    tmp.replace(args.output)
+    try:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(args.output, "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries))
+    except (WriteError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     hours = sum(e["duration"] for e in entries) / 3600
     print(f"wrote {len(entries)} entries ({hours:.2f} h) to {args.output}", file=sys.stderr)
     return 0

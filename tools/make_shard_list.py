@@ -22,7 +22,9 @@ backslash or a control character: ``asrkit.data.lists.unsafe_member_name``) is r
 before anything is written.  Utterances whose audio is missing, unreadable, truncated or
 empty are left out,
 each logged with its reason, and counted in a summary.  Shards are written in parallel
-(``--num_threads`` processes), each to a temporary name renamed when complete.
+(``--num_threads`` processes), each atomically (``asrkit.io.files.atomic_write``: a
+temporary name renamed when complete).  A shard or the list that cannot be written (disk
+full, no permission) ends the run with a one-line ``error:`` and exit status 1.
 
 Usage:
     tools/make_shard_list.py --num_utts_per_shard 1000 --num_threads 2 \\
@@ -46,6 +48,7 @@ import soundfile  # noqa: E402
 from asrkit.data.audio import DataFault, load_audio  # noqa: E402
 from asrkit.data.lists import ListEntry, read_list, unsafe_member_name, write_shard_list  # noqa: E402
 from asrkit.data.processors import Skip, SkipStats  # noqa: E402
+from asrkit.io.files import WriteError, atomic_write  # noqa: E402
 
 # soundfile read dtype that holds each WAV subtype without loss
 _EXACT_DTYPE = {"PCM_U8": "int16", "PCM_16": "int16", "PCM_24": "int32", "PCM_32": "int32",
@@ -72,33 +75,37 @@ def wav_payload(entry: ListEntry) -> bytes:
 
 
 def write_shard(job: tuple[str, list[ListEntry]]) -> tuple[str, list[ListEntry], list[Skip]]:
-    """Write one tar; return its path, its members (with offset/size/duration) and the
-    skipped entries."""
+    """Write one tar (atomically: :class:`WriteError` on failure, an old tar of that name
+    kept); return its path, its members (with offset/size/duration) and the skipped entries."""
     tar_path, entries = job
-    tmp = tar_path + ".tmp"
     kept, skipped = [], []
-    with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
-        for entry in entries:
-            try:
-                wav, sr = load_audio(entry)  # validates: missing/unreadable/truncated/empty
-            except DataFault as fault:
-                skipped.append(Skip(entry.key, fault.reason, fault.detail))
-                continue
-            for name, payload in ((f"{entry.key}.wav", wav_payload(entry)),
-                                  (f"{entry.key}.txt", entry.txt.encode("utf-8"))):
-                info = tarfile.TarInfo(name)
-                info.size = len(payload)
-                info.mode = 0o644
-                tar.addfile(info, io.BytesIO(payload))
-            kept.append(dataclasses.replace(entry, duration=wav.shape[1] / sr))
-    with tarfile.open(tmp, "r") as tar:
+
+    def write_tar(f) -> None:
+        # stream mode ("w|"): the plain "w" mode calls tell(), which atomic_write's
+        # write-only file object does not have; the bytes written are the same
+        with tarfile.open(fileobj=f, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+            for entry in entries:
+                try:
+                    wav, sr = load_audio(entry)  # validates: missing/unreadable/truncated/empty
+                except DataFault as fault:
+                    skipped.append(Skip(entry.key, fault.reason, fault.detail))
+                    continue
+                for name, payload in ((f"{entry.key}.wav", wav_payload(entry)),
+                                      (f"{entry.key}.txt", entry.txt.encode("utf-8"))):
+                    info = tarfile.TarInfo(name)
+                    info.size = len(payload)
+                    info.mode = 0o644
+                    tar.addfile(info, io.BytesIO(payload))
+                kept.append(dataclasses.replace(entry, duration=wav.shape[1] / sr))
+
+    atomic_write(tar_path, write_tar)
+    with tarfile.open(tar_path, "r") as tar:
         located = {m.name: m for m in tar.getmembers()}
     members = []
     for entry in kept:
         m = located[f"{entry.key}.wav"]
         members.append(ListEntry(key=entry.key, txt=entry.txt, duration=entry.duration,
                                  tar=tar_path, offset=m.offset_data, size=m.size))
-    Path(tmp).replace(tar_path)
     return tar_path, members, skipped
 
 
@@ -132,12 +139,16 @@ def main(argv=None) -> int:
             for i in range(0, len(entries), n)]
     stats = SkipStats()
     shards = []
-    with multiprocessing.Pool(min(args.num_threads, max(1, len(jobs)))) as pool:
-        for tar_path, members, skipped in pool.imap(write_shard, jobs):
-            for skip in skipped:
-                stats.add(skip)
-            shards.append((tar_path, members))
-    write_shard_list(args.shard_list, shards)
+    try:
+        with multiprocessing.Pool(min(args.num_threads, max(1, len(jobs)))) as pool:
+            for tar_path, members, skipped in pool.imap(write_shard, jobs):
+                for skip in skipped:
+                    stats.add(skip)
+                shards.append((tar_path, members))
+        write_shard_list(args.shard_list, shards)
+    except WriteError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     kept = sum(len(m) for _, m in shards)
     hours = sum(e.duration for _, m in shards for e in m) / 3600
     logging.info("wrote %d shards, %d utterances (%.2f h) to %s; %s", len(shards), kept, hours,

@@ -24,12 +24,14 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from asrkit.io.files import WriteError, atomic_write_bytes  # noqa: E402
 from asrkit.text.cjk import is_cjk, split_cjk  # noqa: E402
 from asrkit.text.tokenizer import CharTokenizer, normalize_text  # noqa: E402
 from asrkit.text.units import SPECIAL, units_from_symbols, write_units  # noqa: E402
@@ -67,7 +69,8 @@ def char_units(transcripts: list[str], split_with_space: bool) -> set[str]:
 
 
 def train_bpe(transcripts: list[str], vocab_size: int, model_type: str, model_path: Path) -> set[str]:
-    """Train sentencepiece on the non-CJK runs; return its pieces plus the CJK characters."""
+    """Train sentencepiece on the non-CJK runs, write its model to ``model_path`` (atomically;
+    :class:`WriteError` on failure) and return its pieces plus the CJK characters."""
     import sentencepiece as spm
 
     runs, cjk = [], set()
@@ -79,16 +82,14 @@ def train_bpe(transcripts: list[str], vocab_size: int, model_type: str, model_pa
                 runs.append(part.strip())
     units = set(cjk)
     if runs:
-        model_path.parent.mkdir(parents=True, exist_ok=True)
-        prefix = str(model_path.with_suffix(""))
+        trained = io.BytesIO()  # the model proto; sentencepiece writes no file when given a writer
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(runs), model_prefix=prefix, vocab_size=vocab_size,
+            sentence_iterator=iter(runs), model_writer=trained, vocab_size=vocab_size,
             model_type=model_type, character_coverage=1.0, hard_vocab_limit=False,
             bos_id=-1, eos_id=-1, unk_id=0, minloglevel=2)
-        written = Path(prefix + ".model")
-        if written != model_path:
-            written.replace(model_path)
-        sp = spm.SentencePieceProcessor(model_file=str(model_path))
+        model_path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(model_path, trained.getvalue())
+        sp = spm.SentencePieceProcessor(model_proto=trained.getvalue())
         pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())
                   if not (sp.is_unknown(i) or sp.is_control(i))]
         if len(pieces) + 1 < vocab_size:
@@ -114,19 +115,23 @@ def main(argv=None) -> int:
     if not transcripts:
         print(f"error: no transcripts in {args.text}", file=sys.stderr)
         return 1
-    if args.bpe:
-        if args.split_with_space:
-            print("error: --split-with-space applies to char units only", file=sys.stderr)
-            return 1
-        model = args.bpe_model or args.units.with_name("bpe.model")
-        units = train_bpe(transcripts, args.bpe, args.bpe_type, model)
-    else:
-        units = char_units(transcripts, args.split_with_space)
-    clash = units & set(SPECIAL)
-    if clash:
-        print(f"note: transcripts contain reserved symbol(s) {sorted(clash)}; kept at their fixed ids",
-              file=sys.stderr)
-    table = write_units(args.units, units)
+    if args.bpe and args.split_with_space:
+        print("error: --split-with-space applies to char units only", file=sys.stderr)
+        return 1
+    try:
+        if args.bpe:
+            model = args.bpe_model or args.units.with_name("bpe.model")
+            units = train_bpe(transcripts, args.bpe, args.bpe_type, model)
+        else:
+            units = char_units(transcripts, args.split_with_space)
+        clash = units & set(SPECIAL)
+        if clash:
+            print(f"note: transcripts contain reserved symbol(s) {sorted(clash)}; kept at their fixed ids",
+                  file=sys.stderr)
+        table = write_units(args.units, units)
+    except (WriteError, OSError) as e:  # OSError: the output directory cannot be made
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     print(f"wrote {len(table)} units to {args.units}", file=sys.stderr)
     return 0
 

@@ -24,6 +24,8 @@ from typing import Optional
 import torch
 import torchaudio.compliance.kaldi as kaldi
 
+from asrkit.io.files import atomic_write_text
+
 INT16_SCALE = 1 << 15
 VARIANCE_FLOOR = 1.0e-20
 
@@ -81,14 +83,13 @@ class CmvnStats:
 
 
 def write_cmvn(path: str | Path, stats: CmvnStats) -> None:
-    """Write ``stats`` as a WeNet global CMVN JSON file (atomically)."""
+    """Write ``stats`` as a WeNet global CMVN JSON file, atomically
+    (:class:`asrkit.io.files.WriteError` on failure, the old file kept)."""
     if stats.frames == 0:
         raise ValueError("no frames accumulated: refusing to write empty CMVN statistics")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(stats.to_json()), encoding="utf-8")
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(stats.to_json()))
 
 
 def load_cmvn(path: str | Path) -> tuple[torch.Tensor, torch.Tensor]:

@@ -41,6 +41,8 @@ from typing import Any, Optional
 
 import soundfile
 
+from asrkit.io.files import atomic_write_text
+
 logger = logging.getLogger("asrkit.data")
 
 
@@ -205,16 +207,16 @@ def read_list(path: str | Path) -> list[ListEntry]:
 
 def write_shard_list(path: str | Path, shards: list[tuple[str, list[ListEntry]]]) -> None:
     """Write a shard list: one line per ``(tar path, members)``, members in tar order
-    (each needs ``offset``, ``size`` and ``duration``).  Written atomically."""
+    (each needs ``offset``, ``size`` and ``duration``).  Written atomically
+    (:class:`asrkit.io.files.WriteError` on failure, the old file kept)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for tar, members in shards:
-            rows = [{"key": m.key, "txt": m.txt, "duration": round(m.duration, 6),
-                     "offset": m.offset, "size": m.size} for m in members]
-            f.write(json.dumps({"tar": tar, "members": rows}, ensure_ascii=False) + "\n")
-    tmp.replace(path)
+    lines = []
+    for tar, members in shards:
+        rows = [{"key": m.key, "txt": m.txt, "duration": round(m.duration, 6),
+                 "offset": m.offset, "size": m.size} for m in members]
+        lines.append(json.dumps({"tar": tar, "members": rows}, ensure_ascii=False) + "\n")
+    atomic_write_text(path, "".join(lines))
 
 
 def read_wav_scp(path: str | Path) -> dict[str, str]:

@@ -11,6 +11,8 @@ import unicodedata
 from pathlib import Path
 from typing import Iterable
 
+from asrkit.io.files import atomic_write_text
+
 BLANK = "<blank>"
 UNK = "<unk>"
 SOS_EOS = "<sos/eos>"
@@ -33,14 +35,13 @@ def units_from_symbols(symbols: Iterable[str]) -> list[str]:
 
 
 def write_units(path: str | Path, symbols: Iterable[str]) -> list[str]:
-    """Write ``units_from_symbols(symbols)`` to ``path`` (``<symbol> <id>`` lines) and
+    """Write ``units_from_symbols(symbols)`` to ``path`` (``<symbol> <id>`` lines,
+    atomically: :class:`asrkit.io.files.WriteError` on failure, the old file kept) and
     return the table written."""
     table = units_from_symbols(symbols)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(f"{sym} {i}\n" for i, sym in enumerate(table)), encoding="utf-8")
-    tmp.replace(path)
+    atomic_write_text(path, "".join(f"{sym} {i}\n" for i, sym in enumerate(table)))
     return table
 
 

@@ -28,6 +28,7 @@ from typing import Any, Iterable, Optional
 
 import torch.distributed as dist
 
+from asrkit.io.files import file_digest
 from asrkit.train.dist import DistContext
 
 log = logging.getLogger("asrkit.train")
@@ -77,21 +78,18 @@ def comparable_config(config: dict) -> dict[str, str]:
     return flat
 
 
-def file_digest(path: Optional[str | Path]) -> Optional[dict]:
-    """``{"path", "sha256", "bytes"}`` of a file (None for no path; ``sha256`` None if unreadable)."""
+def file_fingerprint(path: Optional[str | Path]) -> Optional[dict]:
+    """``{"path", "sha256", "bytes"}`` of a file: None for no path; for an unreadable file
+    ``sha256`` and ``bytes`` are None and ``error`` holds the reason."""
     if not path:
         return None
     path = Path(path)
-    h = hashlib.sha256()
-    size = 0
     try:
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-                size += len(chunk)
+        size = path.stat().st_size
+        sha256 = file_digest(path)
     except OSError as e:
         return {"path": str(path), "sha256": None, "bytes": None, "error": str(e)}
-    return {"path": str(path), "sha256": h.hexdigest(), "bytes": size}
+    return {"path": str(path), "sha256": sha256, "bytes": size}
 
 
 def source_digest(files: Iterable[Path], root: Path) -> str:
@@ -130,7 +128,7 @@ def fingerprint(config: dict, files: dict[str, Optional[str]], extra: Optional[d
     the ``extra`` run facts (canonical JSON)."""
     return {
         "config_sha256": hashlib.sha256(canonical(comparable_config(config)).encode()).hexdigest(),
-        "files": {label: file_digest(path) for label, path in files.items()},
+        "files": {label: file_fingerprint(path) for label, path in files.items()},
         "extra": {k: canonical(v) for k, v in (extra or {}).items()},
     }
 

@@ -56,3 +56,21 @@ def test_ddp_scaling_compares_two_gloo_processes_with_one(pipeline_args, tmp_pat
         assert r["real_frames_per_s"] > 0 and r["step_s"] > 0 and r["step_s_no_sync"] > 0
         assert r["allreduce_overhead"] == pytest.approx(1 - r["step_s_no_sync"] / r["step_s"])
         assert r["gradient_as_bucket_view"] is True
+
+
+def test_data_pipeline_runs_as_documented_and_prints_every_table(tiny_corpus, tmp_path):
+    """``bench/data_pipeline.py --help``, then its documented run (here on the tiny corpus's
+    list instead of a synthesized one): the step breakdown used to die with
+    ``KeyError: 'epoch'`` in speed_perturb (its samples lacked the epoch)."""
+    script = [sys.executable, str(REPO / "bench" / "data_pipeline.py")]
+    usage = subprocess.run([*script, "--help"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert usage.returncode == 0 and "--data_list" in usage.stdout
+    proc = subprocess.run([*script, "--data_list", tiny_corpus.splits["train"].data_list, "--repeats", "1",
+                           "--workdir", tmp_path / "work"], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "| raw | 48 |" in out and "| shard | 48 |" in out
+    assert "speed perturbation of a 2 s utterance: median" in out
+    steps = {line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ")}
+    assert {"load", "tokenize", "speed_perturb", "fbank", "spec_aug"} <= steps

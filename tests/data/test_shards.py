@@ -33,6 +33,20 @@ def packed(tiny_corpus, tmp_path_factory):
     return tmp, raw, proc.stderr, units
 
 
+def test_unwritable_shard_is_a_one_line_error_and_keeps_the_old_list(tiny_corpus, tmp_path):
+    raw = tiny_corpus.splits["dev"].data_list
+    (tmp_path / "tars" / "shards_000001.tar").mkdir(parents=True)  # the second tar cannot be written
+    shard_list = tmp_path / "shards.list"
+    shard_list.write_text("old\n")
+    proc = run_tool("make_shard_list.py", "--num_utts_per_shard", 8, raw, tmp_path / "tars", shard_list,
+                    check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith(
+        f"error: could not write {tmp_path / 'tars' / 'shards_000001.tar'}: IsADirectoryError")
+    assert shard_list.read_text() == "old\n"
+    assert sorted(p.name for p in (tmp_path / "tars").iterdir()) == ["shards_000000.tar", "shards_000001.tar"]
+
+
 def test_shard_list_records_members_and_skips(packed):
     tmp, raw, log, _ = packed
     raw_entries = [e for e in read_list(raw) if e.key != "gone"]

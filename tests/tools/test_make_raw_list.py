@@ -28,6 +28,18 @@ def test_pipe_entries_refused_naming_the_line(tmp_path):
     assert not (tmp_path / "data.list").exists()
 
 
+def test_unwritable_output_is_a_one_line_error_and_leaves_the_target(tmp_path, tiny_corpus):
+    split = tiny_corpus.splits["dev"]
+    target = tmp_path / "data.list"
+    target.mkdir()  # a directory cannot be replaced by the list
+    (target / "keep").write_text("old")
+    proc = run_tool("make_raw_list.py", split.wav_scp, split.text, target, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith(f"error: could not write {target}: IsADirectoryError")
+    assert (target / "keep").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.list"]  # no temporary left
+
+
 def test_paths_with_spaces_segments_and_counted_skips(tmp_path, tiny_corpus):
     src = tiny_corpus.splits["test"]
     folder = tmp_path / "my audio"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import hashlib
 import shutil
 
 import torch.distributed as dist
@@ -56,6 +57,16 @@ def test_message_names_config_keys_files_and_extras(tmp_path):
     fp3 = dict(A.fingerprint(cfg0, _files(tmp_path, train="nope.list"), {"--max_steps": None}), rank=1, host="n1")
     assert "train data list (rank 1: " in A.disagreement_message([fp0, fp3]) and "unreadable" in \
         A.disagreement_message([fp0, fp3])
+
+
+def test_file_fingerprint_is_path_sha256_and_size_or_the_reason_it_is_unreadable(tmp_path):
+    data = b"<blank> 0\n<unk> 1\n" * 100_000  # more than one read block
+    (tmp_path / "units.txt").write_bytes(data)
+    assert A.file_fingerprint(tmp_path / "units.txt") == {
+        "path": str(tmp_path / "units.txt"), "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    assert A.file_fingerprint(None) is None and A.file_fingerprint("") is None
+    missing = A.file_fingerprint(tmp_path / "nope.txt")
+    assert missing["sha256"] is None and missing["bytes"] is None and "nope.txt" in missing["error"]
 
 
 def test_job_files_follow_the_config():
