@@ -12,11 +12,12 @@ hashes of the config (less ``launch``), those files and the data lists
 ``<model_dir>/train.yaml``.
 
 Exit status: 0 done; 2 refused before training (config, files, device, ranks disagreeing,
-a ``--checkpoint`` that does not load); 1 failed (a collective timed out: the message names
-the ranks and what they were doing; a checkpoint could not be written; too many
-non-finite steps); 3 this rank waited longer than ``launch.timeout_s`` for its data
-loader; 4 stopped by SIGTERM/SIGINT after saving a checkpoint at an optimizer-step
-boundary (``asrkit.train.preemption``): rerun with ``--checkpoint auto`` to continue.
+a malformed data list line, a ``--checkpoint`` that does not load); 1 failed (a collective
+timed out: the message names the ranks and what they were doing; a checkpoint could not
+be written; too many non-finite steps); 3 this rank waited longer than
+``launch.timeout_s`` for its data loader; 4 stopped by SIGTERM/SIGINT after saving a
+checkpoint at an optimizer-step boundary (``asrkit.train.preemption``): rerun with
+``--checkpoint auto`` to continue.
 """
 from __future__ import annotations
 
@@ -205,9 +206,10 @@ def run(cfg: TrainConfig, args, ctx, spec, notes: list[str], model_dir: Path) ->
     from asrkit.train.build import InitError, build_training
     from asrkit.train.preemption import EXIT_PREEMPTED, Preemption
     from asrkit.train.trainer import Trainer
+    from asrkit.data.lists import ListError
     try:
         parts = build_training(cfg, args, ctx, monitor=monitor)
-    except InitError as e:
+    except (InitError, ListError) as e:  # (a malformed list line: every rank read the same bytes)
         _fatal(ctx, str(e), to_stderr=True)
         return 2
     cfg = parts.cfg

@@ -36,6 +36,19 @@ def test_bad_config_and_files_fail_before_work(tiny_experiment, tmp_path, capsys
     assert code == 2 and "accum_grad: must be > 0" in err
     code, err = run(bad_units)
     assert code == 2 and "/nope/u.txt: file not found" in err
+    assert not (tmp_path / "exp").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="refusals of GPU-only settings on a machine without CUDA")
+def test_gpu_only_settings_are_refused_on_cpu(tiny_experiment, tmp_path, capsys):
+    from asrkit.bin.train import main
+    split = tiny_experiment.corpus.splits
+
+    def run(config, *extra):
+        code = main(["--config", str(config), "--train_data", str(split["train"].data_list), "--cv_data",
+                     str(split["dev"].data_list), "--model_dir", str(tmp_path / "exp"), *extra])
+        return code, capsys.readouterr().err
+
     code, err = run(tiny_experiment.config(tmp_path / "c3.yaml", dtype="bf16"))
     assert code == 2 and "dtype: bf16 needs a CUDA device" in err
     code, err = run(tiny_experiment.config(tmp_path / "c4.yaml"), "--dist_backend", "nccl")
@@ -93,10 +106,35 @@ def test_enc_init_starts_from_another_runs_encoder(tiny_experiment, tmp_path, ca
     cfg = tiny_experiment.config(tmp_path / "c.yaml", max_epoch=1)
     source = tmp_path / "source"
     train(tiny_experiment, source, cfg, "--max_steps", 1)
-    init = train(tiny_experiment, tmp_path / "fresh", cfg, "--max_steps", 1, "--enc_init", source / "step_1.pt")
+    # another seed: without the copy, every weight of the new run would start elsewhere
+    init = train(tiny_experiment, tmp_path / "fresh", cfg, "--max_steps", 1, "--enc_init", source / "step_1.pt",
+                 "--override", "seed=5")
     assert "tensors (encoder.) from" in init.stderr
+    before, after = weights(source / "step_1.pt"), weights(tmp_path / "fresh" / "step_1.pt")
+    # one Adam step (lr <= 0.002 in warm-up) moves a weight by at most about lr
+    moved = {k: float((after[k] - before[k]).abs().max()) for k in before if before[k].is_floating_point()}
+    encoder = [v for k, v in moved.items() if k.startswith("encoder.") and "cmvn" not in k]
+    decoder = [v for k, v in moved.items() if k.startswith("decoder.")]
+    assert encoder and max(encoder) < 0.005, max(encoder)     # started from the source's encoder
+    assert decoder and max(decoder) > 0.05, max(decoder)      # the decoder was initialised afresh
     split = tiny_experiment.corpus.splits
     code = main(["--config", str(cfg), "--train_data", str(split["train"].data_list), "--cv_data",
                  str(split["dev"].data_list), "--model_dir", str(tmp_path / "wide"), "--enc_init",
                  str(source / "step_1.pt"), "--override", "encoder_conf.output_size=48"])
     assert code == 2 and "cannot initialise from --enc_init" in capsys.readouterr().err
+
+
+def test_a_malformed_list_line_is_one_line_and_status_2(tiny_experiment, tmp_path):
+    """A data list whose 3rd line is not JSON stops training before any step: exit 2, one
+    error line naming the file and line, no traceback, no checkpoint."""
+    lines = tiny_experiment.corpus.splits["train"].data_list.read_text().splitlines()
+    bad = tmp_path / "train.list"
+    bad.write_text("\n".join(lines[:2] + ["{not json"] + lines[2:]) + "\n")
+    cfg = tiny_experiment.config(tmp_path / "c.yaml", max_epoch=1)
+    proc = subprocess.run([sys.executable, "-m", "asrkit.bin.train",
+                           *train_args(tiny_experiment, tmp_path / "exp", cfg, train_list=bad)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if "ERROR" in line or line.startswith("error")]
+    assert len(errors) == 1 and f"{bad}:3: not valid JSON" in errors[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and not list((tmp_path / "exp").glob("*.pt"))

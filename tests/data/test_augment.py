@@ -28,6 +28,10 @@ def test_spec_sub_copies_earlier_frames():
     assert (out[:, 0] <= feat[:, 0]).all()  # every frame is itself or an earlier one
     changed = (out[:, 0] != feat[:, 0]).nonzero().flatten()
     assert all(out[i, 0] < i for i in changed.tolist())
+    assert 0 < changed.numel() <= 3 * 20  # something was substituted (the identity fails), within the spans
+    assert torch.equal(out, spec_sub(feat, gen(3), num_t_sub=3, max_t=20))  # seeded: the same draw again
+    others = [spec_sub(feat, gen(seed), num_t_sub=3, max_t=20) for seed in range(4, 8)]
+    assert any(not torch.equal(out, other) for other in others)
 
 
 def test_spec_trim_drops_trailing_frames_only_when_short_enough():

@@ -37,6 +37,7 @@ CASES = {
     "rank outside world": ({}, ["--rank", "2", "--world_size", "2"], "--rank 2 is outside --world_size 2"),
     "bf16 on cpu": ({"dtype": "bf16"}, [], "dtype: bf16 needs a CUDA device"),
 }
+CPU_ONLY = {"bf16 on cpu"}
 
 
 @pytest.fixture
@@ -59,35 +60,60 @@ def run_main(exp, tmp_path, capsys, top, extra):
     return code, capsys.readouterr().err, time.monotonic() - start
 
 
-def assert_refused_before_work(code, err, elapsed, expected, tmp_path):
+@pytest.fixture
+def heavy_work(monkeypatch):
+    """Records every process group and data loader created while the test runs (the calls
+    go through as usual): a refusal must come before either."""
+    import asrkit.data.dataset as dataset
+    made = []
+    real_group, real_loader = dist.init_process_group, dataset.build_dataloader
+
+    def group(*args, **kwargs):
+        made.append("process group")
+        return real_group(*args, **kwargs)
+
+    def loader(*args, **kwargs):
+        made.append("data loader")
+        return real_loader(*args, **kwargs)
+
+    monkeypatch.setattr(dist, "init_process_group", group)
+    monkeypatch.setattr(dataset, "build_dataloader", loader)
+    return made
+
+
+def assert_refused_before_work(code, err, elapsed, expected, tmp_path, heavy_work):
     assert code == 2, err
     assert err.startswith("error: ") and expected in err, err
     assert "Traceback" not in err
     assert not (tmp_path / "exp").exists()          # no experiment directory, no log, no checkpoint
-    assert not (dist.is_available() and dist.is_initialized())  # no process group was formed
+    assert heavy_work == []                         # no process group was formed, no loader built
     assert elapsed < 5, f"refusing took {elapsed:.1f} s"
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_refused_with_a_clear_message_before_any_work(tiny_experiment, tmp_path, capsys, clean_env, name):
+def test_refused_with_a_clear_message_before_any_work(tiny_experiment, tmp_path, capsys, clean_env, heavy_work,
+                                                      name):
+    if name in CPU_ONLY and torch.cuda.is_available():
+        pytest.skip("a refusal on machines without CUDA")
     top, extra, expected = CASES[name]
     code, err, elapsed = run_main(tiny_experiment, tmp_path, capsys, top, extra)
-    assert_refused_before_work(code, err, elapsed, expected, tmp_path)
+    assert_refused_before_work(code, err, elapsed, expected, tmp_path, heavy_work)
 
 
-def test_every_problem_of_a_config_is_reported_at_once(tiny_experiment, tmp_path, capsys, clean_env):
+def test_every_problem_of_a_config_is_reported_at_once(tiny_experiment, tmp_path, capsys, clean_env, heavy_work):
     code, err, elapsed = run_main(tiny_experiment, tmp_path, capsys, {"accum_grd": 4, "max_epoch": "ten"},
                                   ["--override", "grad_clip=[1]"])
-    assert_refused_before_work(code, err, elapsed, "(3 problem(s))", tmp_path)
+    assert_refused_before_work(code, err, elapsed, "(3 problem(s))", tmp_path, heavy_work)
     assert "accum_grd" in err and "max_epoch" in err and "grad_clip" in err
 
 
-def test_missing_config_file(tiny_experiment, tmp_path, capsys, clean_env):
+def test_missing_config_file(tiny_experiment, tmp_path, capsys, clean_env, heavy_work):
     split = tiny_experiment.corpus.splits
     code = main(["--config", str(tmp_path / "nope.yaml"), "--train_data", str(split["train"].data_list),
                  "--cv_data", str(split["dev"].data_list), "--model_dir", str(tmp_path / "exp")])
     err = capsys.readouterr().err
-    assert_refused_before_work(code, err, 0, f"config file not found: {tmp_path / 'nope.yaml'}", tmp_path)
+    assert_refused_before_work(code, err, 0, f"config file not found: {tmp_path / 'nope.yaml'}", tmp_path,
+                               heavy_work)
 
 
 def test_unknown_backend_flag_is_an_argparse_error(tiny_experiment, tmp_path, capsys, clean_env):
@@ -100,19 +126,19 @@ def test_unknown_backend_flag_is_an_argparse_error(tiny_experiment, tmp_path, ca
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="nccl is usable with a GPU")
 @pytest.mark.parametrize("where", ["flag", "config"])
-def test_nccl_without_a_gpu(tiny_experiment, tmp_path, capsys, clean_env, where):
+def test_nccl_without_a_gpu(tiny_experiment, tmp_path, capsys, clean_env, heavy_work, where):
     top, extra = ({}, ["--dist_backend", "nccl"]) if where == "flag" else ({"launch": {"dist_backend": "nccl"}}, [])
     code, err, elapsed = run_main(tiny_experiment, tmp_path, capsys, top, extra)
     assert_refused_before_work(code, err, elapsed, "dist_backend nccl needs CUDA GPUs, and none is visible here",
-                               tmp_path)
+                               tmp_path, heavy_work)
 
 
-def test_stale_file_init_method(tiny_experiment, tmp_path, capsys, clean_env):
+def test_stale_file_init_method(tiny_experiment, tmp_path, capsys, clean_env, heavy_work):
     stale = tmp_path / "init_file"
     stale.write_text("")
     an_hour_ago = time.time() - 3600
     os.utime(stale, (an_hour_ago, an_hour_ago))
     code, err, elapsed = run_main(tiny_experiment, tmp_path, capsys, {},
                                   ["--rank", "0", "--world_size", "2", "--init_method", f"file://{stale}"])
-    assert_refused_before_work(code, err, elapsed, f"init file {stale} already exists", tmp_path)
+    assert_refused_before_work(code, err, elapsed, f"init file {stale} already exists", tmp_path, heavy_work)
     assert "left over from an earlier run" in err and stale.exists()

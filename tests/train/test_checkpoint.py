@@ -19,11 +19,22 @@ def _state(value: float) -> dict:
 
 
 def test_round_trip_with_weights_only(tmp_path):
-    path = ckpt.save_checkpoint(tmp_path / "step_1.pt", _state(1.0), {"epoch": 0, "step": 1})
+    import random
+    import numpy as np
+    state = _state(1.0)  # (captures the RNG states now)
+    expected = (random.random(), float(np.random.rand()), torch.rand(3))  # the draws that follow the capture
+    path = ckpt.save_checkpoint(tmp_path / "step_1.pt", state, {"epoch": 0, "step": 1})
     raw = torch.load(path, weights_only=True)
     assert raw["format"] == ckpt.FORMAT_VERSION and raw["step"] == 1
     assert ckpt.read_info(path) == {"epoch": 0, "step": 1}
+    assert raw["model"].keys() == state["model"].keys()
+    for name, tensor in state["model"].items():
+        assert torch.equal(raw["model"][name], tensor) and raw["model"][name].dtype == tensor.dtype, name
+    assert raw["config"] == state["config"]
+    random.random(), np.random.rand(), torch.rand(3)  # move every generator on
     ckpt.restore_rng_state(raw["rng"])
+    again = (random.random(), float(np.random.rand()), torch.rand(3))
+    assert again[:2] == expected[:2] and torch.equal(again[2], expected[2])
 
 
 class Payload:
