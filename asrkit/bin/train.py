@@ -214,6 +214,10 @@ def run(cfg: TrainConfig, args, ctx, spec, notes: list[str], model_dir: Path) ->
         return 2
     cfg = parts.cfg
     if ctx.is_main:
+        # Only rank 0 writes into model_dir, so only it removes the temporaries a writer that
+        # died mid-write left there -- before it writes anything itself (another rank doing it
+        # could delete rank 0's file in the middle of its write).
+        ckpt.remove_stale_temporaries(model_dir)
         dump_config(cfg, model_dir / "train.yaml")
 
     writer = None
@@ -227,7 +231,6 @@ def run(cfg: TrainConfig, args, ctx, spec, notes: list[str], model_dir: Path) ->
     trainer = Trainer(parts.train_cfg, ctx, parts.model, parts.optimizer, parts.scheduler, parts.train_loader,
                       parts.cv_loader, model_dir, config_dict=to_dict(cfg), scaler=parts.scaler, writer=writer,
                       max_steps=args.max_steps, preemption=preemption)
-    ckpt.remove_stale_temporaries(model_dir)
     resume = args.checkpoint
     if resume == "auto":
         resume = ckpt.find_resume_checkpoint(model_dir)

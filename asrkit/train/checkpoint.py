@@ -113,7 +113,9 @@ def find_resume_checkpoint(model_dir: str | Path) -> Optional[Path]:
 
 
 def remove_stale_temporaries(model_dir: str | Path) -> int:
-    """Delete temp files left by a writer that died mid-save; returns how many."""
+    """Delete temp files left by a writer that died mid-save; returns how many.  Call it on
+    the one process that writes into ``model_dir`` (rank 0), before that process writes:
+    called anywhere else it could delete a temporary another process is writing."""
     return remove_temporaries(model_dir)
 
 
