@@ -54,12 +54,31 @@ def test_sos_eos_and_reverse_helpers():
     assert reverse_padded(target, lengths).tolist() == [[5, 4, 3], [6, -1, -1]]
 
 
-def test_ctc_loss_is_fp32_under_autocast():
+def test_ctc_loss_is_fp32_under_autocast(monkeypatch):
+    """Under autocast the CTC loss itself runs in fp32 with autocast off (not only its output
+    cast back): the log-probabilities it sees are fp32, and the value equals an fp32
+    computation from the same (bf16) logits."""
+    import asrkit.models.ctc as ctc_module
     model = tiny_model().train()
     batch = random_batch([50, 30])
+    seen = []
+    real_ctc_loss = ctc_module.F.ctc_loss
+
+    def spy(log_probs, *args, **kwargs):
+        seen.append((log_probs.dtype, torch.is_autocast_enabled("cpu")))
+        return real_ctc_loss(log_probs, *args, **kwargs)
+
+    monkeypatch.setattr(ctc_module.F, "ctc_loss", spy)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = model(*batch)
+        enc_out, enc_lengths = model.encode(batch[0], batch[1])
+        logits = model.ctc.ctc_lo(enc_out)
+    assert logits.dtype == torch.bfloat16  # autocast really was on for the projection
+    assert seen and all(dtype == torch.float32 and not autocast for dtype, autocast in seen), seen
     assert out["loss_ctc"].dtype == torch.float32
+    reference = real_ctc_loss(torch.log_softmax(logits.float(), dim=-1).transpose(0, 1), batch[2].clamp(min=0),
+                              enc_lengths, batch[3], blank=0, reduction="none", zero_infinity=True).sum()
+    torch.testing.assert_close(out["loss_ctc"], reference, rtol=1e-6, atol=1e-4)
     assert torch.isfinite(out["loss"])
     out["loss"].backward()
 
