@@ -78,14 +78,14 @@ def effective_batch(cfg: TrainConfig, world_size: int) -> str:
             f"effective global batch per optimizer step: {groups} x that")
 
 
-def _scaled_config(cfg: TrainConfig, ctx: DistContext) -> TrainConfig:
-    """``cfg`` with ``accum_grad`` scaled for this world size (logged when it changes anything)."""
+def _scaled_accum_grad(cfg: TrainConfig, ctx: DistContext) -> int:
+    """``accum_grad`` scaled for this world size (logged when it changes anything)."""
     from asrkit.train.dist.scaling import scale_accum_grad
     accum, scaling, inexact = scale_accum_grad(cfg.accum_grad, ctx.world_size, cfg.reference_world_size,
                                                cfg.keep_global_batch)
     if scaling:
         (log.warning if inexact else log.info)("world-size scaling: %s", scaling)
-    return dataclasses.replace(cfg, accum_grad=accum)
+    return accum
 
 
 def build_training(cfg: TrainConfig, args, ctx: DistContext, *, monitor=None, ddp: bool = True) -> TrainingParts:
@@ -102,11 +102,10 @@ def build_training(cfg: TrainConfig, args, ctx: DistContext, *, monitor=None, dd
     from asrkit.data.processors import build_sample_processor
     from asrkit.models import build_model
     from asrkit.text import build_tokenizer
-    from asrkit.train.dist import count_batchnorm, wrap_ddp
-    from asrkit.train.dist.monitor import MonitoredLoader
+    from asrkit.train.dist import MonitoredLoader, count_batchnorm, wrap_ddp
     from asrkit.train.scheduler import build_optimizer, build_scheduler
 
-    train_cfg = _scaled_config(cfg, ctx)
+    accum_grad = _scaled_accum_grad(cfg, ctx)
     scaler = amp_scaler(cfg, ctx.device)
     if cfg.dtype != "fp32":
         log.info("mixed precision: %s autocast on %s%s; CTC is computed in fp32", cfg.dtype, ctx.device,
@@ -120,7 +119,7 @@ def build_training(cfg: TrainConfig, args, ctx: DistContext, *, monitor=None, dd
     cv_entries = read_list(cv_data) if cv_data else []
     input_dim = cfg.dataset_conf.fbank_conf.num_mel_bins
     cfg = dataclasses.replace(cfg, input_dim=input_dim, output_dim=tokenizer.vocab_size)
-    train_cfg = dataclasses.replace(train_cfg, input_dim=input_dim, output_dim=tokenizer.vocab_size)
+    train_cfg = dataclasses.replace(cfg, accum_grad=accum_grad)
 
     def loader(entries, train: bool):
         proc = build_sample_processor(cfg.dataset_conf, tokenizer, train=train, seed=cfg.seed)

@@ -20,14 +20,18 @@ def weights(path):
     return ckpt.load_checkpoint(path)["model"]
 
 
-def test_bad_config_and_files_fail_before_work(tiny_experiment, tmp_path, capsys):
+def train_in_process(exp, model_dir, capsys, config, *extra) -> tuple[int, str]:
+    """``asrkit.bin.train.main`` on the tiny experiment's lists: (exit status, its stderr)."""
     from asrkit.bin.train import main
-    split = tiny_experiment.corpus.splits
+    split = exp.corpus.splits
+    code = main(["--config", str(config), "--train_data", str(split["train"].data_list), "--cv_data",
+                 str(split["dev"].data_list), "--model_dir", str(model_dir), *map(str, extra)])
+    return code, capsys.readouterr().err
 
+
+def test_bad_config_and_files_fail_before_work(tiny_experiment, tmp_path, capsys):
     def run(config, *extra):
-        code = main(["--config", str(config), "--train_data", str(split["train"].data_list), "--cv_data",
-                     str(split["dev"].data_list), "--model_dir", str(tmp_path / "exp"), *extra])
-        return code, capsys.readouterr().err
+        return train_in_process(tiny_experiment, tmp_path / "exp", capsys, config, *extra)
 
     code, err = run(tiny_experiment.config(tmp_path / "c.yaml", accum_grd=4))
     assert code == 2 and "did you mean accum_grad?" in err
@@ -41,13 +45,8 @@ def test_bad_config_and_files_fail_before_work(tiny_experiment, tmp_path, capsys
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="refusals of GPU-only settings on a machine without CUDA")
 def test_gpu_only_settings_are_refused_on_cpu(tiny_experiment, tmp_path, capsys):
-    from asrkit.bin.train import main
-    split = tiny_experiment.corpus.splits
-
     def run(config, *extra):
-        code = main(["--config", str(config), "--train_data", str(split["train"].data_list), "--cv_data",
-                     str(split["dev"].data_list), "--model_dir", str(tmp_path / "exp"), *extra])
-        return code, capsys.readouterr().err
+        return train_in_process(tiny_experiment, tmp_path / "exp", capsys, config, *extra)
 
     code, err = run(tiny_experiment.config(tmp_path / "c3.yaml", dtype="bf16"))
     assert code == 2 and "dtype: bf16 needs a CUDA device" in err
@@ -102,7 +101,6 @@ def test_train_writes_yaml_checkpoints_and_averages(tiny_experiment, tmp_path):
 def test_enc_init_starts_from_another_runs_encoder(tiny_experiment, tmp_path, capsys):
     """--enc_init copies the encoder (logged with its tensor count); a model whose encoder
     has another shape is refused before training (status 2, naming the key)."""
-    from asrkit.bin.train import main
     cfg = tiny_experiment.config(tmp_path / "c.yaml", max_epoch=1)
     source = tmp_path / "source"
     train(tiny_experiment, source, cfg, "--max_steps", 1)
@@ -117,11 +115,9 @@ def test_enc_init_starts_from_another_runs_encoder(tiny_experiment, tmp_path, ca
     decoder = [v for k, v in moved.items() if k.startswith("decoder.")]
     assert encoder and max(encoder) < 0.005, max(encoder)     # started from the source's encoder
     assert decoder and max(decoder) > 0.05, max(decoder)      # the decoder was initialised afresh
-    split = tiny_experiment.corpus.splits
-    code = main(["--config", str(cfg), "--train_data", str(split["train"].data_list), "--cv_data",
-                 str(split["dev"].data_list), "--model_dir", str(tmp_path / "wide"), "--enc_init",
-                 str(source / "step_1.pt"), "--override", "encoder_conf.output_size=48"])
-    assert code == 2 and "cannot initialise from --enc_init" in capsys.readouterr().err
+    code, err = train_in_process(tiny_experiment, tmp_path / "wide", capsys, cfg, "--enc_init", source / "step_1.pt",
+                                 "--override", "encoder_conf.output_size=48")
+    assert code == 2 and "cannot initialise from --enc_init" in err
 
 
 def test_a_malformed_list_line_is_one_line_and_status_2(tiny_experiment, tmp_path):

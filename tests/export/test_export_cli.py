@@ -90,11 +90,17 @@ def test_export_cli_errors(exported, tmp_path, caplog):
     assert not (tmp_path / "final.zip").exists()
 
 
-def test_decode_exported_tool_matches_eager_recognition(exported, tiny_corpus, tmp_path):
-    root, cfg, tokenizer, model = exported
+def exported_archive(root):
+    """``root/final.zip``, exported from the fixture's averaged model unless a test already did."""
     if not (root / "final.zip").exists():
         assert main(["--config", str(root / "train.yaml"), "--checkpoint", str(root / "avg.pt"),
                      "--output", str(root / "final.zip"), "--no_verify"]) == 0
+    return root / "final.zip"
+
+
+def test_decode_exported_tool_matches_eager_recognition(exported, tiny_corpus, tmp_path):
+    root, cfg, tokenizer, model = exported
+    exported_archive(root)
     entries = read_list(tiny_corpus.splits["test"].data_list)[:5]
     scp = tmp_path / "wav.scp"
     scp.write_text("".join(f"{e.key} {e.wav}\n" for e in entries[:3]), encoding="utf-8")
@@ -141,9 +147,7 @@ def test_decode_exported_tool_decodes_with_attention(exported, tiny_corpus, tmp_
     """``--mode attention`` runs the exported attention beam search (asrkit.decode's,
     compiled) and prints what eager decoding gives."""
     root, cfg, tokenizer, model = exported
-    if not (root / "final.zip").exists():
-        assert main(["--config", str(root / "train.yaml"), "--checkpoint", str(root / "avg.pt"),
-                     "--output", str(root / "final.zip"), "--no_verify"]) == 0
+    exported_archive(root)
     entries = read_list(tiny_corpus.splits["test"].data_list)[:2]
     scp = tmp_path / "wav.scp"
     scp.write_text("".join(f"{e.key} {e.wav}\n" for e in entries), encoding="utf-8")
