@@ -18,7 +18,7 @@ setup(
         "pyyaml>=6.0",
         "numpy>=1.24",
     ],
-    extras_require={"test": ["pytest>=7.4"]},
+    extras_require={"test": ["pytest>=7.4", "pytest-xdist>=3.5"]},
     entry_points={
         "console_scripts": [
             "asrkit-train = asrkit.bin.train:main",

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Run the test suite: set up (or reuse) the venv, then pytest.  Extra arguments go to
-# pytest (e.g. `bash tests/run.sh tests/data -k shard`, or `-m "not slow"`).
+# Run the test suite: set up (or reuse) the venv, then pytest in ASRKIT_TEST_WORKERS parallel
+# workers (default 2, whole files per worker; 0 = one process).  Extra arguments go to pytest
+# (e.g. `bash tests/run.sh tests/data -k shard`, or `-m "not slow"`).
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 . tools/setup_env.sh || exit 1
-exec python -m pytest "$@"
+workers=${ASRKIT_TEST_WORKERS:-2}
+parallel=()
+[ "$workers" -gt 0 ] && parallel=(-n "$workers" --dist loadfile)
+exec python -m pytest "${parallel[@]}" "$@"

@@ -1,20 +1,62 @@
 # Stages every asrkit recipe shares (sourced by examples/*/s0/run.sh after parse_options.sh).
-# Each function reads the recipe's variables (train_config, dir, data_type, num_nodes, ...)
-# and is idempotent: finished work (a CMVN file, a list, an average, an export) is skipped.
+# Each stage function takes its stage number first (for its messages), then what it uses as
+# NAME=VALUE arguments (an unknown or missing name is an error), then, after "--", lists or
+# options it hands on.  It reads no recipe variable itself.  Finished work (a CMVN file, a
+# list, an average, an export) is skipped, so rerunning a stage is safe.
 #
-#   stage_cmvn                 data/train/global_cmvn from data/train/wav.scp
-#   stage_units WHAT UNITS [OPT...]  units from data/train/text (rebuilt when OPTs or the text change)
-#   stage_data_lists SET...    data/<set>/data.list (+ data.shards.list with data_type=shard)
-#   stage_train [ARG...]       torchrun -m asrkit.bin.train (1..N nodes, resumes with checkpoint=auto)
-#                              on data/${train_set:-train}; num_threads (if set) fixes each process's
-#                              intra-op threads; ARGs go to train.py (e.g. --max_steps N, --enc_init CKPT)
-#   stage_average_decode_score average checkpoints, decode $test_sets, score (CER and WER);
-#                              decode_ctc_weight (default 0.3; WeNet decodes AISHELL with 0.5) and
-#                              decode_device (default cpu; cuda on a GPU node) may be set
-#   stage_export               TorchScript $dir/final.zip
+#   stage_cmvn N config=YAML [set=train]                data/SET/global_cmvn from data/SET/wav.scp
+#   stage_units N what=TEXT units=FILE [-- OPT...]      units from data/train/text (make_units.py OPTs);
+#                                                       rebuilt when the OPTs or the text change
+#   stage_data_lists N type=raw|shard [per_shard=N] -- SET...
+#                                                       data/SET/data.list (+ data.shards.list)
+#   stage_train N "${launch[@]}" config=YAML dir=DIR [train=SET] [cv=SET] type=raw|shard
+#               [checkpoint=auto|PATH] [workers=N] [threads=N] [overrides="K=V ..."] [-- ARG...]
+#                                                       torchrun -m asrkit.bin.train (1..N nodes);
+#                                                       ARGs go to train.py (--max_steps N, ...)
+#   stage_average_decode_score N "${decoding[@]}" dir=DIR checkpoint=PT type=raw|shard -- SET...
+#                                                       average into PT when it is avg_*.pt, decode, score
+#   stage_export N config=YAML checkpoint=PT out=ZIP    TorchScript archive
+#
+# Two arrays carry the shared launch and decoding variables of tools/recipe_defaults.sh (after
+# the command-line options) to those stages: `launch` and `decoding`, built below.
 
 say() { echo "[$(date +%H:%M:%S)] stage $*" >&2; }
 run_stage() { [ "$stage" -le "$1" ] && [ "$stop_stage" -ge "$1" ]; }
+
+# The shared variables as stage arguments (recipe_defaults.sh lists what each one means).
+launch=(nodes="$num_nodes" node_rank="$node_rank" master_addr="$master_addr" master_port="$master_port"
+        host_node_addr="${HOST_NODE_ADDR:-}" nproc="${nproc_per_node:-}" cpu_nproc="$cpu_nproc_per_node"
+        max_restarts="$max_restarts")
+decoding=(average_num="$average_num" average_mode="$average_mode" modes="$decode_modes" beam="$beam_size"
+          batch="$decode_batch_size" ctc_weight="$decode_ctc_weight" device="$decode_device")
+
+# bind "NAME..." ARG...: in the calling stage function, set its local variable NAME from each
+# NAME=VALUE ARG; the ARGs after "--" go to the caller's array `rest`.  A NAME the stage does
+# not take, or an ARG that is not NAME=VALUE, is an error naming the stage.
+bind() {
+  local _allowed _arg _name
+  # shellcheck disable=SC2086  # the names, one space apart
+  _allowed=" $(echo $1) "; shift
+  rest=()
+  while [ $# -gt 0 ]; do
+    _arg=$1; shift
+    if [ "$_arg" = -- ]; then rest=("$@"); return 0; fi
+    _name=${_arg%%=*}
+    if [ "$_name" = "$_arg" ] || [[ $_allowed != *" $_name "* ]]; then
+      echo "recipe_stages: ${FUNCNAME[1]} takes NAME=VALUE arguments from:$_allowed-- not '$_arg'" >&2
+      return 2
+    fi
+    printf -v "$_name" '%s' "${_arg#*=}"
+  done
+}
+
+# need NAME...: each of the calling stage's NAMEs must be set (not empty).
+need() {
+  local _n
+  for _n in "$@"; do
+    [ -n "${!_n}" ] || { echo "recipe_stages: ${FUNCNAME[1]} needs $_n=VALUE" >&2; return 2; }
+  done
+}
 
 # stale TARGET FILE...: TARGET is missing/empty, or one of the FILEs that exist is newer than it.
 stale() {
@@ -24,97 +66,114 @@ stale() {
   return 1
 }
 
-list_name() { if [ "$data_type" = shard ]; then echo data.shards.list; else echo data.list; fi; }
+list_name() { if [ "$1" = shard ]; then echo data.shards.list; else echo data.list; fi; }
 
 stage_cmvn() {
-  if [ -s data/train/global_cmvn ]; then say "1: data/train/global_cmvn exists, skipped"; return; fi
-  say "1: global CMVN statistics"
-  python tools/compute_cmvn_stats.py --train_config "$train_config" --in_scp data/train/wav.scp \
-    --out_cmvn data/train/global_cmvn --num_workers "$(nproc)"
+  local n=$1 config="" set=train rest; shift
+  bind "config set" "$@" && need config || return 2
+  if [ -s "data/$set/global_cmvn" ]; then say "$n: data/$set/global_cmvn exists, skipped"; return; fi
+  say "$n: global CMVN statistics"
+  python tools/compute_cmvn_stats.py --train_config "$config" --in_scp "data/$set/wav.scp" \
+    --out_cmvn "data/$set/global_cmvn" --num_workers "$(nproc)"
 }
 
-# stage_units DESCRIPTION UNITS [make_units.py option...]: units from data/train/text.
-# The one rule for "rebuild": UNITS.stamp records the options and a digest of the training
-# transcripts it was built from; other options (--bpe 30 instead of 50) or other transcripts
-# rebuild it, the same ones skip.
+# The one rule for "rebuild": UNITS.stamp records the make_units.py options and a digest of
+# the training transcripts; other options (--bpe 30 instead of 50) or other transcripts
+# rebuild the units, the same ones skip (unless a --bpe-model it names is missing).
 stage_units() {
-  local what=$1 units=$2; shift 2
-  local want model="" a prev=""; want="$* $(sha256sum data/train/text | cut -c1-16)"
-  for a in "$@"; do [ "$prev" = --bpe-model ] && model=$a; prev=$a; done
+  local n=$1 what="" units="" rest; shift
+  bind "what units" "$@" && need what units || return 2
+  local want model="" a prev=""; want="${rest[*]} $(sha256sum data/train/text | cut -c1-16)"
+  for a in "${rest[@]}"; do [ "$prev" = --bpe-model ] && model=$a; prev=$a; done
   if [ -s "$units" ] && [ "$(cat "$units.stamp" 2>/dev/null)" = "$want" ] && { [ -z "$model" ] || [ -s "$model" ]; }; then
-    say "2: $units is up to date: $what, skipped"; return
+    say "$n: $units is up to date: $what, skipped"; return
   fi
-  say "2: $what -> $units"
+  say "$n: $what -> $units"
   mkdir -p "$(dirname "$units")"
-  python tools/make_units.py "$@" data/train/text "$units"
+  python tools/make_units.py "${rest[@]}" data/train/text "$units"
   echo "$want" > "$units.stamp"
 }
 
 stage_data_lists() {
-  say "3: data lists ($data_type)"
-  local s
-  for s in "$@"; do
+  local n=$1 type="" per_shard=1000 rest s; shift
+  bind "type per_shard" "$@" && need type || return 2
+  say "$n: data lists ($type): ${rest[*]}"
+  for s in "${rest[@]}"; do
     [ -s "data/$s/data.list" ] || python tools/make_raw_list.py "data/$s/wav.scp" "data/$s/text" "data/$s/data.list"
-    if [ "$data_type" = shard ] && [ ! -s "data/$s/data.shards.list" ]; then
-      python tools/make_shard_list.py --num_utts_per_shard "$num_utts_per_shard" --num_threads "$(nproc)" \
+    if [ "$type" = shard ] && [ ! -s "data/$s/data.shards.list" ]; then
+      python tools/make_shard_list.py --num_utts_per_shard "$per_shard" --num_threads "$(nproc)" \
         "data/$s/data.list" "data/$s/shards" "data/$s/data.shards.list"
     fi
   done
 }
 
-# torchrun on this node: nproc_per_node defaults to the GPU count, else to
-# cpu_nproc_per_node (default 1) capped at the CPU count;
-# HOST_NODE_ADDR=host:port selects c10d rendezvous instead of master_addr/master_port.
+# torchrun on this node: nproc defaults to one process per visible GPU (nvidia-smi sees one and
+# CUDA_VISIBLE_DEVICES is not empty), else to cpu_nproc capped at the CPU count; host_node_addr=host:port selects c10d rendezvous instead of master_addr/master_port.
 stage_train() {
-  local nproc=${nproc_per_node:-}
-  [ -n "$nproc" ] || nproc=$(python -c "import os, torch
-print(torch.cuda.device_count() or min(${cpu_nproc_per_node:-1}, os.cpu_count()))")
+  local n=$1 config="" dir="" train=train cv=dev type="" checkpoint="" workers="" threads="" overrides=""
+  local nodes=1 node_rank=0 master_addr=127.0.0.1 master_port=29500 host_node_addr="" nproc="" cpu_nproc=1
+  local max_restarts=0 rest; shift
+  bind "config dir train cv type checkpoint workers threads overrides nodes node_rank master_addr master_port
+        host_node_addr nproc cpu_nproc max_restarts" "$@" && need config dir type || return 2
+  if [ -z "$nproc" ]; then
+    if [ -n "${CUDA_VISIBLE_DEVICES-all}" ] && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+      nproc=gpu  # torchrun's own count of the visible GPUs (no torch import here: it costs seconds)
+    else
+      nproc=$(( cpu_nproc < $(command nproc) ? cpu_nproc : $(command nproc) ))
+    fi
+  fi
   local rendezvous
-  if [ -n "${HOST_NODE_ADDR:-}" ]; then
-    rendezvous=(--rdzv_backend c10d --rdzv_endpoint "$HOST_NODE_ADDR" --rdzv_id "asrkit_$(basename "$dir")")
+  if [ -n "$host_node_addr" ]; then
+    rendezvous=(--rdzv_backend c10d --rdzv_endpoint "$host_node_addr" --rdzv_id "asrkit_$(basename "$dir")")
   else
     rendezvous=(--node_rank "$node_rank" --master_addr "$master_addr" --master_port "$master_port")
   fi
-  local overrides=(--override "dataset_conf.num_workers=$num_workers") o
-  for o in $train_overrides; do overrides+=(--override "$o"); done
-  local resume=(); [ -n "$checkpoint" ] && resume=(--checkpoint "$checkpoint")
-  local threads=(); [ -n "${num_threads:-}" ] && threads=(--num_threads "$num_threads")
-  local lst; lst=$(list_name)
-  say "4: train $train_config on data/${train_set:-train} -> $dir ($num_nodes node(s) x $nproc process(es), node_rank $node_rank)"
-  python -m torch.distributed.run --nnodes "$num_nodes" --nproc_per_node "$nproc" "${rendezvous[@]}" \
-    --max_restarts "${max_restarts:-0}" \
-    -m asrkit.bin.train --config "$train_config" --train_data "data/${train_set:-train}/$lst" \
-    --cv_data "data/dev/$lst" --model_dir "$dir" "${resume[@]}" "${threads[@]}" "${overrides[@]}" "$@"
+  local opts=() o lst; lst=$(list_name "$type")
+  [ -n "$workers" ] && opts+=(--override "dataset_conf.num_workers=$workers")
+  for o in $overrides; do opts+=(--override "$o"); done
+  [ -n "$checkpoint" ] && opts+=(--checkpoint "$checkpoint")
+  [ -n "$threads" ] && opts+=(--num_threads "$threads")
+  say "$n: train $config on data/$train -> $dir ($nodes node(s) x $nproc process(es), node_rank $node_rank)"
+  python -m torch.distributed.run --nnodes "$nodes" --nproc_per_node "$nproc" "${rendezvous[@]}" \
+    --max_restarts "$max_restarts" \
+    -m asrkit.bin.train --config "$config" --train_data "data/$train/$lst" --cv_data "data/$cv/$lst" \
+    --model_dir "$dir" "${opts[@]}" "${rest[@]}"
 }
 
+# An average (avg_*.pt) is redone when any epoch checkpoint is newer: training longer and
+# rerunning the stage must decode the new model, not the old average.  Another checkpoint
+# (an epoch_N.pt chosen by hand) is decoded as it is.
 stage_average_decode_score() {
-  # An average (avg_*.pt) is redone when any epoch checkpoint is newer: training longer and
-  # rerunning stage 5 must decode the new model, not the old average.
+  local n=$1 dir="" checkpoint="" type="" average_num="" average_mode=best modes="" beam=10 batch=16
+  local ctc_weight=0.3 device=cpu rest s; shift
+  bind "dir checkpoint type average_num average_mode modes beam batch ctc_weight device" "$@" \
+    && need dir checkpoint type average_num modes || return 2
   local averaged=0
-  case "$(basename "$decode_checkpoint")" in avg_*.pt) averaged=1 ;; esac
-  if [ ! -s "$decode_checkpoint" ] || { [ "$averaged" = 1 ] && stale "$decode_checkpoint" "$dir"/epoch_*.pt; }; then
-    say "5: average $average_num checkpoints ($average_mode) -> $decode_checkpoint"
+  case "$(basename "$checkpoint")" in avg_*.pt) averaged=1 ;; esac
+  if [ ! -s "$checkpoint" ] || { [ "$averaged" = 1 ] && stale "$checkpoint" "$dir"/epoch_*.pt; }; then
+    say "$n: average $average_num checkpoints ($average_mode) -> $checkpoint"
     python -m asrkit.bin.average_model --model_dir "$dir" --num "$average_num" --mode "$average_mode" \
-      --dst "$decode_checkpoint"
+      --dst "$checkpoint"
   fi
-  local s lst; lst=$(list_name)
-  for s in $test_sets; do
+  local lst; lst=$(list_name "$type")
+  for s in "${rest[@]}"; do
     local result_dir="$dir/decode_$s"
-    say "5: decode $s ($decode_modes) -> $result_dir"
-    # shellcheck disable=SC2086  # decode_modes is a word list
-    python -m asrkit.bin.recognize --config "$dir/train.yaml" --checkpoint "$decode_checkpoint" \
-      --data "data/$s/$lst" --modes $decode_modes --beam_size "$beam_size" \
-      --batch_size "$decode_batch_size" --ctc_weight "${decode_ctc_weight:-0.3}" \
-      --device "${decode_device:-cpu}" --result_dir "$result_dir"
+    say "$n: decode $s ($modes) -> $result_dir"
+    # shellcheck disable=SC2086  # modes is a word list
+    python -m asrkit.bin.recognize --config "$dir/train.yaml" --checkpoint "$checkpoint" \
+      --data "data/$s/$lst" --modes $modes --beam_size "$beam" --batch_size "$batch" \
+      --ctc_weight "$ctc_weight" --device "$device" --result_dir "$result_dir"
     python tools/score_decodes.py --ref "data/$s/text" --decode_dir "$result_dir"
   done
 }
 
+# The archive is redone when the checkpoint is newer than it.
 stage_export() {
-  if ! stale "$dir/final.zip" "$decode_checkpoint"; then
-    say "6: $dir/final.zip exists and is newer than $decode_checkpoint, skipped"; return
+  local n=$1 config="" checkpoint="" out="" rest; shift
+  bind "config checkpoint out" "$@" && need config checkpoint out || return 2
+  if ! stale "$out" "$checkpoint"; then
+    say "$n: $out exists and is newer than $checkpoint, skipped"; return
   fi
-  say "6: export TorchScript -> $dir/final.zip"
-  python -m asrkit.bin.export --config "$dir/train.yaml" --checkpoint "$decode_checkpoint" \
-    --output "$dir/final.zip"
+  say "$n: export TorchScript -> $out"
+  python -m asrkit.bin.export --config "$config" --checkpoint "$checkpoint" --output "$out"
 }

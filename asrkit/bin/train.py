@@ -58,6 +58,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "(--checkpoint) restores its own weights instead")
     p.add_argument("--enc_init_mods", default="encoder.",
                    help="comma-separated parameter-name prefixes taken from --enc_init (default: encoder.)")
+    warm = p.add_argument_group(
+        "warm start (a curriculum: first train on an easier list, e.g. one clean voice, then on "
+        "--train_data from that model)")
+    warm.add_argument("--warm_start_data", default=None, metavar="LIST",
+                      help="when the run starts fresh, first train on this list in <model_dir>/warm_start")
+    warm.add_argument("--warm_start_steps", type=int, default=0,
+                      help="optimizer steps of the warm start (required with --warm_start_data)")
+    warm.add_argument("--warm_start_override", action="append", default=[], metavar="KEY.PATH=VALUE",
+                      help="config overrides for the warm start only, after --override "
+                           "(e.g. scheduler_conf.warmup_steps=250)")
+    warm.add_argument("--warm_start_mods", default="encoder.,decoder.,ctc.",
+                      help="parameter-name prefixes the main run takes from the warm start's model "
+                           "(default: encoder.,decoder.,ctc.)")
     legacy = p.add_argument_group(
         "legacy launch (one process per GPU started by a shell loop); ignored under torchrun, whose "
         "environment takes precedence; these flags take precedence over the config's launch section")
@@ -119,6 +132,13 @@ def preflight(cfg: TrainConfig, args, device: torch.device, backend: str | None 
         problems.append(f"--checkpoint {args.checkpoint}: file not found")
     if args.enc_init and not Path(args.enc_init).is_file():
         problems.append(f"--enc_init {args.enc_init}: file not found")
+    if args.warm_start_data:
+        if not Path(args.warm_start_data).is_file():
+            problems.append(f"--warm_start_data {args.warm_start_data}: file not found")
+        if args.warm_start_steps <= 0:
+            problems.append("--warm_start_data needs --warm_start_steps N (N > 0 optimizer steps)")
+        if args.enc_init:
+            problems.append("--warm_start_data and --enc_init both choose the starting model: give one")
     return problems
 
 
@@ -136,6 +156,8 @@ def main(argv=None) -> int:
     notes: list[str] = []
     try:
         cfg = load_config(args.config, args.override, notes=notes)
+        warm_cfg = (load_config(args.config, args.override + args.warm_start_override)
+                    if args.warm_start_data else None)
         spec = D.resolve_launch(cfg.launch, rank=args.rank, world_size=args.world_size,
                                 local_rank=args.local_rank, init_method=args.init_method,
                                 dist_backend=args.dist_backend)
@@ -154,6 +176,10 @@ def main(argv=None) -> int:
     monitor = D.RankMonitor.for_context(ctx, cfg.launch.timeout_s)
     code, collective_failed = 1, False
     try:
+        if args.warm_start_data:
+            code = warm_start(warm_cfg, args, ctx, spec, notes, model_dir)
+            if code != 0:
+                return code
         code = run(cfg, args, ctx, spec, notes, model_dir)
         return code
     except AgreementError as e:
@@ -174,6 +200,38 @@ def main(argv=None) -> int:
         # After a failed collective, an nccl group can hang in its destructor: leave it to the exit.
         if not (collective_failed and spec.backend == "nccl"):
             D.shutdown()
+
+
+def warm_start(cfg: TrainConfig, args, ctx, spec, notes: list[str], model_dir: Path) -> int:
+    """The curriculum's first phase, when the main run starts fresh (no ``--checkpoint``, or
+    ``auto`` finding none in ``model_dir``): train ``--warm_start_steps`` optimizer steps on
+    ``--warm_start_data`` into ``<model_dir>/warm_start`` (same launch; ``cfg`` is the config
+    with ``--warm_start_override`` applied last; an interrupted phase resumes there), then point
+    ``args.enc_init`` at its newest checkpoint with ``--warm_start_mods``.  A run that resumes
+    skips the phase: its own weights already went past it.  Every rank takes the same branch
+    (model_dir is shared, as for resuming; the ranks' agreement checks catch it otherwise).
+    Returns the phase's exit status (0: go on with the main run)."""
+    from asrkit.train import checkpoint as ckpt
+    resumes = args.checkpoint not in (None, "auto") or (
+        args.checkpoint == "auto" and ckpt.find_resume_checkpoint(model_dir) is not None)
+    if resumes:
+        notes.append(f"warm start: the run resumes from its own checkpoint; {args.warm_start_data} is not "
+                     "trained on again")
+        return 0
+    warm_dir = model_dir / "warm_start"
+    if not (warm_dir / f"step_{args.warm_start_steps}.pt").is_file():
+        phase = argparse.Namespace(**{**vars(args), "train_data": args.warm_start_data, "checkpoint": "auto",
+                                      "max_steps": args.warm_start_steps, "warm_start_data": None,
+                                      "tensorboard_dir": args.tensorboard_dir and f"{args.tensorboard_dir}/warm_start"})
+        code = run(cfg, phase, ctx, spec, notes, warm_dir)
+        if code != 0:
+            return code
+    start = ckpt.find_resume_checkpoint(warm_dir)
+    if start is None:
+        log.error("warm start: no usable checkpoint in %s", warm_dir)
+        return 1
+    args.enc_init, args.enc_init_mods = str(start), args.warm_start_mods
+    return 0
 
 
 def _fatal(ctx, msg: str, to_stderr: bool) -> None:

@@ -120,6 +120,33 @@ def test_enc_init_starts_from_another_runs_encoder(tiny_experiment, tmp_path, ca
     assert code == 2 and "cannot initialise from --enc_init" in err
 
 
+def test_warm_start_trains_first_on_its_list_then_starts_from_it(tiny_experiment, tmp_path, capsys):
+    """--warm_start_data: a fresh run first trains --warm_start_steps on that list in
+    <model_dir>/warm_start (its overrides there only), then starts from that model; a resumed
+    run does not train the warm start again."""
+    cfg = tiny_experiment.config(tmp_path / "c.yaml", max_epoch=1)
+    few = tmp_path / "one voice.list"
+    few.write_text("\n".join(tiny_experiment.corpus.splits["train"].data_list.read_text().splitlines()[:16]) + "\n")
+    exp, warm = tmp_path / "exp", ["--warm_start_data", few, "--warm_start_steps", 1,
+                                   "--warm_start_override", "optim_conf.lr=0.0005"]
+    code, err = train_in_process(tiny_experiment, exp, capsys, cfg, *warm, "--checkpoint", "auto")
+    assert code == 0, err[-3000:]
+    start = exp / "warm_start" / "step_1.pt"
+    warm_log = (exp / "warm_start" / "log" / "rank0.log").read_text()
+    assert "train loader rank 0/1: 16 utterances" in warm_log and "reached max_steps=1" in warm_log
+    assert "lr: 0.0005" in (exp / "warm_start" / "train.yaml").read_text()
+    assert "lr: 0.0005" not in (exp / "train.yaml").read_text()
+    log = (exp / "log" / "rank0.log").read_text()
+    assert f"tensors (encoder.,decoder.,ctc.) from {start}" in log and "48 utterances trained" in log
+    stamp = start.stat().st_mtime_ns
+    code, err = train_in_process(tiny_experiment, exp, capsys, cfg, *warm, "--checkpoint", "auto")
+    assert code == 0 and "warm start: the run resumes from its own checkpoint" in err
+    assert start.stat().st_mtime_ns == stamp
+    assert (exp / "warm_start" / "log" / "rank0.log").read_text() == warm_log
+    code, err = train_in_process(tiny_experiment, tmp_path / "x", capsys, cfg, "--warm_start_data", tmp_path / "no.list")
+    assert code == 2 and "no.list: file not found" in err and "needs --warm_start_steps N" in err
+
+
 def test_a_malformed_list_line_is_one_line_and_status_2(tiny_experiment, tmp_path):
     """A data list whose 3rd line is not JSON stops training before any step: exit 2, one
     error line naming the file and line, no traceback, no checkpoint."""

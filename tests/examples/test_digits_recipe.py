@@ -3,42 +3,24 @@ directory whose path contains spaces (the README's multi-node commands: test_mul
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
+from tests.examples.recipe_helpers import CER_LINE, MODES, copy_recipe, run_recipe
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.slow
-RECIPE = REPO / "examples" / "digits" / "s0"
 TOY = ["--train_utts", "60", "--dev_utts", "12", "--test_utts", "12", "--train_config", "conf/train_toy.yaml",
        "--dir", "exp/toy run", "--average_num", "2", "--num_workers", "0"]
-MODES = ["ctc_greedy_search", "ctc_prefix_beam_search", "attention", "attention_rescoring"]
-
-
-def run_recipe(cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = dict(os.environ, ASRKIT_ROOT=str(REPO))
-    proc = subprocess.run(["bash", "run.sh", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
-    if proc.returncode != 0:
-        raise AssertionError(f"run.sh {' '.join(args)} failed ({proc.returncode}):\n"
-                             f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
-    return proc
+PORT = ["--master_port", str(free_port())]
 
 
 @pytest.fixture(scope="module")
 def recipe(tmp_path_factory) -> Path:
     """A copy of the recipe directory under a path with spaces."""
-    root = tmp_path_factory.mktemp("recipe") / "my recipes" / "digits s0"
-    root.mkdir(parents=True)
-    for name in ("run.sh", "path.sh", "conf"):
-        src = RECIPE / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, root / name)
-    return root
+    return copy_recipe("digits", tmp_path_factory.mktemp("recipe") / "my recipes" / "digits s0")
 
 
 def digest(paths) -> str:
@@ -49,12 +31,12 @@ def digest(paths) -> str:
 
 
 def test_stages_0_to_6_then_idempotent_reruns(recipe):
-    proc = run_recipe(recipe, *TOY)
+    proc = run_recipe(recipe, *TOY, *PORT)
     exp = recipe / "exp" / "toy run"
     for mode in MODES:
         assert (exp / "decode_test" / mode / "text").is_file()
         cer = (exp / "decode_test" / mode / "cer").read_text()
-        assert re.search(r"^%CER \d+\.\d\d \[ \d+ / \d+, \d+ ins, \d+ del, \d+ sub \]$", cer, re.M)
+        assert re.search(CER_LINE, cer, re.M)
     table = (exp / "decode_test" / "results.md").read_text()
     assert all(f"| {m} |" in table for m in MODES) and table in proc.stdout
     assert (exp / "final.zip").is_file() and (exp / "avg_2.pt").is_file()
@@ -62,7 +44,7 @@ def test_stages_0_to_6_then_idempotent_reruns(recipe):
     prepared = [*(recipe / "data").rglob("*.list"), recipe / "data" / "dict" / "units.txt",
                 recipe / "data" / "train" / "global_cmvn"]
     before = digest(prepared)
-    rerun = run_recipe(recipe, *TOY, "--stop_stage", "4")
+    rerun = run_recipe(recipe, *TOY, *PORT, "--stop_stage", "4")
     assert digest(prepared) == before
     assert "already synthesized" in rerun.stderr and "exists, skipped" in rerun.stderr
     assert "resumed from" in rerun.stderr  # stage 4 resumes (and finds nothing left to train)

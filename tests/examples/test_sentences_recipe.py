@@ -18,7 +18,7 @@ WER_LINE = CER_LINE.replace("CER", "WER")
 def test_toy_stages_0_to_5(tmp_path):
     recipe = copy_recipe("sentences", tmp_path / "sentences recipe")
     proc = run_recipe(recipe, "--stage", "0", "--stop_stage", "5", "--train_utts", "40", "--dev_utts", "8",
-                      "--test_utts", "8", "--single_voice_utts", "16", "--single_voice_steps", "3",
+                      "--test_utts", "8", "--single_voice_utts", "16", "--single_voice_steps", "2",
                       "--nbpe", "60", "--train_config", "conf/train_toy.yaml",
                       "--dir", "exp/toy run", "--average_num", "2", "--num_workers", "0",
                       "--master_port", str(free_port()))
@@ -39,12 +39,16 @@ def test_toy_stages_0_to_5(tmp_path):
     assert len(read_lines(recipe / "data" / "train_single" / "data.list")) == 16
     # stage 4: 2 gloo processes on CPU, the stage-2 model handed to the trainer
     exp = recipe / "exp" / "toy run"
-    # stage 4, first: the single-voice start (1 process x 2 threads) stops at its step budget
-    single_log = (exp / "single_voice" / "log" / "rank0.log").read_text()
-    assert "reached max_steps=3" in single_log and (exp / "single_voice" / "step_3.pt").is_file()
+    # stage 4, first: the trainer's warm start on the single voice stops at its step budget,
+    # with its own override (the warmup of the single_voice_overrides)
+    single_log = (exp / "warm_start" / "log" / "rank0.log").read_text()
+    assert "world size 2" in single_log
+    assert "reached max_steps=2" in single_log and (exp / "warm_start" / "step_2.pt").is_file()
+    assert "warmup_steps: 250" in (exp / "warm_start" / "train.yaml").read_text()
     log = (exp / "log" / "rank0.log").read_text()
     assert "world size 2" in log and "40 utterances trained, 0 skipped" in log
-    assert re.search(r"initialised \d+ tensors \(encoder\.,decoder\.,ctc\.\) from .*single_voice/step_3\.pt", log)
+    assert re.search(r"initialised \d+ tensors \(encoder\.,decoder\.,ctc\.\) from .*warm_start/step_2\.pt", log)
+    assert "warmup_steps: 250" not in (exp / "train.yaml").read_text()
     assert "bpe60_bpe.model" in (exp / "train.yaml").read_text()
     assert "bpe60_bpe_units.txt" in (exp / "train.yaml").read_text()
     # stage 5: every mode scored in characters and words

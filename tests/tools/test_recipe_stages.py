@@ -19,13 +19,17 @@ python() { echo "python $*" >> calls.log; case "$*" in
 """
 
 
-def run_stages(cwd: Path, body: str) -> subprocess.CompletedProcess:
-    script = (f". '{REPO}/tools/recipe_stages.sh'\n{STUB}\n"
-              "dir=exp; average_num=2; average_mode=best; test_sets=''; data_type=raw\n"
-              "decode_checkpoint=exp/avg_2.pt\n" + body)
+def run_stages(cwd: Path, body: str, check: bool = True) -> subprocess.CompletedProcess:
+    """``body`` after the shared defaults, the stages and the stub python (set -eu, as recipes)."""
+    script = (f"set -euo pipefail\n. '{REPO}/tools/recipe_defaults.sh'\n. '{REPO}/tools/recipe_stages.sh'\n"
+              f"{STUB}\n" + body)
     proc = subprocess.run(["bash", "-c", script], cwd=cwd, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 0 or not check, proc.stderr
     return proc
+
+
+AVERAGE = 'stage_average_decode_score 5 "${decoding[@]}" dir=exp checkpoint=exp/avg_2.pt type=raw average_num=2'
+EXPORT = "stage_export 6 config=exp/train.yaml checkpoint=exp/avg_2.pt out=exp/final.zip"
 
 
 def calls(cwd: Path) -> list[str]:
@@ -47,15 +51,15 @@ def test_stage_5_reaverages_after_more_training_and_stage_6_reexports(tmp_path):
     exp.mkdir()
     for e in (0, 1):
         (exp / f"epoch_{e}.pt").write_text("weights")
-    run_stages(tmp_path, "stage_average_decode_score; stage_export")
+    run_stages(tmp_path, f"{AVERAGE}; {EXPORT}")
     first = calls(tmp_path)
     assert any("average_model" in c for c in first) and any("bin.export" in c for c in first)
 
-    run_stages(tmp_path, "stage_average_decode_score; stage_export")  # nothing new: nothing redone
+    run_stages(tmp_path, f"{AVERAGE}; {EXPORT}")  # nothing new: nothing redone
     assert calls(tmp_path) == []
 
     touch_later(exp / "epoch_2.pt", exp / "avg_2.pt")  # trained one more epoch
-    run_stages(tmp_path, "stage_average_decode_score; stage_export")
+    run_stages(tmp_path, f"{AVERAGE}; {EXPORT}")
     again = calls(tmp_path)
     assert any("average_model" in c for c in again) and any("bin.export" in c for c in again), again
 
@@ -66,7 +70,7 @@ def test_an_explicit_checkpoint_is_never_overwritten_by_an_average(tmp_path):
     chosen = exp / "epoch_0.pt"
     chosen.write_text("weights")
     touch_later(exp / "epoch_1.pt", chosen)
-    run_stages(tmp_path, "decode_checkpoint=exp/epoch_0.pt; stage_average_decode_score")
+    run_stages(tmp_path, AVERAGE.replace("exp/avg_2.pt", "exp/epoch_0.pt"))
     assert not any("average_model" in c for c in calls(tmp_path))
     assert chosen.read_text() == "weights"
 
@@ -76,12 +80,45 @@ def test_units_are_rebuilt_when_options_or_text_change(tmp_path):
     text.parent.mkdir(parents=True)
     text.write_text("u1 a b\n")
     units = "data/dict/units.txt"
-    run_stages(tmp_path, f"stage_units chars {units}")
+    run_stages(tmp_path, f"stage_units 2 what=chars units={units}")
     assert len(calls(tmp_path)) == 1
-    run_stages(tmp_path, f"stage_units chars {units}")
+    run_stages(tmp_path, f"stage_units 2 what=chars units={units}")
     assert calls(tmp_path) == []
-    run_stages(tmp_path, f"stage_units bpe {units} --bpe 30")
+    run_stages(tmp_path, f"stage_units 2 what=bpe units={units} -- --bpe 30")
     assert calls(tmp_path) == [f"python tools/make_units.py --bpe 30 data/train/text {units}"]
     text.write_text("u1 a b c\n")
-    run_stages(tmp_path, f"stage_units bpe {units} --bpe 30")
+    run_stages(tmp_path, f"stage_units 2 what=bpe units={units} -- --bpe 30")
     assert len(calls(tmp_path)) == 1
+
+
+def test_stages_take_what_they_use_and_print_their_number(tmp_path):
+    """A stage reads no recipe variable: what it uses comes as NAME=VALUE arguments (an
+    unknown or missing one is refused, naming the stage), its number from the caller."""
+    (tmp_path / "data" / "dev").mkdir(parents=True)
+    proc = run_stages(tmp_path, "stage_data_lists 7 type=raw -- dev")
+    assert "stage 7: data lists (raw): dev" in proc.stderr
+    assert calls(tmp_path) == ["python tools/make_raw_list.py data/dev/wav.scp data/dev/text data/dev/data.list"]
+    typo = run_stages(tmp_path, "stage_export 6 config=c checkpoint=k output=o", check=False)
+    assert typo.returncode == 2 and "stage_export takes NAME=VALUE arguments from: config checkpoint out -- " \
+        "not 'output=o'" in typo.stderr, typo.stderr
+    missing = run_stages(tmp_path, "stage_cmvn 1", check=False)
+    assert missing.returncode == 2 and "stage_cmvn needs config=VALUE" in missing.stderr
+    assert calls(tmp_path) == []
+
+
+def test_stage_train_launches_what_it_is_given(tmp_path):
+    """The launch settings arrive through the shared ``launch`` array (after the options)."""
+    body = ('num_nodes=2; node_rank=1; master_addr=10.1.2.3; nproc_per_node=3\n'
+            '. "$ASRKIT_STAGES"\n'
+            'stage_train 4 "${launch[@]}" config=c.yaml dir=exp/x type=shard workers=0 '
+            'overrides="a.b=1 c=2" checkpoint=auto -- --max_steps 5')
+    proc = subprocess.run(["bash", "-c", f". '{REPO}/tools/recipe_defaults.sh'\n{STUB}\n{body}"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "ASRKIT_STAGES": str(REPO / "tools" / "recipe_stages.sh")})
+    assert proc.returncode == 0, proc.stderr
+    assert "stage 4: train c.yaml on data/train -> exp/x (2 node(s) x 3 process(es), node_rank 1)" in proc.stderr
+    assert calls(tmp_path) == [
+        "python -m torch.distributed.run --nnodes 2 --nproc_per_node 3 --node_rank 1 --master_addr 10.1.2.3 "
+        "--master_port 29500 --max_restarts 0 -m asrkit.bin.train --config c.yaml "
+        "--train_data data/train/data.shards.list --cv_data data/dev/data.shards.list --model_dir exp/x "
+        "--override dataset_conf.num_workers=0 --override a.b=1 --override c=2 --checkpoint auto --max_steps 5"]

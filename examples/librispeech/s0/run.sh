@@ -43,16 +43,19 @@ if run_stage 0; then
     --test_subsets "$test_subsets" "$data" data
 fi
 
-run_stage 1 && stage_cmvn
-
-run_stage 2 && stage_units "sentencepiece units ($bpe_type, $nbpe)" data/dict/units.txt \
+run_stage 1 && stage_cmvn 1 config="$train_config"
+run_stage 2 && stage_units 2 what="sentencepiece units ($bpe_type, $nbpe)" units=data/dict/units.txt -- \
   --bpe "$nbpe" --bpe-type "$bpe_type" --bpe-model data/dict/bpe.model
 
-run_stage 3 && stage_data_lists train dev $test_sets
-run_stage 4 && stage_train
+# shellcheck disable=SC2086  # test_sets is a word list
+run_stage 3 && stage_data_lists 3 type="$data_type" per_shard="$num_utts_per_shard" -- train dev $test_sets
+run_stage 4 && stage_train 4 "${launch[@]}" config="$train_config" dir="$dir" type="$data_type" \
+  checkpoint="$checkpoint" workers="$num_workers" threads="$num_threads" overrides="$train_overrides"
 
 decode_checkpoint=${decode_checkpoint:-$dir/avg_${average_num}.pt}
 
-run_stage 5 && stage_average_decode_score
-run_stage 6 && stage_export
+# shellcheck disable=SC2086  # test_sets is a word list
+run_stage 5 && stage_average_decode_score 5 "${decoding[@]}" dir="$dir" checkpoint="$decode_checkpoint" \
+  type="$data_type" -- $test_sets
+run_stage 6 && stage_export 6 config="$dir/train.yaml" checkpoint="$decode_checkpoint" out="$dir/final.zip"
 exit 0

@@ -17,12 +17,10 @@ nbpe=60                       # sentencepiece pieces (the units file adds <blank
                               # plateau here (docs/experiments/sentences_plateau.md)
 bpe_type=bpe                  # bpe | unigram (unigram 300 spelled 54 % of tokens letter by letter here)
 # voice curriculum (docs/recipes.md): train first on ONE clean training voice, then on the full corpus
-# starting from that model; 0 utterances = train on the full corpus from scratch
+# starting from that model (the trainer's --warm_start_*); 0 utterances = the full corpus from scratch
 single_voice_utts=3000
 single_voice_steps=600
 single_voice_overrides="scheduler_conf.warmup_steps=250"
-single_voice_cpu_procs=1      # without GPUs: 1 process x 2 threads, as measured
-single_voice_threads=2
 # training
 train_config=conf/train_conformer_bpe.yaml
 dir=exp/conformer_bpe
@@ -52,43 +50,32 @@ if run_stage 0; then
   done
 fi
 
-run_stage 1 && stage_cmvn
+run_stage 1 && stage_cmvn 1 config="$train_config"
 
 # both file names carry the pieces and type: another --nbpe never overwrites the units an
 # earlier experiment's train.yaml points to
 bpe_model=data/dict/bpe${nbpe}_${bpe_type}.model
 units=data/dict/bpe${nbpe}_${bpe_type}_units.txt
-run_stage 2 && stage_units "$bpe_type units ($nbpe pieces), $bpe_model" "$units" \
+run_stage 2 && stage_units 2 what="$bpe_type units ($nbpe pieces), $bpe_model" units="$units" -- \
   --bpe "$nbpe" --bpe-type "$bpe_type" --bpe-model "$bpe_model"
 
 # shellcheck disable=SC2086  # data_sets is a word list
-run_stage 3 && stage_data_lists $data_sets
+run_stage 3 && stage_data_lists 3 type="$data_type" per_shard="$num_utts_per_shard" -- $data_sets
 # the config names the units and the BPE model; keep them pointing at this run's files
 train_overrides="tokenizer_conf.bpe_path=$bpe_model tokenizer_conf.symbol_table_path=$units $train_overrides"
-if run_stage 4; then
-  init=()
-  if [ "$single_voice_utts" -gt 0 ]; then
-    single_dir=$dir/single_voice
-    start=$single_dir/step_$single_voice_steps.pt   # the trainer saves it on reaching --max_steps
-    if [ -n "$(ls "$dir"/*.pt 2>/dev/null)" ]; then
-      say "4: $dir has checkpoints (resuming): the single-voice start is not needed again"
-    else
-      # the curriculum's first step: the same model on data/train_single, its own schedule
-      if [ -s "$start" ]; then say "4: $single_dir done, skipped"; else
-        ( dir=$single_dir train_set=train_single cpu_nproc_per_node=$single_voice_cpu_procs \
-          num_threads=$single_voice_threads train_overrides="$train_overrides $single_voice_overrides"
-          stage_train --max_steps "$single_voice_steps" )
-      fi
-      [ -s "$start" ] || { echo "no $start (on several nodes $dir must be on a shared filesystem," \
-        "as for resuming; or pass --single_voice_utts 0)" >&2; exit 1; }
-      init=(--enc_init "$start" --enc_init_mods encoder.,decoder.,ctc.)
-    fi
-  fi
-  stage_train "${init[@]}"
+# the voice curriculum: the trainer's warm start on data/train_single (asrkit.bin.train --help)
+warm=()
+if [ "$single_voice_utts" -gt 0 ]; then
+  warm=(--warm_start_data "data/train_single/$(list_name "$data_type")" --warm_start_steps "$single_voice_steps")
+  for o in $single_voice_overrides; do warm+=(--warm_start_override "$o"); done
 fi
+run_stage 4 && stage_train 4 "${launch[@]}" config="$train_config" dir="$dir" type="$data_type" \
+  checkpoint="$checkpoint" workers="$num_workers" threads="$num_threads" overrides="$train_overrides" -- "${warm[@]}"
 
 decode_checkpoint=${decode_checkpoint:-$dir/avg_${average_num}.pt}
 
-run_stage 5 && stage_average_decode_score
-run_stage 6 && stage_export
+# shellcheck disable=SC2086  # test_sets is a word list
+run_stage 5 && stage_average_decode_score 5 "${decoding[@]}" dir="$dir" checkpoint="$decode_checkpoint" \
+  type="$data_type" -- $test_sets
+run_stage 6 && stage_export 6 config="$dir/train.yaml" checkpoint="$decode_checkpoint" out="$dir/final.zip"
 exit 0
