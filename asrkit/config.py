@@ -40,8 +40,11 @@ class ConfigError(ValueError):
 
     def __init__(self, errors: list[str], source: str = "config"):
         self.errors = list(errors)
-        lines = "\n  ".join(self.errors)
-        super().__init__(f"invalid {source} ({len(self.errors)} problem(s)):\n  {lines}")
+        if len(self.errors) == 1:  # one problem: one line
+            super().__init__(f"invalid {source}: {self.errors[0]}")
+        else:
+            lines = "\n  ".join(self.errors)
+            super().__init__(f"invalid {source} ({len(self.errors)} problem(s)):\n  {lines}")
 
 
 # ----------------------------------------------------------------------------- schemas
@@ -309,14 +312,25 @@ def apply_overrides(raw: dict, overrides: Iterable[str]) -> dict:
 # ----------------------------------------------------------------------------- io
 
 
+def yaml_error_line(e: yaml.YAMLError) -> str:
+    """A YAML parse error in one line: where (1-based line and column) and what."""
+    mark = getattr(e, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    what = getattr(e, "problem", None) or str(e).splitlines()[0]
+    context = getattr(e, "context", None)
+    return where + (f"{what} ({context})" if context else what)
+
+
 def read_yaml(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise ConfigError([f"config file not found: {path}"], str(path))
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError([f"not a text file (not UTF-8 at byte {e.start})"], str(path))
     except yaml.YAMLError as e:
-        raise ConfigError([f"not valid YAML: {e}"], str(path))
+        raise ConfigError([f"not valid YAML: {yaml_error_line(e)}"], str(path))
     if raw is None:
         return {}
     if not isinstance(raw, dict):

@@ -74,8 +74,8 @@ class _StallingLoader:
             self._hang()
 
     def _hang(self):
-        log.warning("fault injection (stall rank %d at batch %d): the train loader of rank %d hangs now",
-                    self._rank, self._at, self._rank)
+        log.warning("fault injection (stall rank %d at batch %d): the train loader of rank %d hangs now "
+                    "(unix time %.3f)", self._rank, self._at, self._rank, time.time())
         _flush_logs()
         while True:
             time.sleep(3600)

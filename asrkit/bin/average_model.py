@@ -57,7 +57,10 @@ def main(argv=None) -> int:
         paths = select_checkpoints(args.model_dir, args.num, args.mode, args.min_epoch, args.max_epoch)
         averaged = ckpt.average_state_dicts(paths)
         ckpt.save_checkpoint(args.dst, {"model": averaged, "averaged_from": [p.name for p in paths]})
-    except ckpt.CheckpointError as e:
+    except ckpt.CheckpointError as e:  # a checkpoint to average does not load: status 2
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # the average could not be written
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) into {args.dst}",

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from asrkit.config import ConfigError, load_config, to_dict
-from asrkit.io.checkpoint import CheckpointError
+from asrkit.config import load_config, to_dict
+from asrkit.bin.bad_input import BAD_INPUT
 
 log = logging.getLogger("asrkit.export")
 
@@ -51,8 +51,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.num_threads > 0:
         torch.set_num_threads(args.num_threads)
-    config_text = Path(args.config).read_text(encoding="utf-8")
     cfg = load_config(args.config, args.override)
+    config_text = Path(args.config).read_text(encoding="utf-8")
     if args.override:  # store the config the model was built from
         import yaml
         config_text = yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True)
@@ -83,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
                         datefmt="%H:%M:%S")
     try:
         return run(args)
-    except (ConfigError, ValueError, OSError, CheckpointError, RuntimeError) as e:
+    except BAD_INPUT as e:  # the config, units or checkpoint handed in: one line, status 2
+        log.error("%s", e)
+        return 2
+    except (ValueError, OSError, RuntimeError) as e:
         log.error("%s", e)
         return 1
 

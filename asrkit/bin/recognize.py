@@ -23,12 +23,12 @@ from pathlib import Path
 
 import torch
 
-from asrkit.config import ConfigError, load_config
+from asrkit.config import load_config
 from asrkit.decode import MODES, ModeError, check_modes
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
 from asrkit.decode.recognizer import Progress, load_model, recognize, write_text
 from asrkit.metrics import format_alignment, score
-from asrkit.io.checkpoint import CheckpointError
+from asrkit.bin.bad_input import BAD_INPUT
 
 log = logging.getLogger("asrkit.recognize")
 
@@ -106,10 +106,10 @@ def main(argv: list[str] | None = None) -> int:
                         datefmt="%H:%M:%S")
     try:
         return run(args)
-    except ModeError as e:
+    except (ModeError, *BAD_INPUT) as e:  # what was handed in: one line, status 2
         log.error("%s", e)
         return 2
-    except (ConfigError, ValueError, OSError, CheckpointError) as e:
+    except (ValueError, OSError) as e:
         log.error("%s", e)
         return 1
 

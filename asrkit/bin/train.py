@@ -87,15 +87,26 @@ def setup_logging(model_dir: Path, rank: int) -> None:
     fmt = logging.Formatter(f"%(asctime)s [rank {rank}] %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
     root = logging.getLogger()
     root.setLevel(logging.INFO)
-    for h in list(root.handlers):
-        root.removeHandler(h)
+    close_logging()  # (a warm start's handlers, when the main run follows it)
     file_handler = logging.FileHandler(model_dir / "log" / f"rank{rank}.log", encoding="utf-8")
     file_handler.setFormatter(fmt)
-    root.addHandler(file_handler)
+    handlers = [file_handler]
     if rank == 0:
-        stream = logging.StreamHandler(sys.stderr)
-        stream.setFormatter(fmt)
-        root.addHandler(stream)
+        handlers.append(logging.StreamHandler(sys.stderr))
+        handlers[-1].setFormatter(fmt)
+    for h in handlers:
+        h._asrkit_train = True  # (close_logging removes these and only these)
+        root.addHandler(h)
+
+
+def close_logging() -> None:
+    """Flush and remove the handlers ``setup_logging`` installed (main may run in a process
+    that goes on: a test, a notebook)."""
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        if getattr(h, "_asrkit_train", False):
+            root.removeHandler(h)
+            h.close()
 
 
 def preflight(cfg: TrainConfig, args, device: torch.device, backend: str | None = None) -> list[str]:
@@ -200,6 +211,7 @@ def main(argv=None) -> int:
         # After a failed collective, an nccl group can hang in its destructor: leave it to the exit.
         if not (collective_failed and spec.backend == "nccl"):
             D.shutdown()
+        close_logging()
 
 
 def warm_start(cfg: TrainConfig, args, ctx, spec, notes: list[str], model_dir: Path) -> int:

@@ -13,7 +13,7 @@ import torch
 
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
 from asrkit.decode.search import check_modes, decode
-from asrkit.io.checkpoint import load_checkpoint, strip_module_prefix
+from asrkit.io.checkpoint import CheckpointError, load_checkpoint, strip_module_prefix
 from asrkit.models import AsrModel, build_model
 
 log = logging.getLogger("asrkit.recognize")
@@ -27,10 +27,15 @@ def load_model(cfg, checkpoint: str | Path, vocabulary, device: str = "cpu") -> 
     input_dim = cfg.input_dim if cfg.input_dim is not None else cfg.dataset_conf.fbank_conf.num_mel_bins
     model = build_model(cfg, input_dim, vocabulary, load_cmvn_stats=False)
     state = strip_module_prefix(load_checkpoint(checkpoint)["model"])
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as e:  # tensors of other shapes
+        shapes = [line.strip() for line in str(e).splitlines() if "size mismatch" in line]
+        raise CheckpointError(f"checkpoint {checkpoint} does not match the config's model: "
+                              f"{shapes[0] if shapes else str(e).splitlines()[0]}") from e
     if missing or unexpected:
-        raise ValueError(f"checkpoint {checkpoint} does not match the config's model: "
-                         f"missing {sorted(missing)[:8]}, unexpected {sorted(unexpected)[:8]}")
+        raise CheckpointError(f"checkpoint {checkpoint} does not match the config's model: "
+                              f"missing {sorted(missing)[:8]}, unexpected {sorted(unexpected)[:8]}")
     return model.to(device).eval()
 
 

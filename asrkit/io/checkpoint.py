@@ -12,6 +12,8 @@ structurally only.
 """
 from __future__ import annotations
 
+import re
+import zipfile
 from pathlib import Path
 from typing import Any, Optional
 
@@ -82,9 +84,7 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict:
     try:
         obj = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # torch raises UnpicklingError, RuntimeError, EOFError, ... for bad files
-        kind = "refused: it carries pickled objects that are not tensors or plain types" \
-            if "weights_only" in str(e) or "Unsupported global" in str(e) else "is truncated or corrupted"
-        raise CheckpointError(f"checkpoint {path} {kind} ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from e
+        raise CheckpointError(f"checkpoint {path} {_load_failure(path, e)}") from e
     if not isinstance(obj, dict):
         raise CheckpointError(f"checkpoint {path} holds a {type(obj).__name__}, not a dict")
     if "model" not in obj:
@@ -92,6 +92,18 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict:
             return {"model": obj}
         raise CheckpointError(f"checkpoint {path} has no 'model' entry")
     return obj
+
+
+def _load_failure(path: Path, e: Exception) -> str:
+    """Why ``torch.load(path, weights_only=True)`` failed, in a few words and one line."""
+    text = str(e)
+    if not zipfile.is_zipfile(path):
+        return "is truncated or corrupted, or not a PyTorch checkpoint (torch.save writes a zip archive)"
+    if "Unsupported global" in text or "Unsupported operand" in text:
+        global_name = re.search(r"Unsupported (?:global|operand)[^\n]*", text)
+        return ("refused: it carries pickled objects that are not tensors or plain types (never executed: "
+                f"{global_name.group(0)[:160] if global_name else type(e).__name__})")
+    return f"is truncated or corrupted ({type(e).__name__}: {text.splitlines()[0][:160] if text else ''})"
 
 
 def strip_module_prefix(state_dict: dict) -> dict:

@@ -97,10 +97,10 @@ def test_recognize_accepts_a_bare_state_dict_and_reports_clear_errors(experiment
     assert main(common + ["--checkpoint", str(root / "bare.pt"), "--result_dir", str(tmp_path / "d"),
                           "--modes", "ctc_greedy_search"]) == 0
     assert len(read_text(tmp_path / "d" / "ctc_greedy_search" / "text")) == len(read_list(data))
-    assert main(common + ["--checkpoint", str(tmp_path / "nope.pt"), "--result_dir", str(tmp_path / "e")]) == 1
+    assert main(common + ["--checkpoint", str(tmp_path / "nope.pt"), "--result_dir", str(tmp_path / "e")]) == 2
     assert "checkpoint not found" in caplog.text
     assert main(common + ["--checkpoint", str(root / "ckpt.pt"), "--result_dir", str(tmp_path / "f"),
-                          "--override", "encoder_conf.num_blocks=2"]) == 1
+                          "--override", "encoder_conf.num_blocks=2"]) == 2
     assert "does not match" in caplog.text
 
 

@@ -71,17 +71,19 @@ def test_speed_perturb_scales_length_and_pitch(speed):
 
 
 def test_speed_perturb_of_2s_is_fast():
-    """Budget: <= 2 ms per 2 s utterance (README numbers come from bench/data_pipeline.py);
-    asserted loosely because other test processes share the 2 cores."""
+    """Budget: <= 2 ms per 2 s utterance (docs/data.md's numbers come from
+    bench/data_pipeline.py). Measured in this thread's CPU time, which other processes
+    sharing the 2 cores do not inflate (wall time does); the median bound leaves room for
+    cache effects of a loaded machine."""
     x = torch.from_numpy(tone(2.0)).unsqueeze(0)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in a DataLoader worker
     try:
         times = []
         for i in range(30):
-            t = time.perf_counter()
+            t = time.thread_time()
             speed_perturb(x, SR, (0.9, 1.1)[i % 2])
-            times.append(time.perf_counter() - t)
+            times.append(time.thread_time() - t)
     finally:
         torch.set_num_threads(threads)
-    assert min(times) <= 0.002 and statistics.median(times) <= 0.006, times
+    assert min(times) <= 0.002 and statistics.median(times) <= 0.004, times

@@ -83,9 +83,9 @@ def test_export_cli_takes_a_data_pipeline_cmvn_into_the_model(tiny_experiment, t
 def test_export_cli_errors(exported, tmp_path, caplog):
     root, _, _, _ = exported
     common = ["--config", str(root / "train.yaml"), "--output", str(tmp_path / "final.zip")]
-    assert main(common + ["--checkpoint", str(tmp_path / "missing.pt")]) == 1
+    assert main(common + ["--checkpoint", str(tmp_path / "missing.pt")]) == 2
     assert "checkpoint not found" in caplog.text
-    assert main(common + ["--checkpoint", str(root / "avg.pt"), "--override", "encoder_conf.num_blocks=3"]) == 1
+    assert main(common + ["--checkpoint", str(root / "avg.pt"), "--override", "encoder_conf.num_blocks=3"]) == 2
     assert "does not match" in caplog.text
     assert not (tmp_path / "final.zip").exists()
 

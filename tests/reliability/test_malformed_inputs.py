@@ -1,0 +1,123 @@
+"""Every config and checkpoint a user hands a command-line tool, when malformed, ends that
+tool with one error line and exit status 2 -- never a traceback (a raised exception fails
+these tests).  Data lists: tests/bin/test_train.py and tests/data/test_lists.py; units, BPE
+and CMVN files: the WeNet-interoperability tests."""
+from __future__ import annotations
+
+import logging
+import pickle
+
+import pytest
+import torch
+
+from asrkit.bin import average_model, export, recognize, train
+from asrkit.config import load_config
+from asrkit.models import build_model
+from asrkit.text.units import read_units
+from asrkit.text.vocabulary import Vocabulary
+
+CONFIGS = {
+    "YAML syntax": b"model: [unclosed\n  encoder: : :\n",
+    "binary": b"\xff\xfe\x00\x01binary",
+    "not a mapping": b"- accum_grad\n- 4\n",
+    "unknown key": b"acum_grad: 4\n",
+}
+
+
+class Payload:
+    """A pickled object that is not a tensor (what weights_only loading must refuse)."""
+
+
+def checkpoints(root, good) -> dict:
+    """Malformed checkpoints, by kind, next to ``good`` (a real one)."""
+    data = good.read_bytes()
+    cases = {"random bytes": torch.randint(0, 256, (4096,), generator=torch.Generator().manual_seed(1),
+                                           dtype=torch.uint8).numpy().tobytes(),
+             "truncated": data[: len(data) // 2], "empty": b""}
+    paths = {}
+    for kind, blob in cases.items():
+        paths[kind] = root / f"{kind.replace(' ', '_')}.pt"
+        paths[kind].write_bytes(blob)
+    paths["pickled object"] = root / "payload.pt"
+    torch.save({"model": Payload()}, paths["pickled object"], pickle_module=pickle)
+    paths["another model"] = root / "other.pt"
+    cfg = load_config(root / "wide.yaml")
+    torch.save({"model": build_model(cfg, 40, Vocabulary.from_symbols(read_units(cfg.tokenizer_conf.symbol_table_path)))
+                .state_dict()}, paths["another model"])
+    return paths
+
+
+@pytest.fixture(scope="module")
+def inputs(tiny_experiment, tmp_path_factory):
+    root = tmp_path_factory.mktemp("malformed")
+    config = tiny_experiment.config(root / "train.yaml")
+    tiny_experiment.config(root / "wide.yaml", encoder_conf={"output_size": 48})
+    cfg = load_config(config)
+    good = root / "good.pt"
+    torch.save({"model": build_model(cfg, 40, Vocabulary.from_symbols(read_units(cfg.tokenizer_conf.symbol_table_path)))
+                .state_dict()}, good)
+    configs = {}
+    for kind, blob in CONFIGS.items():
+        configs[kind] = root / f"{kind.replace(' ', '_')}.yaml"
+        configs[kind].write_bytes(blob)
+    return {"root": root, "config": config, "configs": configs, "checkpoints": checkpoints(root, good),
+            "data": tiny_experiment.corpus.splits["dev"].data_list,
+            "train": tiny_experiment.corpus.splits["train"].data_list}
+
+
+def run_tool(tool: str, args: dict, tmp_path, config=None, checkpoint=None) -> list[str]:
+    """``main`` of ``tool`` in this process; asserts status 2 and returns its error lines."""
+    c, k = str(config or args["config"]), str(checkpoint)
+    argv = {"train": ["--config", c, "--train_data", str(args["train"]), "--cv_data", str(args["data"]),
+                      "--model_dir", str(tmp_path / "exp")] + (["--checkpoint", k] if checkpoint else []),
+            "recognize": ["--config", c, "--checkpoint", k, "--data", str(args["data"]), "--modes",
+                          "ctc_greedy_search", "--result_dir", str(tmp_path / "decode")],
+            "export": ["--config", c, "--checkpoint", k, "--output", str(tmp_path / "final.zip"), "--no_verify"],
+            "average_model": ["--model_dir", str(tmp_path / "ckpts"), "--num", "2", "--mode", "last",
+                              "--dst", str(tmp_path / "avg.pt")]}[tool]
+    main = {"train": train.main, "recognize": recognize.main, "export": export.main,
+            "average_model": average_model.main}[tool]
+    return main(argv)
+
+
+def error_lines(capsys, caplog) -> list[str]:
+    """The error lines a tool printed: on stderr (train logs there itself), else the ERROR
+    records it logged (recognize/export log through the root logger pytest captures)."""
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "error" in line.lower()]
+    lines = lines or [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    caplog.clear()
+    return lines
+
+
+@pytest.mark.parametrize("tool", ["train", "recognize", "export"])
+@pytest.mark.parametrize("kind", list(CONFIGS))
+def test_a_malformed_config_is_one_line_and_status_2(inputs, tool, kind, tmp_path, capsys, caplog):
+    path = inputs["configs"][kind]
+    code = run_tool(tool, inputs, tmp_path, config=path, checkpoint=inputs["checkpoints"]["truncated"])
+    lines = error_lines(capsys, caplog)
+    assert code == 2 and len(lines) == 1 and "\n" not in lines[0] and str(path) in lines[0], lines
+    assert not (tmp_path / "exp").exists() and not (tmp_path / "final.zip").exists()
+
+
+@pytest.mark.parametrize("tool", ["train", "recognize", "export", "average_model"])
+@pytest.mark.parametrize("kind", ["random bytes", "truncated", "empty", "pickled object", "another model"])
+def test_a_malformed_checkpoint_is_one_line_and_status_2(inputs, tool, kind, tmp_path, capsys, caplog):
+    path = inputs["checkpoints"][kind]
+    if tool == "average_model":
+        (tmp_path / "ckpts").mkdir()
+        for n in (0, 1):
+            (tmp_path / "ckpts" / f"epoch_{n}.pt").write_bytes(path.read_bytes())
+        path = tmp_path / "ckpts"  # (the first it reads is named)
+    code = run_tool(tool, inputs, tmp_path, checkpoint=path)
+    lines = error_lines(capsys, caplog)
+    if tool == "average_model" and kind == "another model":
+        assert code == 0  # two copies of a well-formed model average fine: nothing is malformed
+        return
+    assert code == 2 and len(lines) == 1 and "\n" not in lines[0], lines
+    assert str(path) in lines[0], lines
+    expected = {"pickled object": ["refused: it carries pickled objects"],
+                # (train cannot resume from a bare model whatever its shape)
+                "another model": ["does not match", "is a model-only checkpoint"]}.get(kind, ["truncated or corrupted"])
+    assert any(e in lines[0] for e in expected), lines
+    assert not (tmp_path / "final.zip").exists() and not (tmp_path / "avg.pt").exists()
