@@ -1,0 +1,246 @@
+"""No dead config keys: every schema key is *read* by asrkit code, observed at run time.
+
+The schema dataclasses (``asrkit.config.schema_classes``) get a recording
+``__getattribute__`` for the duration of the test, and the real code paths run in this
+process on the tiny experiment with the optional features on (speed perturbation, dither,
+SpecAugment, spec_sub, spec_trim, list shuffle / shuffle / sort, global CMVN,
+bitransformer decoder with ``reverse_weight``, token-normalised loss, warmup scheduler,
+grad clipping, ``accum_grad``, step checkpoints and pruning, CV every N steps, early
+stopping): ``asrkit.bin.train`` (preflight, launch, the ranks' agreement, tokenizer, data
+pipeline, model, optimizer, scheduler, training steps, CV, checkpoints), then
+``asrkit.bin.recognize`` and ``asrkit.bin.export`` on its ``train.yaml``.
+
+A read counts only when a module of the asrkit package that does not define the schema
+reads the field (:func:`counts_as_use`).  So these read every field and count for none:
+the loader's validation (``asrkit/config.py`` and the schema modules' ``validate``),
+serialisation and copying -- ``dataclasses.asdict`` behind ``to_dict`` / ``dump_config`` /
+the agreement hash and the checkpoints' config, ``dataclasses.replace``, the generated
+``__eq__`` / ``__repr__`` -- and this test's own accesses.
+
+Keys that only a path the run cannot take reads are listed in :data:`TARGETED` with that
+path and why it is not run here; a targeted call of that path must read them.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import sys
+from pathlib import Path
+
+import torch
+
+import asrkit
+from asrkit.config import TrainConfig, dump_config, load_config, schema_classes, to_dict
+from tests.helpers import distinct_utterance_list, run_tool, train_args
+
+PACKAGE = Path(asrkit.__file__).resolve().parent
+SCHEMAS = schema_classes(TrainConfig)
+# The modules that define the schema (sections, their dataclass bases, the loader and the
+# ``checked``/``one_of`` helpers): their reads validate or print, they are not uses.
+SCHEMA_MODULES = {Path(sys.modules[base.__module__].__file__).resolve()
+                  for cls in SCHEMAS for base in cls.__mro__ if dataclasses.is_dataclass(base)}
+SCHEMA_MODULES |= {PACKAGE / "config.py", PACKAGE / "schema.py"}
+
+
+def counts_as_use(filename: str) -> bool:
+    """Whether a field read made by code of ``filename`` is a use: asrkit code outside the
+    schema modules (not ``dataclasses.py``, not the ``<string>`` of a dataclass-generated
+    method, not a test)."""
+    path = Path(filename)
+    if not path.is_absolute():
+        return False
+    path = path.resolve()
+    return path.is_relative_to(PACKAGE) and path not in SCHEMA_MODULES
+
+
+class ReadRecorder:
+    """Within ``with``: each schema class's ``__getattribute__`` adds ``"Class.field"`` to
+    ``reads`` when the caller's code :func:`counts_as_use`.  Restored on exit."""
+
+    def __init__(self, classes):
+        self.classes = list(classes)
+        self.reads: set[str] = set()
+        self._restore: list = []
+        self._use: dict[str, bool] = {}  # filename -> counts_as_use
+
+    def _patch(self, cls) -> None:
+        fields = frozenset(f.name for f in dataclasses.fields(cls))
+        original, name_of_cls, recorder = cls.__getattribute__, cls.__name__, self
+
+        def __getattribute__(obj, name):
+            if name in fields:
+                filename = sys._getframe(1).f_code.co_filename
+                use = recorder._use.get(filename)
+                if use is None:
+                    use = recorder._use[filename] = counts_as_use(filename)
+                if use:
+                    recorder.reads.add(f"{name_of_cls}.{name}")
+            return original(obj, name)
+
+        self._restore.append((cls, cls.__dict__.get("__getattribute__")))
+        cls.__getattribute__ = __getattribute__
+
+    def __enter__(self) -> "ReadRecorder":
+        try:
+            for cls in self.classes:
+                self._patch(cls)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for cls, own in reversed(self._restore):
+            if own is None:
+                del cls.__getattribute__
+            else:
+                cls.__getattribute__ = own
+        self._restore.clear()
+
+    @contextlib.contextmanager
+    def separately(self):
+        """The reads of the block in a set of their own (not added to ``reads``)."""
+        outer, self.reads = self.reads, set()
+        try:
+            yield self.reads
+        finally:
+            self.reads = outer
+
+
+def all_keys() -> list[str]:
+    return [f"{cls.__name__}.{f.name}" for cls in SCHEMAS for f in dataclasses.fields(cls)]
+
+
+# ----------------------------------------------------------------------------- targeted calls
+# Keys the run cannot read: key -> (the code path that reads it, why the run does not take
+# it, a call of that path: fn(cfg, tiny_experiment, tmp_path) -- it must read the key).
+
+
+def _nonfinite_step(cfg, exp, tmp_path):
+    from asrkit.train.dist import DistContext
+    from asrkit.train.executor import Executor, TrainState
+    from asrkit.train.scheduler import build_optimizer, build_scheduler
+    model = torch.nn.Linear(2, 2)
+    opt = build_optimizer(cfg, model.parameters())
+    executor = Executor(cfg, model, opt, build_scheduler(cfg, opt), DistContext(), tmp_path, progress=False)
+    state = TrainState()
+    executor._count_fault([{"keys": ["u1"]}], state, "the loss is not finite")  # 1 < max_nonfinite_steps
+    assert state.nonfinite_in_row == 1
+
+
+def _bpe_tokenizer(cfg, exp, tmp_path):
+    from asrkit.text import build_tokenizer
+    from asrkit.text.tokenizer import BpeTokenizer
+    units, model = tmp_path / "bpe_units.txt", tmp_path / "bpe.model"
+    run_tool("make_units.py", "--bpe", 30, "--bpe-model", model, exp.corpus.splits["train"].text, units)
+    bpe = dataclasses.replace(cfg, tokenizer="bpe", tokenizer_conf=dataclasses.replace(
+        cfg.tokenizer_conf, symbol_table_path=str(units), bpe_path=str(model)))
+    assert isinstance(build_tokenizer(bpe), BpeTokenizer)
+
+
+TARGETED = {
+    "TrainConfig.max_nonfinite_steps": (
+        "asrkit.train.executor.Executor._count_fault (a skipped non-finite optimizer step)",
+        "the tiny run's losses and gradients are finite", _nonfinite_step),
+    "TokenizerConf.bpe_path": (
+        "asrkit.text.build_tokenizer with tokenizer: bpe (BpeTokenizer loads the sentencepiece model)",
+        "the tiny experiment's units are characters (tokenizer: char)", _bpe_tokenizer),
+}
+
+
+# ----------------------------------------------------------------------------- the test
+
+
+@contextlib.contextmanager
+def process_state_kept():
+    """The in-process CLIs set the root logger's handlers and the intra-op thread count:
+    put them back (closing the run's log file)."""
+    root = logging.getLogger()
+    handlers, level, threads = list(root.handlers), root.level, torch.get_num_threads()
+    try:
+        yield
+    finally:
+        for h in list(root.handlers):
+            if h not in handlers:
+                root.removeHandler(h)
+                h.close()
+        for h in handlers:
+            if h not in root.handlers:
+                root.addHandler(h)
+        root.setLevel(level)
+        torch.set_num_threads(threads)
+
+
+def all_features_config(exp, path: Path) -> Path:
+    return exp.config(
+        path, decoder="bitransformer", decoder_conf={"r_num_blocks": 1},
+        model_conf={"ctc_weight": 0.3, "lsm_weight": 0.1, "reverse_weight": 0.3, "length_normalized_loss": True},
+        dataset_conf={"speed_perturb": True, "speeds": [0.9, 1.0, 1.1],
+                      "fbank_conf": {"dither": 0.1},
+                      "spec_aug": True, "spec_aug_conf": {"num_t_mask": 1, "num_f_mask": 1, "max_t": 5, "max_f": 3},
+                      "spec_sub": True, "spec_sub_conf": {"num_t_sub": 1, "max_t": 5},
+                      "spec_trim": True, "spec_trim_conf": {"max_t": 3},
+                      "list_shuffle": True, "shuffle": True, "sort": True,
+                      "batch_conf": {"batch_type": "static", "batch_size": 2}},
+        scheduler="warmuplr", scheduler_conf={"warmup_steps": 2}, grad_clip=5.0, accum_grad=2,
+        max_epoch=1, save_interval=1, keep_checkpoint_max=1, cv_interval=2, early_stop_patience=1)
+
+
+def test_serialisation_and_validation_reads_do_not_count(tiny_experiment, tmp_path):
+    """The recorder's exclusions: loading, validating, dumping, comparing, copying and
+    hashing a config read every field and count none of them."""
+    from asrkit.train import agreement
+    config = all_features_config(tiny_experiment, tmp_path / "c.yaml")
+    cfg = load_config(config)
+    with ReadRecorder(SCHEMAS) as rec:
+        cfg = load_config(config)
+        dump_config(cfg, tmp_path / "dumped.yaml")
+        assert load_config(tmp_path / "dumped.yaml") == cfg and repr(cfg)
+        copy = dataclasses.replace(cfg, accum_grad=3)
+        agreement.fingerprint(to_dict(copy), agreement.job_files(to_dict(cfg), "a", "b"))
+        assert rec.reads == set()
+        _ = cfg.dataset_conf.spec_aug_conf.max_f  # a test's own read does not count either
+        assert rec.reads == set()
+    assert "__getattribute__" not in type(cfg).__dict__  # restored
+
+
+def test_every_schema_key_is_read_by_code(tiny_experiment, tmp_path, monkeypatch):
+    """A key in a schema that no code reads is a lie to the user: it must not exist."""
+    from asrkit.bin import export, recognize, train
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):  # one process, launched plainly
+        monkeypatch.delenv(var, raising=False)
+    exp, split = tiny_experiment, tiny_experiment.corpus.splits
+    config = all_features_config(exp, tmp_path / "c.yaml")
+    # 8 utterances, batches of 2, accum_grad 2: two optimizer steps, CV at step 2 and at the epoch end.
+    train_list = distinct_utterance_list(split["train"].data_list, tmp_path / "train.list", 8)
+    cv_list = distinct_utterance_list(split["dev"].data_list, tmp_path / "cv.list", 4)
+    test_list = distinct_utterance_list(split["test"].data_list, tmp_path / "test.list", 2)
+    model_dir = tmp_path / "exp"
+    resolved, ckpt = model_dir / "train.yaml", model_dir / "epoch_0.pt"
+
+    with ReadRecorder(SCHEMAS) as rec, process_state_kept():
+        assert train.main(train_args(exp, model_dir, config, train_list, cv_list)) == 0
+        assert recognize.main(["--config", str(resolved), "--checkpoint", str(ckpt), "--data", str(test_list),
+                               "--result_dir", str(tmp_path / "decode"), "--num_threads", "1",
+                               "--modes", "ctc_greedy_search", "attention_rescoring"]) == 0
+        assert export.main(["--config", str(resolved), "--checkpoint", str(ckpt),
+                            "--output", str(tmp_path / "final.zip")]) == 0
+        run_reads = set(rec.reads)
+
+        cfg = load_config(resolved)
+        targeted_reads = {}
+        for key, (_path, _why, call) in TARGETED.items():
+            with rec.separately() as reads:
+                call(cfg, exp, tmp_path)
+            targeted_reads[key] = reads
+
+    keys = all_keys()
+    assert not set(TARGETED) - set(keys), f"TARGETED lists keys the schema lacks: {sorted(set(TARGETED) - set(keys))}"
+    stale = sorted(k for k in TARGETED if k in run_reads)
+    assert not stale, f"the run reads these now; take them out of TARGETED: {', '.join(stale)}"
+    missed = [f"{k} (expected from {TARGETED[k][0]})" for k in TARGETED if k not in targeted_reads[k]]
+    assert not missed, "targeted calls that no longer read their key:\n  " + "\n  ".join(missed)
+    unread = [k for k in keys if k not in run_reads and k not in TARGETED]
+    assert not unread, ("schema keys no code reads (not in the tiny train/CV/decode/export run, nor in "
+                        "TARGETED): " + ", ".join(unread))
