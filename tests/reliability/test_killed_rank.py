@@ -34,10 +34,11 @@ def test_sigkilled_rank_restarts_and_resumes_from_newest_checkpoint(tiny_experim
     # next collective, or torchrun's agent stopped it first (the two race; either is right)
     first_attempt = log0[:log0.rindex("launch via torchrun")]
     assert steps_logged(first_attempt) == [1, 2, 3], first_attempt[-3000:]
-    failed = re.search(r"rank 0 \(host .*\): a collective failed after ([0-9.]+) s", first_attempt)
+    failed = re.search(r"rank 0 \(host .*\): a collective failed after ([0-9.]+) s.*", first_attempt)
     if failed:  # rank 1's loader worker died with it (PR_SET_PDEATHSIG) instead of holding its
-        # sockets open for gloo's 5 s+ connection timeout
-        assert float(failed.group(1)) < 4.0, failed.group(0)
+        # sockets open: gloo saw the peer's connection close, not a timeout (no clock involved)
+        assert re.search(r"Connection (closed|reset) by peer", failed.group(0)), failed.group(0)
+        assert "Timed out" not in failed.group(0)
     # the restarted ranks found step_2.pt by themselves and redid step 3 onwards
     for log in (log0, log1):
         assert f"resumed from {model_dir / 'step_2.pt'}: epoch 0, step 2 (mid-epoch)" in log
