@@ -33,7 +33,7 @@ from asrkit.decode import MODES, decode  # noqa: E402
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD  # noqa: E402
 from asrkit.decode.recognizer import duration_batches, load_model  # noqa: E402
 from asrkit.models import build_model, count_parameters  # noqa: E402
-from asrkit.text.vocabulary import Vocabulary
+from asrkit.text.vocabulary import Vocabulary  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -15,11 +15,13 @@ timing each phase with wall clocks, and reports:
   ~3x forward) and the share of the machine's measured fp32 matmul peak that reaches.
 
 ``--profile N`` additionally runs N more steps under ``torch.profiler`` and prints the
-self CPU time per operator category (convolution, matmul, attention softmax, norms and
-elementwise, dropout masks, CTC, optimizer, other) and the top operators -- where the
-step time goes.
+self CPU time per operator category (convolution, matmul, softmax (attention and the losses'
+log-softmax), ctc, dropout masks, norms, elementwise, memory (copies, layout, reductions),
+other) and the top operators -- where the step time goes.
 
-A JSON line with every figure is printed last (``--json`` writes it to a file too).
+A JSON line with every figure is printed last (``--json`` writes it to a file too), with
+the counts the rates come from: ``real_frames`` and ``utterances`` trained in the
+``seconds`` timed.
 """
 from __future__ import annotations
 
@@ -101,7 +103,7 @@ def main(argv=None) -> int:
     peak = matmul_peak(args.threads)
     torch.set_num_threads(args.threads)
     pipe = build_pipeline(args)
-    cfg, model = pipe.cfg, pipe.model
+    model = pipe.model
 
     t = {"data": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0}
     frames = padded = utts = steps = 0
@@ -143,6 +145,7 @@ def main(argv=None) -> int:
     result = {
         "machine": f"{platform.processor() or platform.machine()}, {args.threads} threads, torch {torch.__version__}",
         "config": args.config, "overrides": args.override, "steps": args.steps,
+        "real_frames": frames, "utterances": utts, "seconds": wall,
         "real_frames_per_s": frames / wall, "utts_per_s": utts / wall,
         "padding_share": 1 - frames / max(padded, 1), "data_wait_share": t["data"] / wall,
         "split": {k: v / wall for k, v in t.items()},
