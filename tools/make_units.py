@@ -14,11 +14,14 @@ plus every CJK character of the text as units (CJK characters are single units, 
 the BPE tokenizer produces them).  A corpus too small for N pieces gets fewer, with a
 note (sentencepiece's soft vocabulary limit).
 
-Output follows the units contract: ``<blank> 0``, ``<unk> 1``, the units sorted,
-``<sos/eos>`` last.
+Output follows the units contract in asrkit's layout: ``<blank> 0``, ``<unk> 1``, the
+units sorted, ``<sos/eos>`` last; ``--layout wenet`` writes WeNet's current layout
+instead (``<blank> 0``, ``<unk> 1``, ``<sos/eos> 2``, then the units sorted), e.g. for a
+dictionary WeNet's own tools will also read.  asrkit reads both.
 
 Usage:
     tools/make_units.py data/train/text data/dict/units.txt
+    tools/make_units.py --layout wenet data/train/text data/dict/lang_char.txt
     tools/make_units.py --bpe 500 --bpe-model data/dict/bpe.model data/train/text data/dict/units.txt
 """
 from __future__ import annotations
@@ -34,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from asrkit.io.files import WriteError, atomic_write_bytes  # noqa: E402
 from asrkit.text.cjk import is_cjk, split_cjk  # noqa: E402
 from asrkit.text.tokenizer import CharTokenizer, normalize_text  # noqa: E402
-from asrkit.text.units import SPECIAL, units_from_symbols, write_units  # noqa: E402
+from asrkit.text.units import LAYOUTS, SPECIAL, units_from_symbols, write_units  # noqa: E402
 
 
 def read_transcripts(path: Path) -> list[str]:
@@ -109,6 +112,8 @@ def main(argv=None) -> int:
                    "(default: bpe.model next to units.txt)")
     p.add_argument("--split-with-space", action="store_true",
                    help="char units: whitespace-separated fields are the units")
+    p.add_argument("--layout", choices=LAYOUTS, default="asrkit",
+                   help="asrkit: <sos/eos> last (default); wenet: <sos/eos> at id 2, after <blank> and <unk>")
     args = p.parse_args(argv)
 
     transcripts = read_transcripts(args.text)
@@ -128,11 +133,11 @@ def main(argv=None) -> int:
         if clash:
             print(f"note: transcripts contain reserved symbol(s) {sorted(clash)}; kept at their fixed ids",
                   file=sys.stderr)
-        table = write_units(args.units, units)
+        table = write_units(args.units, units, args.layout)
     except (WriteError, OSError) as e:  # OSError: the output directory cannot be made
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"wrote {len(table)} units to {args.units}", file=sys.stderr)
+    print(f"wrote {len(table)} units to {args.units} ({args.layout} layout)", file=sys.stderr)
     return 0
 
 

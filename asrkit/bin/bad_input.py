@@ -1,11 +1,45 @@
 """What the command-line tools count as bad input: a file the user handed in (config, units,
 BPE model, CMVN, checkpoint, data list) that is missing or malformed.  Each tool reports
-it in one line and exits with status 2; other failures (a write that failed, a bug) exit 1."""
+it in one line and exits with status 2; other failures (a write that failed, a bug) exit 1.
+
+:func:`load_text_inputs` reads and checks the units, BPE and CMVN files of a config before
+a tool builds its model, so their problems are found first and reported the same way by
+every tool."""
 from __future__ import annotations
 
 from asrkit.config import ConfigError
+from asrkit.data.features import CmvnError, load_cmvn
 from asrkit.data.lists import ListError
 from asrkit.io.checkpoint import CheckpointError
+from asrkit.text.tokenizer import BpeModelError, Tokenizer, build_tokenizer
 from asrkit.text.units import UnitsError
 
-BAD_INPUT = (ConfigError, CheckpointError, ListError, UnitsError, FileNotFoundError)
+BAD_INPUT = (ConfigError, CheckpointError, ListError, UnitsError, BpeModelError, CmvnError, FileNotFoundError)
+
+
+def load_text_inputs(cfg, *, model_cmvn: bool) -> Tokenizer:
+    """The tokenizer of ``cfg`` (a ``TrainConfig``), after checking every units/BPE/CMVN
+    file the tool reads: the units file and its ``special_tokens`` declaration
+    (:class:`UnitsError`), the sentencepiece model (:class:`BpeModelError`),
+    ``ctc_conf.ctc_blank_id`` against the units' ``<blank>`` (when the model has a CTC
+    head) and the CMVN files (:class:`CmvnError`, their dimension against
+    ``fbank_conf.num_mel_bins``): ``dataset_conf.cmvn_file`` always, ``cmvn_conf.cmvn_file``
+    of the model layer only with ``model_cmvn`` (training: decoding and export take those
+    statistics from the checkpoint)."""
+    if model_cmvn and cfg.cmvn is not None and cfg.dataset_conf.cmvn_file:
+        raise CmvnError("CMVN is configured twice: cmvn: global_cmvn (model layer) and dataset_conf.cmvn_file "
+                        "(data pipeline); keep one")
+    tokenizer = build_tokenizer(cfg)
+    blank = tokenizer.vocabulary.blank_id
+    if cfg.model_conf.ctc_weight > 0.0 and cfg.ctc_conf.ctc_blank_id != blank:
+        raise UnitsError(f"ctc_conf.ctc_blank_id is {cfg.ctc_conf.ctc_blank_id} but "
+                         f"{cfg.tokenizer_conf.symbol_table_path} has <blank> at id {blank}: "
+                         f"set ctc_conf.ctc_blank_id: {blank}")
+    dim = cfg.dataset_conf.fbank_conf.num_mel_bins
+    if cfg.dataset_conf.cmvn_file:
+        load_cmvn(cfg.dataset_conf.cmvn_file, dim)
+    if model_cmvn and cfg.cmvn is not None:
+        if not cfg.cmvn_conf.cmvn_file:
+            raise CmvnError("cmvn: global_cmvn needs cmvn_conf.cmvn_file (tools/compute_cmvn_stats.py)")
+        load_cmvn(cfg.cmvn_conf.cmvn_file, dim)
+    return tokenizer

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from asrkit.config import load_config, to_dict
-from asrkit.bin.bad_input import BAD_INPUT
+from asrkit.bin.bad_input import BAD_INPUT, load_text_inputs
 
 log = logging.getLogger("asrkit.export")
 
@@ -47,7 +47,6 @@ def run(args: argparse.Namespace) -> int:
     from asrkit.data.features import load_cmvn
     from asrkit.decode.recognizer import load_model
     from asrkit.export import export_model
-    from asrkit.text import build_tokenizer
 
     if args.num_threads > 0:
         torch.set_num_threads(args.num_threads)
@@ -56,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     if args.override:  # store the config the model was built from
         import yaml
         config_text = yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True)
-    tokenizer = build_tokenizer(cfg)
+    tokenizer = load_text_inputs(cfg, model_cmvn=False)  # (checked before the model is built)
     model = load_model(cfg, args.checkpoint, tokenizer.vocabulary, "cpu")
     dc = cfg.dataset_conf
     fb = dc.fbank_conf

@@ -28,7 +28,7 @@ from asrkit.decode import MODES, ModeError, check_modes
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
 from asrkit.decode.recognizer import Progress, load_model, recognize, write_text
 from asrkit.metrics import format_alignment, score
-from asrkit.bin.bad_input import BAD_INPUT
+from asrkit.bin.bad_input import BAD_INPUT, load_text_inputs
 
 log = logging.getLogger("asrkit.recognize")
 
@@ -72,12 +72,11 @@ def write_scores(result_dir: Path, mode: str, refs: dict[str, str], hyps: dict[s
 def run(args: argparse.Namespace) -> int:
     from asrkit.data.lists import read_list
     from asrkit.data.processors import build_sample_processor
-    from asrkit.text import build_tokenizer
 
     if args.num_threads > 0:
         torch.set_num_threads(args.num_threads)
     cfg = load_config(args.config, args.override)
-    tokenizer = build_tokenizer(cfg)
+    tokenizer = load_text_inputs(cfg, model_cmvn=False)  # (checked before the model is built)
     entries = read_list(args.data)
     processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False)
     model = load_model(cfg, args.checkpoint, tokenizer.vocabulary, args.device)

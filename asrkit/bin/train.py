@@ -179,8 +179,16 @@ def main(argv=None) -> int:
         return 2
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     problems = preflight(cfg, args, device, spec.backend)
-    if problems:
-        print("error: cannot start training:\n  " + "\n  ".join(problems), file=sys.stderr)
+    if problems:  # one line for one problem
+        sep = " " if len(problems) == 1 else "\n  "
+        print("error: cannot start training:" + sep + sep.join(problems), file=sys.stderr)
+        return 2
+    from asrkit.bin.bad_input import BAD_INPUT, load_text_inputs
+    try:  # units, special_tokens, BPE model, CMVN: read and checked before anything is built
+        for c in (cfg, warm_cfg) if warm_cfg is not None else (cfg,):
+            load_text_inputs(c, model_cmvn=True)
+    except BAD_INPUT as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     torch.set_num_threads(args.num_threads or D.default_num_threads(spec.local_world_size))
     ctx = D.init_distributed(spec, timeout_s=cfg.launch.timeout_s)

@@ -92,20 +92,34 @@ def write_cmvn(path: str | Path, stats: CmvnStats) -> None:
     atomic_write_text(path, json.dumps(stats.to_json()))
 
 
-def load_cmvn(path: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
+class CmvnError(ValueError):
+    """A global CMVN file is missing or malformed; the one-line message names the file."""
+
+
+def load_cmvn(path: str | Path, dim: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(mean, istd)`` float32 ``[F]`` from a WeNet global CMVN JSON file:
     ``mean = mean_stat / N``, ``var = max(var_stat / N - mean², 1e-20)``,
-    ``istd = 1 / sqrt(var)``.  Raises ValueError on a malformed file."""
+    ``istd = 1 / sqrt(var)``.  Raises :class:`CmvnError` when the file is missing, not
+    such a JSON file, or (with ``dim``) of another dimension than the features."""
     path = Path(path)
+    if not path.is_file():
+        raise CmvnError(f"CMVN file not found: {path}")
     try:
         stats = json.loads(path.read_text(encoding="utf-8"))
         mean_stat = torch.tensor(stats["mean_stat"], dtype=torch.float64)
         var_stat = torch.tensor(stats["var_stat"], dtype=torch.float64)
         frames = int(stats["frame_num"])
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"{path}: not a CMVN JSON file with mean_stat, var_stat, frame_num ({e})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, IndexError, TypeError,
+            ValueError, RuntimeError) as e:
+        reason = f"no {e} key" if isinstance(e, KeyError) else str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CmvnError(f"{path}: not a CMVN JSON file with mean_stat, var_stat, frame_num ({reason})") from None
     if mean_stat.dim() != 1 or mean_stat.shape != var_stat.shape or frames <= 0:
-        raise ValueError(f"{path}: mean_stat/var_stat must be equal-length lists and frame_num > 0")
+        raise CmvnError(f"{path}: mean_stat/var_stat must be equal-length lists of numbers and frame_num > 0")
+    if not (torch.isfinite(mean_stat).all() and torch.isfinite(var_stat).all()):
+        raise CmvnError(f"{path}: mean_stat/var_stat hold non-finite values")
+    if dim is not None and mean_stat.numel() != dim:
+        raise CmvnError(f"{path}: CMVN statistics of dimension {mean_stat.numel()}, the features have {dim} "
+                        f"(dataset_conf.fbank_conf.num_mel_bins)")
     mean = mean_stat / frames
     var = torch.clamp(var_stat / frames - mean * mean, min=VARIANCE_FLOOR)
     return mean.float(), var.rsqrt().float()

@@ -258,9 +258,7 @@ def build_sample_processor(dataset_conf, tokenizer, *, train: bool, seed: int,
     steps.append(functools.partial(fbank, num_mel_bins=fb.num_mel_bins, frame_length=fb.frame_length,
                                    frame_shift=fb.frame_shift, dither=fb.dither if train else 0.0))
     if conf.cmvn_file:
-        mean, istd = features.load_cmvn(conf.cmvn_file)
-        if mean.numel() != fb.num_mel_bins:
-            raise ValueError(f"{conf.cmvn_file}: {mean.numel()} dims, fbank_conf.num_mel_bins is {fb.num_mel_bins}")
+        mean, istd = features.load_cmvn(conf.cmvn_file, fb.num_mel_bins)
         steps.append(functools.partial(cmvn, mean=mean, istd=istd))
     if train:
         if conf.spec_aug:

@@ -90,8 +90,8 @@ class ScriptableAsr(nn.Module):
 
     @torch.jit.export
     def units(self) -> List[str]:
-        """Unit symbols indexed by id (``<blank>`` 0, ``<unk>`` 1, ``<sos/eos>`` where the
-        dictionary put it: see ``sos_symbol()``)."""
+        """Unit symbols indexed by id, the special units where the dictionary put them
+        (``blank_id()``, ``sos_symbol()``/``eos_symbol()``: e.g. 0 and 2 in WeNet's layout)."""
         return self.unit_table
 
     @torch.jit.export

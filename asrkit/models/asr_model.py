@@ -13,16 +13,17 @@ from asrkit.models.mask import valid_mask
 from asrkit.text.vocabulary import Vocabulary
 
 
-def add_sos_eos(target: torch.Tensor, target_lengths: torch.Tensor, sos_eos: int
+def add_sos_eos(target: torch.Tensor, target_lengths: torch.Tensor, sos: int, eos: Optional[int] = None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """From ``target [B, L]`` (padded with −1) build decoder inputs ``ys_in [B, L+1]``
     = ``<sos> y`` (padded with ``<eos>``) and outputs ``ys_out [B, L+1]`` = ``y <eos>``
-    (padded with −1)."""
+    (padded with −1).  ``eos`` defaults to ``sos`` (one ``<sos/eos>`` unit)."""
+    eos = sos if eos is None else eos
     b = target.size(0)
-    column = torch.full((b, 1), sos_eos, dtype=target.dtype, device=target.device)
-    ys_in = torch.cat([column, target.masked_fill(target == IGNORE_ID, sos_eos)], dim=1)
+    column = torch.full((b, 1), sos, dtype=target.dtype, device=target.device)
+    ys_in = torch.cat([column, target.masked_fill(target == IGNORE_ID, eos)], dim=1)
     ys_out = torch.cat([target, torch.full_like(column, IGNORE_ID)], dim=1)
-    ys_out.scatter_(1, target_lengths.unsqueeze(1), sos_eos)
+    ys_out.scatter_(1, target_lengths.unsqueeze(1), eos)
     return ys_in, ys_out
 
 
@@ -115,11 +116,12 @@ class AsrModel(nn.Module):
                        target_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(Σ loss, correct, total)`` of the decoder(s), teacher-forced."""
         assert self.decoder is not None
-        ys_in, ys_out = add_sos_eos(target, target_lengths, self.sos)
+        ys_in, ys_out = add_sos_eos(target, target_lengths, self.sos, self.eos)
         r_ys_in: Optional[torch.Tensor] = None
         r_ys_out: Optional[torch.Tensor] = None
         if self.reverse_weight > 0.0:
-            r_ys_in, r_ys_out = add_sos_eos(reverse_padded(target, target_lengths), target_lengths, self.sos)
+            r_ys_in, r_ys_out = add_sos_eos(reverse_padded(target, target_lengths), target_lengths, self.sos,
+                                           self.eos)
         memory_mask = valid_mask(enc_lengths, enc_out.size(1)).unsqueeze(1)
         logits, r_logits = self.decoder(enc_out, memory_mask, ys_in, target_lengths + 1, r_ys_in)
         loss = label_smoothing_loss(logits, ys_out, self.lsm_weight).sum()

@@ -2,7 +2,8 @@
 right-to-left transformer decoder, trained on reversed targets, used by
 ``attention_rescoring`` through ``reverse_weight``).
 
-Token conventions: ``<sos>`` = ``<eos>`` = ``vocab_size − 1``; decoder inputs
+Token conventions: the ``<sos>``/``<eos>`` ids are the model's (its
+:class:`asrkit.text.Vocabulary`: wherever the units file puts ``<sos/eos>``); decoder inputs
 ``ys_in`` start with ``<sos>``; padded positions hold any valid id (they are masked).
 """
 from __future__ import annotations

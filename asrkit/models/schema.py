@@ -125,15 +125,12 @@ class ModelConf:
     }
 
 
-def _blank_zero(value: int) -> Optional[str]:
-    return None if value == 0 else f"asrkit's blank is id 0 (units.txt: '<blank> 0'), got {value!r}"
-
-
 @dataclasses.dataclass
 class CtcConf:
-    """``ctc_conf``: the CTC blank id (always 0 in asrkit's units)."""
+    """``ctc_conf``: the CTC blank id, which must be the id of ``<blank>`` in the units file
+    (checked when the units are read, before a model is built)."""
 
-    ctc_blank_id: int = checked(0, _blank_zero)
+    ctc_blank_id: int = checked(0, non_negative)
 
 
 @dataclasses.dataclass

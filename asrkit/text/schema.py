@@ -14,9 +14,10 @@ class TokenizerConf:
     ``split_with_space``: char tokenizer only; each whitespace-separated field of a
     transcript is one unit instead of each character.
     ``special_tokens``: optional declaration of the special ids (keys ``<blank>``,
-    ``<unk>``, ``<sos>``, ``<eos>``); asrkit does not remap ids, it checks the declaration
-    against the units file when the tokenizer is built and refuses a mismatch (asrkit
-    units have ``<blank>`` 0, ``<unk>`` 1, ``<sos/eos>`` last).
+    ``<unk>``, ``<sos>``, ``<eos>``, as in WeNet's configs; ``<sos>`` and ``<eos>`` are the
+    one ``<sos/eos>`` unit).  The ids always come from where the units file puts the
+    symbols; a declaration is checked against the file when the tokenizer is built and a
+    declared id holding another symbol is refused (``check_special_tokens``).
     """
 
     symbol_table_path: str = ""
@@ -39,3 +40,11 @@ class TextSections:
     tokenizer_conf: TokenizerConf = dataclasses.field(default_factory=TokenizerConf)
 
     UNSUPPORTED: ClassVar[dict[str, tuple]] = {}
+
+    def validate(self) -> list[str]:
+        errors = []
+        if self.tokenizer == "bpe" and not self.tokenizer_conf.bpe_path:
+            errors.append("tokenizer: bpe needs tokenizer_conf.bpe_path (the sentencepiece model)")
+        if self.tokenizer == "bpe" and self.tokenizer_conf.split_with_space:
+            errors.append("tokenizer_conf.split_with_space applies to the char tokenizer only")
+        return errors

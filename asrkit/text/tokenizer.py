@@ -10,7 +10,7 @@ Two kinds share one interface (:class:`Tokenizer`):
 * :class:`BpeTokenizer` -- sentencepiece pieces for the non-CJK runs of a transcript, one
   unit per CJK character (WeNet's mixed-script convention).
 
-Symbols missing from the table map to ``<unk>`` (id 1); each occurrence adds one to
+Symbols missing from the table map to ``<unk>``; each occurrence adds one to
 ``unk_count`` of the tokenizer instance (per process: DataLoader workers hold copies).
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from asrkit.text.cjk import is_cjk, split_cjk
-from asrkit.text.units import BLANK, SOS_EOS, SPACE, UNK, read_units
+from asrkit.text.units import BLANK, SOS_EOS, SPACE, UNK, UnitsError, read_units
 from asrkit.text.vocabulary import Vocabulary
 
 _WHITESPACE = re.compile(r"\s+")
@@ -42,15 +42,13 @@ class Tokenizer(abc.ABC):
     def __init__(self, symbols: Sequence[str]):
         self.symbols: list[str] = list(symbols)
         self._ids = {sym: i for i, sym in enumerate(self.symbols)}
-        self.blank_id = 0
-        self.unk_id = self._ids[UNK]
-        self.sos_eos_id = len(self.symbols) - 1
+        # the special ids, from where the table puts the symbols (what models are built for)
+        self.vocabulary = Vocabulary.from_symbols(self.symbols)
+        self.blank_id = self.vocabulary.blank_id
+        self.unk_id = self.vocabulary.unk_id
+        self.sos_id = self.vocabulary.sos_id
+        self.eos_id = self.vocabulary.eos_id
         self.unk_count = 0
-
-    @property
-    def vocabulary(self) -> Vocabulary:
-        """The :class:`Vocabulary` of this tokenizer's table (what models are built for)."""
-        return Vocabulary.from_symbols(self.symbols)
 
     @property
     def vocab_size(self) -> int:
@@ -84,7 +82,7 @@ class Tokenizer(abc.ABC):
             i = int(i)
             if not 0 <= i < len(self.symbols):
                 raise IndexError(f"token id {i} outside the symbol table (size {len(self.symbols)})")
-            if i in (self.blank_id, self.sos_eos_id):
+            if i in (self.blank_id, self.sos_id, self.eos_id):
                 continue
             syms.append(self.symbols[i])
         return self.symbols_to_text(syms)
@@ -115,18 +113,31 @@ class CharTokenizer(Tokenizer):
         return "".join(symbols).replace(SPACE, " ").strip()
 
 
+class BpeModelError(ValueError):
+    """The sentencepiece model of ``tokenizer: bpe`` is missing or unreadable (one line naming it)."""
+
+
+def load_sentencepiece(path: str | Path):
+    """The ``SentencePieceProcessor`` of the model file ``path``; :class:`BpeModelError`
+    when it is missing, unreadable or not a sentencepiece model."""
+    import sentencepiece
+
+    path = Path(path)
+    if not path.is_file():
+        raise BpeModelError(f"sentencepiece model not found: {path}")
+    try:
+        return sentencepiece.SentencePieceProcessor(model_file=str(path))
+    except (RuntimeError, OSError) as e:  # (sentencepiece raises RuntimeError for a malformed file)
+        raise BpeModelError(f"{path}: not a readable sentencepiece model ({str(e).strip()})") from None
+
+
 class BpeTokenizer(Tokenizer):
     """Sentencepiece pieces for non-CJK runs, single units for CJK characters."""
 
     def __init__(self, symbols: Sequence[str], bpe_model: str | Path):
         super().__init__(symbols)
-        import sentencepiece
-
-        path = Path(bpe_model)
-        if not path.is_file():
-            raise FileNotFoundError(f"sentencepiece model not found: {path}")
-        self.bpe_model = str(path)
-        self._sp = sentencepiece.SentencePieceProcessor(model_file=str(path))
+        self._sp = load_sentencepiece(bpe_model)
+        self.bpe_model = str(bpe_model)
 
     def __getstate__(self):  # the SWIG processor does not pickle; reload it in workers
         state = dict(self.__dict__)
@@ -134,10 +145,8 @@ class BpeTokenizer(Tokenizer):
         return state
 
     def __setstate__(self, state):
-        import sentencepiece
-
         self.__dict__.update(state)
-        self._sp = sentencepiece.SentencePieceProcessor(model_file=self.bpe_model)
+        self._sp = load_sentencepiece(self.bpe_model)
 
     def text_to_symbols(self, txt: str) -> list[str]:
         out: list[str] = []
@@ -152,21 +161,33 @@ class BpeTokenizer(Tokenizer):
         return "".join(symbols).replace(SPACE, " ").strip()
 
 
+# what a ``special_tokens`` key names -> the unit symbol that must sit at the declared id
+DECLARABLE = {"<blank>": BLANK, "<unk>": UNK, "<sos>": SOS_EOS, "<eos>": SOS_EOS}
+
+
 def check_special_tokens(declared: dict[str, int] | None, symbols: Sequence[str], source: str) -> None:
-    """Raise ValueError when a ``special_tokens`` declaration (``<blank>``, ``<unk>``,
-    ``<sos>``, ``<eos>`` -> id) disagrees with the symbol table ``symbols``."""
+    """Raise :class:`UnitsError` (one line naming the declaration and ``source``'s symbol)
+    when a ``special_tokens`` declaration (``<blank>``, ``<unk>``, ``<sos>``, ``<eos>`` ->
+    id) disagrees with the symbol table ``symbols``: the unit at each declared id must be
+    the declared one (``<sos>`` and ``<eos>`` are both the ``<sos/eos>`` unit, one id, as
+    in WeNet's configs).  A declaration that passes says what the table says, so the
+    :class:`Vocabulary` of the table honours it."""
     if not declared:
         return
-    actual = {BLANK: 0, UNK: 1, "<sos>": len(symbols) - 1, "<eos>": len(symbols) - 1}
-    unknown = sorted(set(declared) - set(actual))
+    unknown = sorted(set(declared) - set(DECLARABLE))
     if unknown:
-        raise ValueError(f"tokenizer_conf.special_tokens: unknown token(s) {unknown}; "
-                         f"expected some of {sorted(actual)}")
-    wrong = [f"{tok}={idx} (units have {actual[tok]})" for tok, idx in declared.items() if actual[tok] != idx]
-    if wrong:
-        raise ValueError(f"tokenizer_conf.special_tokens disagrees with {source}: {', '.join(wrong)}. "
-                         f"asrkit units put {BLANK} at 0, {UNK} at 1 and {SOS_EOS} last; fix or remove "
-                         f"special_tokens")
+        raise UnitsError(f"tokenizer_conf.special_tokens: unknown token(s) {unknown}; "
+                         f"expected some of {sorted(DECLARABLE)}")
+    for tok in (t for t in DECLARABLE if t in declared):  # (a fixed order: the first problem is reported)
+        idx, want = declared[tok], DECLARABLE[tok]
+        actual = symbols.index(want) if want in symbols else None
+        if not isinstance(idx, int) or isinstance(idx, bool) or not 0 <= idx < len(symbols):
+            raise UnitsError(f"tokenizer_conf.special_tokens {tok}: {idx!r} is not an id of {source} "
+                             f"(0..{len(symbols) - 1}; {want} is id {actual})")
+        if symbols[idx] != want:
+            raise UnitsError(f"tokenizer_conf.special_tokens says {tok} is id {idx}, but {source} has "
+                             f"{symbols[idx]!r} at id {idx} ({want} is id {actual}): fix or remove the "
+                             f"declaration")
 
 
 def build_tokenizer(cfg) -> Tokenizer:
@@ -176,22 +197,24 @@ def build_tokenizer(cfg) -> Tokenizer:
     ``.tokenizer_conf`` (:class:`asrkit.text.schema.TokenizerConf`): the root
     ``TrainConfig`` or a ``TextSections``.  Paths are used as given (relative to the
     working directory, the recipe directory).  A ``special_tokens`` declaration is
-    checked against the units (:func:`check_special_tokens`).
+    checked against the units (:func:`check_special_tokens`).  Problems with the files
+    raise :class:`UnitsError` or :class:`BpeModelError` (config loading refuses the
+    other combinations, :meth:`asrkit.text.schema.TextSections.validate`).
     """
     conf = cfg.tokenizer_conf
     if not conf.symbol_table_path:
-        raise ValueError("tokenizer_conf.symbol_table_path is not set")
+        raise ValueError("tokenizer_conf.symbol_table_path is not set (the units.txt of tools/make_units.py)")
     symbols = read_units(conf.symbol_table_path)
     check_special_tokens(conf.special_tokens, symbols, conf.symbol_table_path)
     if cfg.tokenizer == "char":
         return CharTokenizer(symbols, split_with_space=conf.split_with_space)
     if cfg.tokenizer == "bpe":
         if not conf.bpe_path:
-            raise ValueError("tokenizer 'bpe' needs tokenizer_conf.bpe_path (the sentencepiece model)")
+            raise BpeModelError("tokenizer: bpe needs tokenizer_conf.bpe_path (the sentencepiece model)")
         if conf.split_with_space:
             raise ValueError("tokenizer_conf.split_with_space applies to the char tokenizer only")
         return BpeTokenizer(symbols, conf.bpe_path)
     raise ValueError(f"unknown tokenizer {cfg.tokenizer!r} (expected 'char' or 'bpe')")
 
 
-__all__ = ["Tokenizer", "CharTokenizer", "BpeTokenizer", "build_tokenizer", "normalize_text"]
+__all__ = ["Tokenizer", "CharTokenizer", "BpeTokenizer", "BpeModelError", "build_tokenizer", "normalize_text"]

@@ -1,7 +1,7 @@
 """Every config and checkpoint a user hands a command-line tool, when malformed, ends that
 tool with one error line and exit status 2 -- never a traceback (a raised exception fails
 these tests).  Data lists: tests/bin/test_train.py and tests/data/test_lists.py; units, BPE
-and CMVN files: the WeNet-interoperability tests."""
+and CMVN files: tests/reliability/test_malformed_text_inputs.py."""
 from __future__ import annotations
 
 import logging

@@ -2,7 +2,7 @@ import pickle
 
 import pytest
 
-from asrkit.config import TrainConfig, build
+from asrkit.config import ConfigError, TrainConfig, build
 from asrkit.text import (SPACE, BpeTokenizer, CharTokenizer, UnitsError, build_tokenizer, read_units,
                          units_from_symbols, write_units)
 from tests.helpers import run_tool
@@ -18,8 +18,8 @@ def test_units_roundtrip_and_contract(tmp_path):
 
 @pytest.mark.parametrize("content, match", [
     ("<blank> 0\n<unk> 1\na 3\n<sos/eos> 4\n", "out of order"),
-    ("<unk> 0\n<blank> 1\na 2\n<sos/eos> 3\n", "must start"),
-    ("<blank> 0\n<unk> 1\na 2\n", "must start"),
+    ("<unk> 0\na 1\n<sos/eos> 2\n", "no <blank> unit"),
+    ("<blank> 0\n<unk> 1\na 2\n", "no <sos/eos> unit"),
     ("<blank> 0\n<unk> 1\na 2\na 3\n<sos/eos> 4\n", "duplicate"),
     ("<blank> 0\n<unk>\n", ":2:"),
 ])
@@ -37,8 +37,8 @@ def test_char_tokenizer_english_spaces_and_unknowns():
     assert tok.unk_count == 0
     ids = tok.encode("one zoo")
     assert ids.count(tok.unk_id) == 1 and tok.unk_count == 1  # 'z' is not a unit
-    assert tok.decode([tok.blank_id, *tok.encode("two"), tok.sos_eos_id]) == "two"
-    assert tok.vocab_size == len(tok.symbols) and tok.sos_eos_id == tok.vocab_size - 1
+    assert tok.decode([tok.blank_id, *tok.encode("two"), tok.eos_id]) == "two"
+    assert tok.vocab_size == len(tok.symbols) and tok.sos_id == tok.eos_id == tok.vocab_size - 1
 
 
 def test_char_tokenizer_is_cjk_aware():
@@ -90,9 +90,12 @@ def test_bpe_units_tokenizer_and_pickling(tmp_path, tiny_corpus):
 
 def test_bpe_config_errors(tmp_path):
     write_units(tmp_path / "units.txt", ["a"])
-    cfg = build(TrainConfig, {"tokenizer": "bpe", "tokenizer_conf": {"symbol_table_path": str(tmp_path / "units.txt")}})
-    with pytest.raises(ValueError, match="bpe_path"):
-        build_tokenizer(cfg)
+    conf = {"symbol_table_path": str(tmp_path / "units.txt")}
+    with pytest.raises(ConfigError, match="tokenizer: bpe needs tokenizer_conf.bpe_path"):
+        build(TrainConfig, {"tokenizer": "bpe", "tokenizer_conf": conf})
+    with pytest.raises(ConfigError, match="split_with_space applies to the char tokenizer only"):
+        build(TrainConfig, {"tokenizer": "bpe", "tokenizer_conf": {**conf, "bpe_path": "b.model",
+                                                                   "split_with_space": True}})
     with pytest.raises(ValueError, match="symbol_table_path"):
         build_tokenizer(TrainConfig())
 
@@ -101,9 +104,9 @@ def test_special_tokens_declaration_is_checked_against_units(tmp_path):
     write_units(tmp_path / "units.txt", ["a", "b"])  # <sos/eos> is id 4
     conf = {"symbol_table_path": str(tmp_path / "units.txt")}
     ok = {"<blank>": 0, "<unk>": 1, "<sos>": 4, "<eos>": 4}
-    assert build_tokenizer(build(TrainConfig, {"tokenizer_conf": {**conf, "special_tokens": ok}})).sos_eos_id == 4
+    assert build_tokenizer(build(TrainConfig, {"tokenizer_conf": {**conf, "special_tokens": ok}})).sos_id == 4
     wenet = {"<blank>": 0, "<unk>": 1, "<sos>": 2, "<eos>": 2}
-    with pytest.raises(ValueError, match="<sos>=2 \\(units have 4\\)"):
+    with pytest.raises(UnitsError, match="says <sos> is id 2, but .*units.txt has 'a' at id 2 \\(<sos/eos> is id 4\\)"):
         build_tokenizer(build(TrainConfig, {"tokenizer_conf": {**conf, "special_tokens": wenet}}))
     with pytest.raises(ValueError, match="unknown token"):
         build_tokenizer(build(TrainConfig, {"tokenizer_conf": {**conf, "special_tokens": {"<pad>": 3}}}))
