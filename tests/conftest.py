@@ -8,6 +8,7 @@
   so the suite keeps to its budget on 2 cores.  Mark genuinely slow tests
   ``@pytest.mark.slow``.  Fixture set-up time is not counted.
 * ``gpu`` tests are skipped when CUDA is not available.
+* Order: files holding ``slow`` tests run first (the xdist workers then end on short tests).
 """
 from __future__ import annotations
 
@@ -68,6 +69,10 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+    # Files with slow tests first (stable otherwise): the parallel workers start on the long
+    # runs and end on short ones, instead of one worker finishing a recipe run alone.
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_files)
 
 
 @pytest.hookimpl(hookwrapper=True)

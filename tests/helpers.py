@@ -87,6 +87,27 @@ def train_args(exp, model_dir, config, train_list=None, cv_list=None) -> list[st
             "--num_threads", "1"]
 
 
+def train_here(exp, model_dir, config, *extra, train_list=None, check: bool = True) -> subprocess.CompletedProcess:
+    """``asrkit.bin.train.main`` with ``train_args`` in this process (a new interpreter spends
+    ~5 s importing torch): returns its exit status and what it wrote to stderr; with
+    ``check`` the status must be 0.  The thread count main sets is restored afterwards."""
+    import contextlib
+    import io
+
+    import torch
+
+    from asrkit.bin.train import main
+    argv = [*train_args(exp, model_dir, config, train_list=train_list), *map(str, extra)]
+    err, threads = io.StringIO(), torch.get_num_threads()
+    try:
+        with contextlib.redirect_stderr(err):
+            code = main(argv)
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0 or not check, err.getvalue()[-3000:]
+    return subprocess.CompletedProcess(argv, code, "", err.getvalue())
+
+
 def run_checked(cmd, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
     """Run ``cmd`` (list, or str for bash), raising with its output on failure."""
     if isinstance(cmd, str):

@@ -8,12 +8,8 @@ import pytest
 import torch
 
 from asrkit.train import checkpoint as ckpt
-from tests.helpers import REPO, run_checked, train_args
-
-
-def train(exp, model_dir, config, *extra) -> subprocess.CompletedProcess:
-    return run_checked([sys.executable, "-m", "asrkit.bin.train", *train_args(exp, model_dir, config),
-                        *map(str, extra)])
+from tests.helpers import REPO, train_args
+from tests.helpers import train_here as train
 
 
 def weights(path):
@@ -91,8 +87,8 @@ def test_train_writes_yaml_checkpoints_and_averages(tiny_experiment, tmp_path):
     for path in (exp / "epoch_0.pt", exp / "epoch_1.pt"):
         torch.load(path, weights_only=True)
     avg = tmp_path / "avg.pt"
-    subprocess.run([sys.executable, "-m", "asrkit.bin.average_model", "--model_dir", str(exp), "--dst",
-                    str(avg), "--num", "2", "--mode", "best"], check=True, cwd=REPO, capture_output=True)
+    from asrkit.bin.average_model import main as average
+    assert average(["--model_dir", str(exp), "--dst", str(avg), "--num", "2", "--mode", "best"]) == 0
     a0, a1, mean = weights(exp / "epoch_0.pt"), weights(exp / "epoch_1.pt"), weights(avg)
     key = next(k for k, v in mean.items() if v.is_floating_point())
     torch.testing.assert_close(mean[key], (a0[key] + a1[key]) / 2)

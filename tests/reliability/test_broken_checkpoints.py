@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from asrkit.train import checkpoint as ckpt
-from tests.helpers import REPO, plain_env, run_checked, train_args
+from tests.helpers import REPO, plain_env, train_args, train_here
 
 
 def train_cmd(exp, model_dir, config, *extra):
@@ -27,7 +27,7 @@ def trained(tiny_experiment, tmp_path_factory):
     root = tmp_path_factory.mktemp("broken_ckpt")
     config = tiny_experiment.config(root / "c.yaml", save_interval=2)
     model_dir = root / "exp"
-    run_checked(train_cmd(tiny_experiment, model_dir, config, "--max_steps", 4))
+    train_here(tiny_experiment, model_dir, config, "--max_steps", 4)
     assert [p.name for p in ckpt.list_checkpoints(model_dir)] == ["step_2.pt", "step_4.pt"]
     return config, model_dir
 
@@ -77,7 +77,7 @@ def test_auto_resume_falls_back_to_previous_valid_checkpoint(tiny_experiment, tr
     model_dir = tmp_path / "exp"
     shutil.copytree(src, model_dir)
     flip_middle(model_dir / "step_4.pt")
-    proc = run_checked(train_cmd(tiny_experiment, model_dir, config, "--checkpoint", "auto", "--max_steps", 6))
+    proc = train_here(tiny_experiment, model_dir, config, "--checkpoint", "auto", "--max_steps", 6)
     assert "skipping unusable checkpoint" in proc.stderr and "step_4.pt is corrupted" in proc.stderr
     assert f"resumed from {model_dir / 'step_2.pt'}: epoch 0, step 2 (mid-epoch)" in proc.stderr
     assert "reached max_steps=6" in proc.stderr

@@ -9,7 +9,6 @@ import importlib.util
 import io
 import json
 import shutil
-import sys
 import tarfile
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from asrkit.data.lists import ListEntry, read_list
 from asrkit.data.processors import Skip, build_sample_processor
 from asrkit.train import checkpoint as ckpt
 from tests.data.audio_helpers import config, tokenizer_for, tone, write_wav
-from tests.helpers import REPO, plain_env, run_tool, train_args
+from tests.helpers import REPO, run_tool, train_here
 
 MARKER = Path("/tmp/asrkit_reliability_pwned")  # what the payloads below would create
 
@@ -51,13 +50,10 @@ def test_pickle_payload_checkpoint_is_refused_and_auto_resume_skips_it(tmp_path,
 
 @pytest.mark.filterwarnings("ignore:Detected pickle protocol")
 def test_train_refuses_to_resume_from_a_pickle_payload(tiny_experiment, tmp_path):
-    import subprocess
     evil = tmp_path / "evil.pt"
     torch.save({"model": {}, "optimizer": {}, "scheduler": {}, "train_state": {}, "rng": Payload()}, evil)
     cfg = tiny_experiment.config(tmp_path / "c.yaml")
-    proc = subprocess.run([sys.executable, "-m", "asrkit.bin.train", *train_args(tiny_experiment, tmp_path / "exp", cfg),
-                           "--checkpoint", str(evil)], cwd=REPO, env=plain_env(), capture_output=True, text=True,
-                          timeout=300)
+    proc = train_here(tiny_experiment, tmp_path / "exp", cfg, "--checkpoint", evil, check=False)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert f"cannot resume: checkpoint {evil} refused: it carries pickled objects" in proc.stderr
     assert "Traceback" not in proc.stderr and not list((tmp_path / "exp").glob("*.pt"))

@@ -138,7 +138,8 @@ def test_train_refuses_ranks_with_different_config_units_and_data(tiny_experimen
     units file with other contents and another train list; both exit 2 naming all three."""
     cfg = tiny_experiment.config(tmp_path / "c.yaml")
     units1 = tmp_path / "units1.txt"
-    units1.write_text(tiny_experiment.units.read_text() + "extra 9999\n")
+    units = tiny_experiment.units.read_text()
+    units1.write_text(units + f"extra {len(units.splitlines())}\n")  # a valid table, one unit more
     train1 = tmp_path / "train1.list"
     train1.write_text("".join(tiny_experiment.corpus.splits["train"].data_list.read_text().splitlines(True)[:-1]))
     argvs = [train_args(tiny_experiment, tmp_path / "exp", cfg),

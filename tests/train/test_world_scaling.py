@@ -10,14 +10,13 @@ differ only there pass the agreement preflight and train.
 from __future__ import annotations
 
 import re
-import sys
 
 import pytest
 import torch
 
 from asrkit.train import checkpoint as ckpt
 from asrkit.train.dist import scale_accum_grad
-from tests.helpers import distinct_utterance_list, launch_ranks, run_checked, tensorboard_scalars, train_args
+from tests.helpers import distinct_utterance_list, launch_ranks, tensorboard_scalars, train_args, train_here
 
 
 def test_scaling_rule_and_messages():
@@ -63,7 +62,7 @@ def test_one_rank_and_two_ranks_keep_the_reference_global_batch(tiny_experiment,
                                  dataset_conf={"shuffle": False, "list_shuffle": False, "sort": False,
                                                "batch_conf": {"batch_size": 4}}, launch={"timeout_s": 120})
     one = tmp_path / "one"
-    run_checked([sys.executable, "-m", "asrkit.bin.train", *train_args(tiny_experiment, one, cfg, train_list=same)])
+    train_here(tiny_experiment, one, cfg, train_list=same)
 
     two = tmp_path / "two"
     argvs = [train_args(tiny_experiment, two, cfg, train_list=same),
