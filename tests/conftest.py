@@ -24,6 +24,29 @@ from tests.helpers import run_tool
 # with another test's, and take up to ~1.7x as long as alone)
 _SIDE_BY_SIDE = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1
 TEST_LIMIT_S = float(os.environ.get("ASRKIT_TEST_LIMIT_S", "35" if _SIDE_BY_SIDE else "20"))
+
+
+def _pin_worker_to_its_cores() -> None:
+    """Under pytest-xdist, give worker k its own share of the cores (worker k of n gets
+    cores k, k+n, ...): its processes -- the test's, the trainers and agents it starts,
+    which inherit the affinity and size their thread pools from it -- then never run more
+    threads than the cores they have.  Two workers each spinning two OpenMP threads on
+    2 cores stall each other (10x slower steps were seen in test_numerical_faults)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or count < 2 or not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < count:
+        return
+    mine = cores[int(worker[2:]) % count::count]
+    os.sched_setaffinity(0, mine)
+    os.environ["OMP_NUM_THREADS"] = str(len(mine))
+    import torch
+    torch.set_num_threads(len(mine))
+
+
+_pin_worker_to_its_cores()
 TINY_SIZES = {"train": 48, "dev": 12, "test": 12}
 
 
