@@ -11,6 +11,7 @@ from asrkit.config import ConfigError
 from asrkit.data.features import CmvnError, load_cmvn
 from asrkit.data.lists import ListError
 from asrkit.io.checkpoint import CheckpointError
+from asrkit.models.registry import build_cmvn, check_cmvn_placement
 from asrkit.text.tokenizer import BpeModelError, Tokenizer, build_tokenizer
 from asrkit.text.units import UnitsError
 
@@ -26,9 +27,8 @@ def load_text_inputs(cfg, *, model_cmvn: bool) -> Tokenizer:
     ``fbank_conf.num_mel_bins``): ``dataset_conf.cmvn_file`` always, ``cmvn_conf.cmvn_file``
     of the model layer only with ``model_cmvn`` (training: decoding and export take those
     statistics from the checkpoint)."""
-    if model_cmvn and cfg.cmvn is not None and cfg.dataset_conf.cmvn_file:
-        raise CmvnError("CMVN is configured twice: cmvn: global_cmvn (model layer) and dataset_conf.cmvn_file "
-                        "(data pipeline); keep one")
+    if model_cmvn:
+        check_cmvn_placement(cfg)
     tokenizer = build_tokenizer(cfg)
     blank = tokenizer.vocabulary.blank_id
     if cfg.model_conf.ctc_weight > 0.0 and cfg.ctc_conf.ctc_blank_id != blank:
@@ -38,8 +38,6 @@ def load_text_inputs(cfg, *, model_cmvn: bool) -> Tokenizer:
     dim = cfg.dataset_conf.fbank_conf.num_mel_bins
     if cfg.dataset_conf.cmvn_file:
         load_cmvn(cfg.dataset_conf.cmvn_file, dim)
-    if model_cmvn and cfg.cmvn is not None:
-        if not cfg.cmvn_conf.cmvn_file:
-            raise CmvnError("cmvn: global_cmvn needs cmvn_conf.cmvn_file (tools/compute_cmvn_stats.py)")
-        load_cmvn(cfg.cmvn_conf.cmvn_file, dim)
+    if model_cmvn:
+        build_cmvn(cfg, dim, load_stats=True)  # (read and checked; the model builds its own later)
     return tokenizer

@@ -185,8 +185,9 @@ def main(argv=None) -> int:
         return 2
     from asrkit.bin.bad_input import BAD_INPUT, load_text_inputs
     try:  # units, special_tokens, BPE model, CMVN: read and checked before anything is built
-        for c in (cfg, warm_cfg) if warm_cfg is not None else (cfg,):
-            load_text_inputs(c, model_cmvn=True)
+        for c in (cfg, warm_cfg):
+            if c is not None:
+                load_text_inputs(c, model_cmvn=True)
     except BAD_INPUT as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

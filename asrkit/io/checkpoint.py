@@ -99,10 +99,10 @@ def _load_failure(path: Path, e: Exception) -> str:
     text = str(e)
     if not zipfile.is_zipfile(path):
         return "is truncated or corrupted, or not a PyTorch checkpoint (torch.save writes a zip archive)"
-    if "Unsupported global" in text or "Unsupported operand" in text:
-        global_name = re.search(r"Unsupported (?:global|operand)[^\n]*", text)
+    refused = re.search(r"Unsupported (?:global|operand)[^\n]*", text)
+    if refused:
         return ("refused: it carries pickled objects that are not tensors or plain types (never executed: "
-                f"{global_name.group(0)[:160] if global_name else type(e).__name__})")
+                f"{refused.group(0)[:160]})")
     return f"is truncated or corrupted ({type(e).__name__}: {text.splitlines()[0][:160] if text else ''})"
 
 

@@ -7,7 +7,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
-from asrkit.data.features import load_cmvn
+from asrkit.data.features import CmvnError, load_cmvn
 from asrkit.models.asr_model import AsrModel
 from asrkit.models.cmvn import GlobalCMVN
 from asrkit.models.ctc import CTC
@@ -39,9 +39,18 @@ def build_cmvn(cfg, input_dim: int, load_stats: bool) -> Optional[GlobalCMVN]:
     if not load_stats:
         return GlobalCMVN(torch.zeros(input_dim), torch.ones(input_dim))
     if not cfg.cmvn_conf.cmvn_file:
-        raise ValueError("cmvn: global_cmvn needs cmvn_conf.cmvn_file")
+        raise CmvnError("cmvn: global_cmvn needs cmvn_conf.cmvn_file (tools/compute_cmvn_stats.py)")
     mean, istd = load_cmvn(cfg.cmvn_conf.cmvn_file, input_dim)
     return GlobalCMVN(mean, istd)
+
+
+def check_cmvn_placement(cfg) -> None:
+    """:class:`CmvnError` when CMVN is configured twice: the model layer (``cmvn:
+    global_cmvn``) and the data pipeline (``dataset_conf.cmvn_file``)."""
+    data_cmvn = getattr(getattr(cfg, "dataset_conf", None), "cmvn_file", None)
+    if cfg.cmvn is not None and data_cmvn:
+        raise CmvnError("CMVN is configured twice: cmvn: global_cmvn (model layer) and "
+                        "dataset_conf.cmvn_file (data pipeline); keep one")
 
 
 def build_asr_model(cfg, input_dim: int, vocabulary: Vocabulary, cmvn: Optional[GlobalCMVN]) -> AsrModel:
@@ -86,10 +95,7 @@ def build_model(cfg, input_dim: int, vocabulary: Vocabulary, *, load_cmvn_stats:
         raise ValueError(f"config input_dim {cfg.input_dim} != feature dimension {input_dim}")
     if cfg.output_dim is not None and cfg.output_dim != vocabulary.size:
         raise ValueError(f"config output_dim {cfg.output_dim} != vocabulary size {vocabulary.size}")
-    data_cmvn = getattr(getattr(cfg, "dataset_conf", None), "cmvn_file", None)
-    if cfg.cmvn is not None and data_cmvn:
-        raise ValueError("CMVN is configured twice: cmvn: global_cmvn (model layer) and "
-                         "dataset_conf.cmvn_file (data pipeline); keep one")
+    check_cmvn_placement(cfg)
     builder = _lookup(MODELS, "model", cfg.model)
     return builder(cfg, input_dim, vocabulary, build_cmvn(cfg, input_dim, load_cmvn_stats))
 

@@ -44,11 +44,23 @@ class Tokenizer(abc.ABC):
         self._ids = {sym: i for i, sym in enumerate(self.symbols)}
         # the special ids, from where the table puts the symbols (what models are built for)
         self.vocabulary = Vocabulary.from_symbols(self.symbols)
-        self.blank_id = self.vocabulary.blank_id
-        self.unk_id = self.vocabulary.unk_id
-        self.sos_id = self.vocabulary.sos_id
-        self.eos_id = self.vocabulary.eos_id
         self.unk_count = 0
+
+    @property
+    def blank_id(self) -> int:
+        return self.vocabulary.blank_id
+
+    @property
+    def unk_id(self) -> int:
+        return self.vocabulary.unk_id
+
+    @property
+    def sos_id(self) -> int:
+        return self.vocabulary.sos_id
+
+    @property
+    def eos_id(self) -> int:
+        return self.vocabulary.eos_id
 
     @property
     def vocab_size(self) -> int:
@@ -198,8 +210,9 @@ def build_tokenizer(cfg) -> Tokenizer:
     ``TrainConfig`` or a ``TextSections``.  Paths are used as given (relative to the
     working directory, the recipe directory).  A ``special_tokens`` declaration is
     checked against the units (:func:`check_special_tokens`).  Problems with the files
-    raise :class:`UnitsError` or :class:`BpeModelError` (config loading refuses the
-    other combinations, :meth:`asrkit.text.schema.TextSections.validate`).
+    raise :class:`UnitsError` or :class:`BpeModelError`; config loading has already refused
+    ``tokenizer: bpe`` without ``bpe_path`` or with ``split_with_space``
+    (:meth:`asrkit.text.schema.TextSections.validate`).
     """
     conf = cfg.tokenizer_conf
     if not conf.symbol_table_path:
@@ -209,10 +222,6 @@ def build_tokenizer(cfg) -> Tokenizer:
     if cfg.tokenizer == "char":
         return CharTokenizer(symbols, split_with_space=conf.split_with_space)
     if cfg.tokenizer == "bpe":
-        if not conf.bpe_path:
-            raise BpeModelError("tokenizer: bpe needs tokenizer_conf.bpe_path (the sentencepiece model)")
-        if conf.split_with_space:
-            raise ValueError("tokenizer_conf.split_with_space applies to the char tokenizer only")
         return BpeTokenizer(symbols, conf.bpe_path)
     raise ValueError(f"unknown tokenizer {cfg.tokenizer!r} (expected 'char' or 'bpe')")
 

@@ -16,18 +16,15 @@ def weights(path):
     return ckpt.load_checkpoint(path)["model"]
 
 
-def train_in_process(exp, model_dir, capsys, config, *extra) -> tuple[int, str]:
-    """``asrkit.bin.train.main`` on the tiny experiment's lists: (exit status, its stderr)."""
-    from asrkit.bin.train import main
-    split = exp.corpus.splits
-    code = main(["--config", str(config), "--train_data", str(split["train"].data_list), "--cv_data",
-                 str(split["dev"].data_list), "--model_dir", str(model_dir), *map(str, extra)])
-    return code, capsys.readouterr().err
+def train_in_process(exp, model_dir, config, *extra) -> tuple[int, str]:
+    """``asrkit.bin.train.main`` in this process, whatever its exit status: (status, stderr)."""
+    proc = train(exp, model_dir, config, *extra, check=False)
+    return proc.returncode, proc.stderr
 
 
-def test_bad_config_and_files_fail_before_work(tiny_experiment, tmp_path, capsys):
+def test_bad_config_and_files_fail_before_work(tiny_experiment, tmp_path):
     def run(config, *extra):
-        return train_in_process(tiny_experiment, tmp_path / "exp", capsys, config, *extra)
+        return train_in_process(tiny_experiment, tmp_path / "exp", config, *extra)
 
     code, err = run(tiny_experiment.config(tmp_path / "c.yaml", accum_grd=4))
     assert code == 2 and "did you mean accum_grad?" in err
@@ -40,9 +37,9 @@ def test_bad_config_and_files_fail_before_work(tiny_experiment, tmp_path, capsys
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="refusals of GPU-only settings on a machine without CUDA")
-def test_gpu_only_settings_are_refused_on_cpu(tiny_experiment, tmp_path, capsys):
+def test_gpu_only_settings_are_refused_on_cpu(tiny_experiment, tmp_path):
     def run(config, *extra):
-        return train_in_process(tiny_experiment, tmp_path / "exp", capsys, config, *extra)
+        return train_in_process(tiny_experiment, tmp_path / "exp", config, *extra)
 
     code, err = run(tiny_experiment.config(tmp_path / "c3.yaml", dtype="bf16"))
     assert code == 2 and "dtype: bf16 needs a CUDA device" in err
@@ -94,7 +91,7 @@ def test_train_writes_yaml_checkpoints_and_averages(tiny_experiment, tmp_path):
     torch.testing.assert_close(mean[key], (a0[key] + a1[key]) / 2)
 
 
-def test_enc_init_starts_from_another_runs_encoder(tiny_experiment, tmp_path, capsys):
+def test_enc_init_starts_from_another_runs_encoder(tiny_experiment, tmp_path):
     """--enc_init copies the encoder (logged with its tensor count); a model whose encoder
     has another shape is refused before training (status 2, naming the key)."""
     cfg = tiny_experiment.config(tmp_path / "c.yaml", max_epoch=1)
@@ -111,12 +108,12 @@ def test_enc_init_starts_from_another_runs_encoder(tiny_experiment, tmp_path, ca
     decoder = [v for k, v in moved.items() if k.startswith("decoder.")]
     assert encoder and max(encoder) < 0.005, max(encoder)     # started from the source's encoder
     assert decoder and max(decoder) > 0.05, max(decoder)      # the decoder was initialised afresh
-    code, err = train_in_process(tiny_experiment, tmp_path / "wide", capsys, cfg, "--enc_init", source / "step_1.pt",
+    code, err = train_in_process(tiny_experiment, tmp_path / "wide", cfg, "--enc_init", source / "step_1.pt",
                                  "--override", "encoder_conf.output_size=48")
     assert code == 2 and "cannot initialise from --enc_init" in err
 
 
-def test_warm_start_trains_first_on_its_list_then_starts_from_it(tiny_experiment, tmp_path, capsys):
+def test_warm_start_trains_first_on_its_list_then_starts_from_it(tiny_experiment, tmp_path):
     """--warm_start_data: a fresh run first trains --warm_start_steps on that list in
     <model_dir>/warm_start (its overrides there only), then starts from that model; a resumed
     run does not train the warm start again."""
@@ -125,7 +122,7 @@ def test_warm_start_trains_first_on_its_list_then_starts_from_it(tiny_experiment
     few.write_text("\n".join(tiny_experiment.corpus.splits["train"].data_list.read_text().splitlines()[:16]) + "\n")
     exp, warm = tmp_path / "exp", ["--warm_start_data", few, "--warm_start_steps", 1,
                                    "--warm_start_override", "optim_conf.lr=0.0005"]
-    code, err = train_in_process(tiny_experiment, exp, capsys, cfg, *warm, "--checkpoint", "auto")
+    code, err = train_in_process(tiny_experiment, exp, cfg, *warm, "--checkpoint", "auto")
     assert code == 0, err[-3000:]
     start = exp / "warm_start" / "step_1.pt"
     warm_log = (exp / "warm_start" / "log" / "rank0.log").read_text()
@@ -135,11 +132,11 @@ def test_warm_start_trains_first_on_its_list_then_starts_from_it(tiny_experiment
     log = (exp / "log" / "rank0.log").read_text()
     assert f"tensors (encoder.,decoder.,ctc.) from {start}" in log and "48 utterances trained" in log
     stamp = start.stat().st_mtime_ns
-    code, err = train_in_process(tiny_experiment, exp, capsys, cfg, *warm, "--checkpoint", "auto")
+    code, err = train_in_process(tiny_experiment, exp, cfg, *warm, "--checkpoint", "auto")
     assert code == 0 and "warm start: the run resumes from its own checkpoint" in err
     assert start.stat().st_mtime_ns == stamp
     assert (exp / "warm_start" / "log" / "rank0.log").read_text() == warm_log
-    code, err = train_in_process(tiny_experiment, tmp_path / "x", capsys, cfg, "--warm_start_data", tmp_path / "no.list")
+    code, err = train_in_process(tiny_experiment, tmp_path / "x", cfg, "--warm_start_data", tmp_path / "no.list")
     assert code == 2 and "no.list: file not found" in err and "needs --warm_start_steps N" in err
 
 

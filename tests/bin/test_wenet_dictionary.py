@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from asrkit.bin import average_model, export, recognize, train
+from asrkit.bin import average_model, export, recognize
 from asrkit.bin.bad_input import load_text_inputs
 from asrkit.config import load_config
 from asrkit.data.lists import read_list
@@ -18,7 +18,7 @@ from asrkit.decode import MODES, decode
 from asrkit.decode.recognizer import load_model
 from asrkit.export import load_exported
 from asrkit.text import read_units
-from tests.helpers import train_args
+from tests.helpers import train_here
 
 WENET_UNITS = Path(__file__).resolve().parents[1] / "fixtures" / "wenet" / "offline" / "units.txt"
 WENET_SPECIAL = {"<blank>": 0, "<unk>": 1, "<sos>": 2, "<eos>": 2}
@@ -44,7 +44,7 @@ def experiment(tiny_experiment, tmp_path_factory):
         tokenizer_conf={"symbol_table_path": str(WENET_UNITS), "special_tokens": WENET_SPECIAL},
         dataset_conf={"batch_conf": {"batch_size": 16}})
     model_dir = root / "exp"
-    assert train.main(train_args(tiny_experiment, model_dir, config)) == 0
+    train_here(tiny_experiment, model_dir, config)
     avg = root / "avg.pt"
     assert average_model.main(["--model_dir", str(model_dir), "--num", "1", "--mode", "last",
                                "--dst", str(avg)]) == 0
