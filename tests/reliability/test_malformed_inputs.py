@@ -84,6 +84,7 @@ def error_lines(capsys, caplog) -> list[str]:
     """The error lines a tool printed: on stderr (train logs there itself), else the ERROR
     records it logged (recognize/export log through the root logger pytest captures)."""
     err = capsys.readouterr().err
+    assert "Traceback" not in err, err[-3000:]  # (also none printed by a logging handler)
     lines = [line for line in err.splitlines() if "error" in line.lower()]
     lines = lines or [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     caplog.clear()
