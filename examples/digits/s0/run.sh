@@ -16,6 +16,7 @@ train_utts=4000; dev_utts=300; test_utts=300
 train_config=conf/train_conformer_cpu.yaml
 dir=exp/conformer_cpu
 num_workers=1
+cpu_nproc_per_node=2          # without GPUs: 2 processes x 1 thread (docs/performance.md)
 # decoding
 average_num=3
 
