@@ -31,6 +31,7 @@ from typing import Any, ClassVar, Iterable, Literal, Optional, Union
 
 import yaml
 
+from asrkit.config_versions import CONFIG_VERSION, upgrade
 from asrkit.io.files import atomic_write_text
 from asrkit.schema import checked, merged_unsupported, non_negative, positive
 
@@ -103,6 +104,9 @@ class TrainerSections:
     scheduler_conf: SchedulerConf = dataclasses.field(default_factory=SchedulerConf)
     dtype: Literal["fp32", "fp16", "bf16"] = "fp32"
     seed: int = 777
+    # the meaning of the keys (asrkit.config_versions); load_config reads older ones
+    config_version: int = checked(CONFIG_VERSION, lambda v: None if 1 <= v <= CONFIG_VERSION else
+                                  f"must be 1..{CONFIG_VERSION} (a newer asrkit wrote this config?), got {v!r}")
     cv_interval: int = checked(0, non_negative)
     early_stop_patience: int = checked(0, non_negative)
     keep_checkpoint_max: int = checked(3, positive)
@@ -340,10 +344,14 @@ def read_yaml(path: str | Path) -> dict:
 
 def load_config(path: str | Path, overrides: Iterable[str] = (), cls=None,
                 notes: Optional[list[str]] = None):
-    """Read ``path``, apply ``overrides``, validate against ``cls`` (default :class:`TrainConfig`)."""
-    cls = cls or TrainConfig
-    raw = apply_overrides(read_yaml(path), overrides)
-    return build(cls, raw, str(path), notes)
+    """Read ``path``, apply ``overrides``, validate against ``cls`` (default :class:`TrainConfig`).
+    A training config is first read in the meaning of its ``config_version``
+    (:func:`asrkit.config_versions.upgrade`; overrides are in the current meaning)."""
+    raw = read_yaml(path)
+    if cls is None:
+        cls = TrainConfig
+        raw = upgrade(raw, notes)
+    return build(cls, apply_overrides(raw, overrides), str(path), notes)
 
 
 def to_dict(obj) -> dict:

@@ -56,7 +56,11 @@ def main(argv=None) -> int:
     try:
         paths = select_checkpoints(args.model_dir, args.num, args.mode, args.min_epoch, args.max_epoch)
         averaged = ckpt.average_state_dicts(paths)
-        ckpt.save_checkpoint(args.dst, {"model": averaged, "averaged_from": [p.name for p in paths]})
+        out = {"model": averaged, "averaged_from": [p.name for p in paths]}
+        config = ckpt.load_checkpoint(paths[-1]).get("config")
+        if config is not None:  # what the weights mean (config_version) travels with them
+            out["config"] = config
+        ckpt.save_checkpoint(args.dst, out)
     except ckpt.CheckpointError as e:  # a checkpoint to average does not load: status 2
         print(f"error: {e}", file=sys.stderr)
         return 2

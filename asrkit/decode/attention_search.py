@@ -23,10 +23,11 @@ class AttentionBeamSearch:
 
     Score = Σ log P(token) including the final ``<eos>``; no length normalisation.  A
     hypothesis ends at ``<eos>`` (an ended one stays as it is, one more free ``<eos>``
-    per step); after ``enc_lengths[b]`` tokens utterance ``b``'s hypotheses can only
-    continue with ``<eos>`` (scored at its probability).  The search stops when every
-    kept hypothesis has ended, or after ``max(enc_lengths) + 1`` steps.  Among the
-    candidates of a step, the ``beam`` best are kept (``topk`` order).
+    per step) or, as in WeNet's ``attention_beam_search``, when it holds
+    ``enc_lengths[b]`` tokens (utterance ``b``'s encoder frames): it then stops as it is,
+    without an ``<eos>`` term.  The search stops when every kept hypothesis has ended, or
+    after ``max(enc_lengths)`` steps.  Among the candidates of a step, the ``beam`` best
+    are kept (``topk`` order).
     """
 
     def __init__(self, enc_lengths: torch.Tensor, beam_size: int, sos: int, eos: int):
@@ -40,7 +41,7 @@ class AttentionBeamSearch:
         self.memory_index = torch.arange(self.batch, device=device).repeat_interleave(beam_size)
         self.enc_lengths = enc_lengths
         self.limit = enc_lengths.repeat_interleave(beam_size)
-        self.max_steps = int(self.limit.max()) + 1 if rows > 0 else 0
+        self.max_steps = int(self.limit.max()) if rows > 0 else 0
         self.ys = torch.full((rows, 1), sos, dtype=torch.long, device=device)
         scores = torch.full((self.batch, beam_size), float("-inf"), device=device)
         scores[:, 0] = 0.0
@@ -67,9 +68,8 @@ class AttentionBeamSearch:
             eos_only = torch.full((vocab,), float("-inf"), device=logp.device)
             eos_only[self.eos] = 0.0
             self.eos_only = eos_only
-        at_limit = (self.limit <= self.step).unsqueeze(1)
-        logp = torch.where(at_limit, eos_only + logp, logp)
-        logp = torch.where(self.ended.unsqueeze(1), eos_only, logp)
+        stopped = self.ended | (self.limit <= self.step)  # ended, or as long as the utterance's encoder output
+        logp = torch.where(stopped.unsqueeze(1), eos_only, logp)
         candidates = (self.scores.unsqueeze(1) + logp).view(self.batch, self.beam * vocab)
         top_scores, top_index = candidates.topk(self.beam, dim=1)
         source = (self.base + torch.div(top_index, vocab, rounding_mode="floor")).view(-1)

@@ -9,33 +9,24 @@ import time
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
-import torch
-
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
 from asrkit.decode.search import check_modes, decode
-from asrkit.io.checkpoint import CheckpointError, load_checkpoint, strip_module_prefix
+from asrkit.io.checkpoint import load_checkpoint
 from asrkit.models import AsrModel, build_model
+from asrkit.models.state import load_weights
 
 log = logging.getLogger("asrkit.recognize")
 
 
 def load_model(cfg, checkpoint: str | Path, vocabulary, device: str = "cpu") -> AsrModel:
     """Build the model of ``cfg`` (the experiment's resolved ``train.yaml``) and load
-    ``checkpoint`` (a training checkpoint holding ``"model"``, or a bare state_dict).
+    ``checkpoint`` (a training checkpoint holding ``"model"``, a bare state_dict, or a WeNet
+    checkpoint: :func:`asrkit.models.state.load_weights`).
     The feature dimension is ``cfg.input_dim`` or else ``dataset_conf.fbank_conf.num_mel_bins``.
     CMVN statistics come from the checkpoint.  Returns the model in eval mode."""
     input_dim = cfg.input_dim if cfg.input_dim is not None else cfg.dataset_conf.fbank_conf.num_mel_bins
     model = build_model(cfg, input_dim, vocabulary, load_cmvn_stats=False)
-    state = strip_module_prefix(load_checkpoint(checkpoint)["model"])
-    try:
-        missing, unexpected = model.load_state_dict(state, strict=False)
-    except RuntimeError as e:  # tensors of other shapes
-        shapes = [line.strip() for line in str(e).splitlines() if "size mismatch" in line]
-        raise CheckpointError(f"checkpoint {checkpoint} does not match the config's model: "
-                              f"{shapes[0] if shapes else str(e).splitlines()[0]}") from e
-    if missing or unexpected:
-        raise CheckpointError(f"checkpoint {checkpoint} does not match the config's model: "
-                              f"missing {sorted(missing)[:8]}, unexpected {sorted(unexpected)[:8]}")
+    load_weights(model, load_checkpoint(checkpoint), f"checkpoint {checkpoint}")
     return model.to(device).eval()
 
 

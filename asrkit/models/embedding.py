@@ -1,4 +1,5 @@
-"""Sinusoidal positional encodings (absolute, and relative for Transformer-XL attention)."""
+"""Sinusoidal positional encodings: absolute (``abs_pos``), WeNet's relative form
+(``rel_pos``) and Transformer-XL's relative form (``rel_pos_xl``)."""
 from __future__ import annotations
 
 import math
@@ -23,9 +24,11 @@ def sinusoid_table(positions: torch.Tensor, d_model: int) -> torch.Tensor:
 
 
 class PositionalEncoding(nn.Module):
-    """Absolute encoding: ``x · sqrt(d_model) + PE[0:T]``, then dropout.
-    ``forward`` returns ``(x, PE[0:T])`` (the table slice is unused by absolute attention
-    but keeps one signature for both encodings)."""
+    """Absolute encoding: ``x · sqrt(d_model) + PE[offset : offset + T]``, then dropout.
+    ``forward`` returns ``(x, PE[offset : offset + T])`` (the table slice is unused by
+    absolute attention but keeps one signature for every encoding).  ``PE`` is the
+    sinusoid table of :func:`sinusoid_table` over positions ``0 .. max_len − 1``, grown
+    when a longer input comes (WeNet's fixed 5000-row table holds the same values)."""
 
     def __init__(self, d_model: int, dropout_rate: float, max_len: int = 5000):
         super().__init__()
@@ -39,13 +42,27 @@ class PositionalEncoding(nn.Module):
             self.pe = sinusoid_table(torch.arange(length), self.d_model).unsqueeze(0).to(self.pe.device)
         return self.pe[:, :length]
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        pos = self._table(x.size(1)).to(x.dtype)
+    def forward(self, x: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        pos = self._table(offset + x.size(1))[:, offset:].to(x.dtype)
         return self.dropout(x * self.xscale + pos), pos
 
 
-class RelPositionalEncoding(nn.Module):
-    """Relative encoding for ``T`` frames: returns ``(dropout(x · sqrt(d_model)),
+class RelPositionalEncoding(PositionalEncoding):
+    """WeNet's relative encoding (``pos_enc_layer_type: rel_pos``): returns
+    ``(dropout(x · sqrt(d_model)), dropout(PE[offset : offset + T]))``.  Nothing is added
+    to ``x``; the absolute table slice goes to
+    :class:`~asrkit.models.attention.RelPositionMultiHeadedAttention`, which scores key
+    ``j`` with ``W_pos · PE(offset + j)`` (no relative shift).  The table is the same
+    sinusoid as :class:`PositionalEncoding`'s (WeNet stores it in checkpoints as ``pe``,
+    ``[1, max_len, d_model]``)."""
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        pos = self._table(offset + x.size(1))[:, offset:].to(x.dtype)
+        return self.dropout(x * self.xscale), self.dropout(pos)
+
+
+class XLRelPositionalEncoding(nn.Module):
+    """Transformer-XL relative encoding (``pos_enc_layer_type: rel_pos_xl``) for ``T`` frames: returns ``(dropout(x · sqrt(d_model)),
     dropout(R))`` where ``R[0, k] = PE(T − 1 − k)`` for ``k = 0 .. 2T−2``, i.e. the
     relative distances ``i − j`` from ``T−1`` down to ``−(T−1)``."""
 

@@ -11,13 +11,26 @@ from typing import Optional
 import torch
 from torch import nn
 
-from asrkit.models.attention import MultiHeadedAttention, RelPositionMultiHeadedAttention
-from asrkit.models.embedding import PositionalEncoding, RelPositionalEncoding
+from asrkit.models.attention import (MultiHeadedAttention, RelPositionMultiHeadedAttention,
+                                    XLRelPositionMultiHeadedAttention)
+from asrkit.models.embedding import PositionalEncoding, RelPositionalEncoding, XLRelPositionalEncoding
 from asrkit.models.encoder_layer import ConformerEncoderLayer, TransformerEncoderLayer
 from asrkit.models.layers import ConvolutionModule, PositionwiseFeedForward
 from asrkit.models.mask import valid_mask
 from asrkit.models.schema import EncoderConf
 from asrkit.models.subsampling import INPUT_LAYERS, Conv2dSubsampling
+
+
+# pos_enc_layer_type -> its encoding module, and the self-attention that reads its output
+POSITIONAL_ENCODINGS: dict[str, type[nn.Module]] = {
+    "abs_pos": PositionalEncoding,
+    "rel_pos": RelPositionalEncoding,        # WeNet's: absolute table rows, no shift
+    "rel_pos_xl": XLRelPositionalEncoding,   # Transformer-XL's: 2T-1 distances, shifted
+}
+POSITIONAL_ATTENTION: dict[str, type[MultiHeadedAttention]] = {
+    "rel_pos": RelPositionMultiHeadedAttention,
+    "rel_pos_xl": XLRelPositionMultiHeadedAttention,
+}
 
 
 class BaseEncoder(nn.Module):
@@ -34,21 +47,18 @@ class BaseEncoder(nn.Module):
         self.activation_type: str = conf.activation_type or self.default_activation
         self.pos_enc_type: str = conf.pos_enc_layer_type or self.default_pos_enc
         self.attention_type: str = conf.selfattention_layer_type or self.default_attention
-        if self.attention_type == "rel_selfattn" and self.pos_enc_type != "rel_pos":
-            raise ValueError("selfattention_layer_type rel_selfattn needs pos_enc_layer_type rel_pos")
+        if self.attention_type == "rel_selfattn" and self.pos_enc_type not in POSITIONAL_ATTENTION:
+            raise ValueError("selfattention_layer_type rel_selfattn needs pos_enc_layer_type rel_pos or rel_pos_xl")
         d = conf.output_size
-        pos_enc: nn.Module
-        if self.pos_enc_type == "rel_pos":
-            pos_enc = RelPositionalEncoding(d, conf.positional_dropout_rate)
-        else:
-            pos_enc = PositionalEncoding(d, conf.positional_dropout_rate)
+        pos_enc = POSITIONAL_ENCODINGS[self.pos_enc_type](d, conf.positional_dropout_rate)
         self.embed = Conv2dSubsampling(input_dim, d, INPUT_LAYERS[conf.input_layer], pos_enc)
         self.encoders = nn.ModuleList([self.build_layer(conf) for _ in range(conf.num_blocks)])
         self.normalize_before = conf.normalize_before
         self.after_norm: Optional[nn.LayerNorm] = nn.LayerNorm(d, eps=1e-5) if conf.normalize_before else None
 
     def build_self_attention(self, conf: EncoderConf) -> MultiHeadedAttention:
-        cls = RelPositionMultiHeadedAttention if self.attention_type == "rel_selfattn" else MultiHeadedAttention
+        cls = (POSITIONAL_ATTENTION[self.pos_enc_type] if self.attention_type == "rel_selfattn"
+               else MultiHeadedAttention)
         return cls(conf.attention_heads, conf.output_size, conf.attention_dropout_rate)
 
     def build_feed_forward(self, conf: EncoderConf) -> PositionwiseFeedForward:
@@ -107,7 +117,7 @@ class ConformerEncoder(BaseEncoder):
     def build_layer(self, conf: EncoderConf) -> nn.Module:
         macaron = self.build_feed_forward(conf) if conf.macaron_style else None
         conv = (ConvolutionModule(conf.output_size, conf.cnn_module_kernel, conf.cnn_module_norm,
-                                  self.activation_type)
+                                  self.activation_type, causal=conf.causal)
                 if conf.use_cnn_module else None)
         return ConformerEncoderLayer(conf.output_size, self.build_self_attention(conf),
                                      self.build_feed_forward(conf), macaron, conv,

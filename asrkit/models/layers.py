@@ -64,8 +64,13 @@ class PositionwiseFeedForward(nn.Module):
 
 class ConvolutionModule(nn.Module):
     """Conformer convolution module (Gulati et al. 2020, fig. 2):
-    pointwise conv to ``2·d`` channels -> GLU -> depthwise conv (``kernel``, same
-    padding) -> BatchNorm or LayerNorm -> activation -> pointwise conv.
+    pointwise conv to ``2·d`` channels -> GLU -> depthwise conv (``kernel``) ->
+    BatchNorm or LayerNorm -> activation -> pointwise conv.  The depthwise convolution is
+    centred (``(kernel − 1) / 2`` frames each side, odd kernels) or, with ``causal``
+    (WeNet's ``causal: true``), sees the current frame and the ``kernel − 1`` before it,
+    so no frame depends on later ones.  The frames before the utterance are what WeNet
+    feeds there: zero *inputs* of the pointwise convolution, i.e. ``GLU(bias)`` after it
+    (:meth:`left_context`).
 
     Padded frames are zeroed before the depthwise convolution and on the output, so a
     frame inside the utterance never sees values from beyond its end.  ``batch_norm``
@@ -73,21 +78,31 @@ class ConvolutionModule(nn.Module):
     for synchronised statistics); its training-mode statistics include padded frames.
     """
 
-    def __init__(self, channels: int, kernel_size: int, norm: str, act: str):
+    def __init__(self, channels: int, kernel_size: int, norm: str, act: str, causal: bool = False):
         super().__init__()
-        if kernel_size % 2 == 0:
+        if kernel_size % 2 == 0 and not causal:
             raise ValueError(f"cnn_module_kernel must be odd, got {kernel_size}")
         if norm not in ("batch_norm", "layer_norm"):
             raise ValueError(f"cnn_module_norm must be batch_norm or layer_norm, got {norm!r}")
         self.channels = channels
-        self.padding = (kernel_size - 1) // 2
+        self.causal = causal
+        # frames of zero padding (left, right) of the depthwise convolution
+        self.padding = (kernel_size - 1, 0) if causal else ((kernel_size - 1) // 2, (kernel_size - 1) // 2)
         self.pointwise_conv1 = nn.Conv1d(channels, 2 * channels, 1)
-        self.depthwise_conv = nn.Conv1d(channels, channels, kernel_size,
-                                        padding=(kernel_size - 1) // 2, groups=channels)
+        self.depthwise_conv = nn.Conv1d(channels, channels, kernel_size, padding=0 if causal else self.padding[0],
+                                        groups=channels)
         self.use_layer_norm = norm == "layer_norm"
         self.norm = nn.LayerNorm(channels) if self.use_layer_norm else nn.BatchNorm1d(channels)
         self.activation = activation(act)
         self.pointwise_conv2 = nn.Conv1d(channels, channels, 1)
+
+    def left_context(self, batch: int, frames: int) -> torch.Tensor:
+        """``[batch, C, frames, 1]``: the depthwise input of the frames before an
+        utterance, ``GLU(pointwise_conv1.bias)`` (a zero input frame after the pointwise
+        convolution), as WeNet's causal convolution computes them."""
+        bias = self.pointwise_conv1.bias
+        assert bias is not None
+        return nn.functional.glu(bias, dim=-1).view(1, -1, 1, 1).expand(batch, -1, frames, 1)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """``x [B, T, C]``, ``mask [B, 1, T]`` bool valid frames -> ``[B, T, C]``.
@@ -101,9 +116,13 @@ class ConvolutionModule(nn.Module):
         x = nn.functional.linear(x, self.pointwise_conv1.weight.squeeze(-1), self.pointwise_conv1.bias)
         x = nn.functional.glu(x, dim=-1).masked_fill(~valid, 0.0)
         weight = self.depthwise_conv.weight.unsqueeze(-1).contiguous(memory_format=torch.channels_last)
-        x = x.transpose(1, 2).unsqueeze(-1).contiguous(memory_format=torch.channels_last)
-        x = nn.functional.conv2d(x, weight, self.depthwise_conv.bias, padding=(self.padding, 0),
-                                 groups=self.channels)
+        x = x.transpose(1, 2).unsqueeze(-1)  # [B, C, T, 1]
+        left, right = self.padding
+        if left != right:  # causal: the frames before the utterance on the left, nothing on the right
+            x = torch.cat([self.left_context(x.size(0), left).to(x.dtype), x], dim=2)
+            right = 0
+        x = nn.functional.conv2d(x.contiguous(memory_format=torch.channels_last), weight,
+                                 self.depthwise_conv.bias, padding=(right, 0), groups=self.channels)
         x = x.squeeze(-1)  # [B, C, T]
         if self.use_layer_norm:
             x = self.norm(x.transpose(1, 2))

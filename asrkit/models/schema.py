@@ -3,6 +3,8 @@
 Key names follow WeNet.  Keys whose default depends on the encoder type (activation,
 positional encoding, attention type) default to ``None`` meaning "the encoder's own
 default" (conformer: swish / rel_pos / rel_selfattn; transformer: relu / abs_pos / selfattn).
+``rel_pos`` is WeNet's relative positional encoding; asrkit's Transformer-XL variant is
+``rel_pos_xl`` (see ``asrkit.models.embedding``).
 """
 from __future__ import annotations
 
@@ -45,17 +47,19 @@ class EncoderConf:
     input_layer: Literal["conv2d", "conv2d6", "conv2d8"] = "conv2d"
     normalize_before: bool = True
     activation_type: Optional[Literal["relu", "swish", "gelu"]] = None
-    pos_enc_layer_type: Optional[Literal["abs_pos", "rel_pos"]] = None
+    # rel_pos: WeNet's relative form; rel_pos_xl: Transformer-XL's (asrkit's before
+    # config_version 2, see asrkit.models.legacy); both need selfattention rel_selfattn
+    pos_enc_layer_type: Optional[Literal["abs_pos", "rel_pos", "rel_pos_xl"]] = None
     selfattention_layer_type: Optional[Literal["selfattn", "rel_selfattn"]] = None
     # conformer only
     macaron_style: bool = True
     use_cnn_module: bool = True
     cnn_module_kernel: int = checked(15, positive)  # must be odd (checked when the model is built)
     cnn_module_norm: Literal["batch_norm", "layer_norm"] = "batch_norm"
+    causal: bool = False  # causal depthwise convolution (no frame sees later ones)
 
     UNSUPPORTED: ClassVar[dict[str, tuple]] = {
         **_COMMON_UNSUPPORTED,
-        "causal": (False,),
         "use_dynamic_chunk": (False,),
         "use_dynamic_left_chunk": (False,),
         "static_chunk_size": (0,),
@@ -73,7 +77,7 @@ class EncoderConf:
             errors.append(f"output_size ({self.output_size}) must be divisible by "
                           f"attention_heads ({self.attention_heads})")
         if self.selfattention_layer_type == "rel_selfattn" and self.pos_enc_layer_type == "abs_pos":
-            errors.append("selfattention_layer_type rel_selfattn needs pos_enc_layer_type rel_pos")
+            errors.append("selfattention_layer_type rel_selfattn needs pos_enc_layer_type rel_pos or rel_pos_xl")
         return errors
 
 

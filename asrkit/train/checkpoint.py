@@ -36,6 +36,7 @@ import yaml
 
 # (loading lives in asrkit.io.checkpoint, shared with inference; re-exported here for the trainer)
 from asrkit.io.checkpoint import CheckpointError, load_checkpoint, read_info, read_record
+from asrkit.models.state import model_state
 from asrkit.io.files import WriteError, atomic_write, atomic_write_text, remove_temporaries
 
 log = logging.getLogger("asrkit.train")
@@ -194,12 +195,13 @@ def init_modules(model: torch.nn.Module, path: str | Path, prefixes: list[str]) 
     Strict about what it does copy: every prefix must match at least one entry of ``model``
     and every such entry must be in the checkpoint with the same shape, else
     :class:`CheckpointError` names the first offending key (a different ``output_size`` or
-    ``num_blocks`` is refused, not silently skipped).  Returns the copied names.
+    ``num_blocks`` is refused, not silently skipped).  A WeNet checkpoint is read with
+    WeNet's names mapped (:func:`asrkit.models.state.model_state`).  Returns the copied names.
     """
     prefixes = [p for p in prefixes if p]
     if not prefixes:
         raise CheckpointError("init_modules: no module prefix given (e.g. 'encoder.')")
-    source = load_checkpoint(path)["model"]
+    source = model_state(load_checkpoint(path), model, f"init from {path}")
     target = model.state_dict()
     copied: list[str] = []
     for prefix in prefixes:

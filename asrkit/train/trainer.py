@@ -31,6 +31,8 @@ from typing import Optional
 
 import torch
 
+from asrkit.models.state import load_weights
+from asrkit.models.wenet_state import is_wenet_state
 from asrkit.train import checkpoint as ckpt
 from asrkit.train.dist import DistContext, unwrap
 from asrkit.train.executor import Executor, TrainState, consumed_position
@@ -106,13 +108,21 @@ class Trainer:
 
         A mid-epoch checkpoint resumes inside its epoch at the first batch not yet
         trained on; an epoch-end checkpoint resumes at the start of the next epoch.
+        A WeNet checkpoint (its ``model.state_dict()``, WeNet's names) starts a fine-tuning
+        run instead: every weight is loaded, and optimizer, scheduler and epoch start
+        fresh, as with WeNet's own ``--checkpoint``.
         """
         state = ckpt.load_checkpoint(path, map_location=self.ctx.device)
+        if is_wenet_state(state["model"]):
+            load_weights(unwrap(self.model), state, str(path))
+            log.info("fine-tuning from WeNet checkpoint %s: all of its weights loaded; optimizer, "
+                     "scheduler and epochs start fresh", path)
+            return
         missing = [k for k in ("optimizer", "scheduler", "train_state", "rng") if k not in state]
         if missing:
             raise ckpt.CheckpointError(f"{path} is a model-only checkpoint (no {', '.join(missing)}); "
                                        f"it can initialise a model but not resume a run")
-        unwrap(self.model).load_state_dict(state["model"])
+        load_weights(unwrap(self.model), state, str(path))
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if self.scaler is not None and state.get("scaler"):

@@ -18,12 +18,9 @@ def greedy_step_by_step(model, enc_out, enc_length):
     memory_mask = valid_mask(enc_length.view(1), enc_out.size(0)).unsqueeze(1)
     ys = [model.sos]
     score = 0.0
-    for _ in range(int(enc_length) + 1):
+    for _ in range(int(enc_length)):  # length limit (WeNet's): as many tokens as encoder frames, no <eos> term
         logits, _ = model.decoder(memory, memory_mask, torch.tensor([ys]), torch.tensor([len(ys)]))
         logp = torch.log_softmax(logits[0, -1], -1)
-        if len(ys) - 1 == int(enc_length):  # length limit: the search forces <eos>
-            score += float(logp[model.eos])
-            break
         token = int(logp.argmax())
         score += float(logp[token])
         if token == model.eos:

@@ -1,9 +1,11 @@
 import math
 
+import pytest
 import torch
 
-from asrkit.models.attention import MultiHeadedAttention, RelPositionMultiHeadedAttention, rel_shift
-from asrkit.models.embedding import RelPositionalEncoding
+from asrkit.models.attention import (MultiHeadedAttention, RelPositionMultiHeadedAttention,
+                                    XLRelPositionMultiHeadedAttention, rel_shift)
+from asrkit.models.embedding import RelPositionalEncoding, XLRelPositionalEncoding
 
 
 def naive_sinusoid(position: int, dim: int) -> torch.Tensor:
@@ -15,8 +17,10 @@ def naive_sinusoid(position: int, dim: int) -> torch.Tensor:
     return row
 
 
-def naive_rel_attention(att: RelPositionMultiHeadedAttention, x: torch.Tensor, length: int) -> torch.Tensor:
-    """score[i, j] = ((q_i + u)·k_j + (q_i + v)·W_pos PE(i − j)) / sqrt(d_k), one position at a time."""
+def naive_rel_attention(att: RelPositionMultiHeadedAttention, x: torch.Tensor, length: int,
+                        position_of) -> torch.Tensor:
+    """score[i, j] = ((q_i + u)·k_j + (q_i + v)·W_pos PE(position_of(i, j))) / sqrt(d_k), one
+    position at a time."""
     t, d = x.shape
     h, dk = att.h, att.d_k
     q = att.linear_q(x).view(t, h, dk)
@@ -27,7 +31,7 @@ def naive_rel_attention(att: RelPositionMultiHeadedAttention, x: torch.Tensor, l
         for i in range(t):
             scores = []
             for j in range(length):
-                p = att.linear_pos(naive_sinusoid(i - j, d)).view(h, dk)[head]
+                p = att.linear_pos(naive_sinusoid(position_of(i, j), d)).view(h, dk)[head]
                 content = torch.dot(q[i, head] + att.pos_bias_u[head], k[j, head])
                 position = torch.dot(q[i, head] + att.pos_bias_v[head], p)
                 scores.append((content + position) / math.sqrt(dk))
@@ -46,22 +50,33 @@ def test_rel_shift_picks_relative_distance():
             assert shifted[i, j] == 100 * i + (i - j)
 
 
-def test_rel_position_attention_matches_naive_loop():
+# (attention, its encoding, the encoding's offset, the position whose table row scores key j
+# for query i): WeNet's rel_pos scores the key's own position, Transformer-XL's the distance
+VARIANTS = {
+    "rel_pos": (RelPositionMultiHeadedAttention, RelPositionalEncoding, 0, lambda i, j: j),
+    "rel_pos offset 3": (RelPositionMultiHeadedAttention, RelPositionalEncoding, 3, lambda i, j: 3 + j),
+    "rel_pos_xl": (XLRelPositionMultiHeadedAttention, XLRelPositionalEncoding, 0, lambda i, j: i - j),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_rel_position_attention_matches_naive_loop(variant):
+    attention, encoding, offset, position_of = VARIANTS[variant]
     torch.manual_seed(0)
     d, heads, t = 16, 4, 7
-    att = RelPositionMultiHeadedAttention(heads, d, 0.0).eval()
+    att = attention(heads, d, 0.0).eval()
     with torch.no_grad():
         att.pos_bias_u.normal_()
         att.pos_bias_v.normal_()
-    pos = RelPositionalEncoding(d, 0.0).eval()
+    pos = encoding(d, 0.0).eval()
     x = torch.randn(2, t, d)
     lengths = [t, 4]
     mask = (torch.arange(t).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)).unsqueeze(1)
-    _, pos_emb = pos(x)
+    _, pos_emb = pos(x, offset) if offset else pos(x)
     with torch.no_grad():
         fast = att(x, x, x, mask, pos_emb)
         for b, n in enumerate(lengths):
-            slow = naive_rel_attention(att, x[b], n)
+            slow = naive_rel_attention(att, x[b], n, position_of)
             torch.testing.assert_close(fast[b, :n], slow[:n], atol=1e-5, rtol=1e-4)
             # padded queries still see only valid keys
             torch.testing.assert_close(fast[b, n:], slow[n:], atol=1e-5, rtol=1e-4)
