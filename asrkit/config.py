@@ -3,10 +3,11 @@
 Every key of a config falls in exactly one of three classes:
 
 * **implemented** -- a field of a schema dataclass; its value is type-checked at load.
-* **known WeNet key that asrkit does not support** -- listed in the schema's
-  ``UNSUPPORTED`` mapping together with the values that mean "off" (or WeNet's default).
-  Such a key is accepted only at one of those values (and then dropped, with a note);
-  any other value is an error saying it is unsupported.
+* **WeNet key that is not a field** -- an entry of the schema's ``WENET_KEYS`` table
+  (``asrkit.schema.WenetKey``): accepted at the values whose WeNet meaning asrkit has
+  (asrkit's only behaviour, a WeNet feature switched off, a value WeNet itself takes no
+  meaning from, or a second name of a field) and then dropped with a note that says
+  which, in the table's words; any other value is an error giving the same reason.
 * **unknown** -- an error naming the full key path and the closest valid key.
 
 All errors of one config are collected and raised together as one :class:`ConfigError`,
@@ -31,9 +32,9 @@ from typing import Any, ClassVar, Iterable, Literal, Optional, Union
 
 import yaml
 
-from asrkit.config_versions import CONFIG_VERSION, upgrade
+from asrkit.config_versions import upgrade
 from asrkit.io.files import atomic_write_text
-from asrkit.schema import checked, merged_unsupported, non_negative, positive
+from asrkit.schema import WenetKey, merged_wenet_keys
 
 
 class ConfigError(ValueError):
@@ -49,79 +50,14 @@ class ConfigError(ValueError):
 
 
 # ----------------------------------------------------------------------------- schemas
-# Sections owned by other packages live next to the code that reads them
-# (asrkit/data/schema.py, asrkit/models/schema.py, ...) and are attached to the root below.
-
-
-@dataclasses.dataclass
-class OptimConf:
-    """``optim_conf``: Adam/AdamW hyper-parameters."""
-
-    lr: float = checked(0.001, positive)
-    weight_decay: float = checked(0.0, non_negative)
-    betas: list[float] = dataclasses.field(default_factory=lambda: [0.9, 0.98])
-    eps: float = checked(1e-9, positive)
-
-
-@dataclasses.dataclass
-class SchedulerConf:
-    """``scheduler_conf`` of ``warmuplr``:
-    lr(step) = lr · warmup_steps^0.5 · min(step^-0.5, step · warmup_steps^-1.5)."""
-
-    warmup_steps: int = checked(25000, positive)
-
-
-@dataclasses.dataclass
-class LaunchConf:
-    """``launch``: how this process joins the job.  The only section allowed to differ
-    between nodes (ranks and addresses legitimately do).  Precedence: torchrun
-    environment > command-line flags > this section."""
-
-    dist_backend: Literal["auto", "gloo", "nccl"] = "auto"
-    init_method: str = "env://"
-    # Seconds any collective (and any wait for the data loader) may block before the job
-    # fails naming the rank and what it was doing (asrkit.train.dist.monitor.RankMonitor).
-    timeout_s: float = checked(1800.0, positive)
+# Sections live next to the code that reads them (asrkit/train/schema.py, asrkit/data/schema.py,
+# asrkit/models/schema.py, asrkit/text/schema.py) and are merged into the root below.
 
 
 from asrkit.data.schema import DataSections  # noqa: E402  (sections live beside their code)
 from asrkit.models.schema import ModelSections  # noqa: E402
 from asrkit.text.schema import TextSections  # noqa: E402
-
-
-@dataclasses.dataclass
-class TrainerSections:
-    """Trainer-level keys (WeNet names)."""
-
-    accum_grad: int = checked(1, positive)
-    grad_clip: float = checked(5.0, positive)
-    max_epoch: int = checked(100, positive)
-    log_interval: int = checked(100, positive)
-    save_interval: int = checked(0, non_negative)
-    optim: Literal["adam", "adamw"] = "adam"
-    optim_conf: OptimConf = dataclasses.field(default_factory=OptimConf)
-    scheduler: Literal["warmuplr"] = "warmuplr"
-    scheduler_conf: SchedulerConf = dataclasses.field(default_factory=SchedulerConf)
-    dtype: Literal["fp32", "fp16", "bf16"] = "fp32"
-    seed: int = 777
-    # the meaning of the keys (asrkit.config_versions); load_config reads older ones
-    config_version: int = checked(CONFIG_VERSION, lambda v: None if 1 <= v <= CONFIG_VERSION else
-                                  f"must be 1..{CONFIG_VERSION} (a newer asrkit wrote this config?), got {v!r}")
-    cv_interval: int = checked(0, non_negative)
-    early_stop_patience: int = checked(0, non_negative)
-    keep_checkpoint_max: int = checked(3, positive)
-    max_nonfinite_steps: int = checked(10, positive)
-    # World-size scaling: the world size this config was tuned on (0: not stated) and
-    # whether to scale accum_grad so the global batch stays the reference's.
-    reference_world_size: int = checked(0, non_negative)
-    keep_global_batch: bool = False
-    # Batch-norm conv modules as torch.nn.SyncBatchNorm (CUDA + nccl only).
-    sync_batchnorm: bool = False
-    launch: LaunchConf = dataclasses.field(default_factory=LaunchConf)
-
-    UNSUPPORTED: ClassVar[dict[str, tuple]] = {
-        "use_amp": (False,),  # asrkit selects mixed precision with `dtype: fp16|bf16`
-    }
+from asrkit.train.schema import TrainerSections  # noqa: E402
 
 
 _SECTIONS = (TrainerSections, ModelSections, DataSections, TextSections)
@@ -130,10 +66,10 @@ _SECTIONS = (TrainerSections, ModelSections, DataSections, TextSections)
 @dataclasses.dataclass
 class TrainConfig(*reversed(_SECTIONS)):
     """Root of a training config: the union of every package's top-level keys.
-    Each package declares its keys (and its known-but-unsupported WeNet keys) in
+    Each package declares its keys (and its table of the WeNet keys that are not fields) in
     its own ``schema.py``; they are merged here."""
 
-    UNSUPPORTED: ClassVar[dict[str, tuple]] = merged_unsupported(*_SECTIONS)
+    WENET_KEYS: ClassVar[dict[str, WenetKey]] = merged_wenet_keys(*_SECTIONS)
 
 
 # ----------------------------------------------------------------------------- validation
@@ -148,18 +84,19 @@ def _type_name(tp) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 
-def _convert(value: Any, tp: Any, path: str, errors: list[str]) -> Any:
-    """Return ``value`` converted to ``tp``; append messages to ``errors`` on failure."""
+def _convert(value: Any, tp: Any, path: str, errors: list[str], notes: Optional[list[str]] = None) -> Any:
+    """Return ``value`` converted to ``tp``; append messages to ``errors`` on failure (and the
+    notes of the WeNet keys of nested sections to ``notes``)."""
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if dataclasses.is_dataclass(tp):
-        return _build(tp, value, path, errors)
+        return _build(tp, value, path, errors, notes)
     if origin in (Union, types.UnionType):
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
         if len(inner) == 1:
-            return _convert(value, inner[0], path, errors)
+            return _convert(value, inner[0], path, errors, notes)
         for cand in inner:  # first alternative that accepts the value
             trial: list[str] = []
             out = _convert(value, cand, path, trial)
@@ -178,12 +115,12 @@ def _convert(value: Any, tp: Any, path: str, errors: list[str]) -> Any:
         if not isinstance(value, (list, tuple)):
             errors.append(f"{path}: expected a list, got {value!r}")
             return value
-        return [_convert(v, args[0], f"{path}[{i}]", errors) for i, v in enumerate(value)]
+        return [_convert(v, args[0], f"{path}[{i}]", errors, notes) for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
             errors.append(f"{path}: expected a mapping, got {value!r}")
             return value
-        return {str(k): _convert(v, args[1], f"{path}.{k}", errors) for k, v in value.items()}
+        return {str(k): _convert(v, args[1], f"{path}.{k}", errors, notes) for k, v in value.items()}
     if tp is Any:
         return value
     if tp is bool:
@@ -218,33 +155,29 @@ def _build(cls, raw: Any, path: str, errors: list[str], notes: Optional[list[str
         return cls()
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    unsupported: dict[str, tuple] = getattr(cls, "UNSUPPORTED", {})
+    wenet: dict[str, WenetKey] = getattr(cls, "WENET_KEYS", {})
     kwargs = {}
+
+    def field_value(key: str, value: Any, full: str, errs: list[str] = errors, own_notes=notes) -> Any:
+        """``value`` converted to field ``key``'s type and checked (problems to ``errs``)."""
+        before = len(errs)
+        converted = _convert(value, hints[key], full, errs, own_notes)
+        checker = fields[key].metadata.get("check")
+        if checker is not None and len(errs) == before:
+            msg = checker(converted)
+            if msg:
+                errs.append(f"{full}: {msg}")
+        return converted
+
     for key, value in raw.items():
         key = str(key)
         full = prefix + key
         if key in fields:
-            f = fields[key]
-            before = len(errors)
-            converted = _convert(value, hints[key], full, errors)
-            checker = f.metadata.get("check")
-            if checker is not None and len(errors) == before:
-                msg = checker(converted)
-                if msg:
-                    errors.append(f"{full}: {msg}")
-            kwargs[key] = converted
-        elif key in unsupported:
-            allowed = unsupported[key]
-            if value in allowed and (value is None or any(type(value) is type(a) for a in allowed)):
-                if notes is not None:
-                    notes.append(f"{full}: {value!r} accepted and ignored (asrkit does not support it)")
-            else:
-                shown = ", ".join(yaml.safe_dump(a, default_flow_style=True).strip().removesuffix("...").strip()
-                                  for a in allowed)
-                errors.append(f"{full}: {yaml.safe_dump(value, default_flow_style=True).strip().removesuffix('...').strip()}"
-                              f" is not supported by asrkit (accepted only as: {shown})")
+            kwargs[key] = field_value(key, value, full)
+        elif key in wenet:
+            _wenet_key(wenet[key], key, value, raw, prefix, kwargs, field_value, errors, notes)
         else:
-            hint = _closest(key, list(fields) + list(unsupported))
+            hint = _closest(key, list(fields) + list(wenet))
             extra = f"; did you mean {prefix}{hint}?" if hint else ""
             errors.append(f"{full}: unknown key{extra}")
     try:
@@ -259,9 +192,42 @@ def _build(cls, raw: Any, path: str, errors: list[str], notes: Optional[list[str
     return obj
 
 
+def _wenet_key(entry: WenetKey, key: str, value: Any, raw: dict, prefix: str, kwargs: dict,
+               field_value, errors: list[str], notes: Optional[list[str]]) -> None:
+    """Accept (with a note) or refuse the WeNet key ``key`` of section ``raw`` (see
+    :class:`asrkit.schema.WenetKey`); a ``same_as`` key fills its field's value."""
+    full = prefix + key
+    before = len(errors)
+    if entry.kind in ("only", "off"):
+        if not entry.accepts(value):
+            errors.append(entry.refusal(full, value))
+            return
+    elif entry.kind == "any":
+        value = _convert(value, entry.of_type, full, errors)
+    elif entry.kind == "same_as":
+        value = field_value(entry.field, value, full)
+        if len(errors) == before and entry.field in raw:
+            own: list[str] = []  # (the field's own problems are reported where it is read)
+            other = field_value(entry.field, raw[entry.field], prefix + entry.field, own, None)
+            if not own and other != value:
+                errors.append(f"{full}: {value!r} but {prefix}{entry.field} is {other!r}; "
+                              f"they must be equal ({entry.reason})")
+        elif len(errors) == before:
+            kwargs[entry.field] = value
+    else:  # pragma: no cover - schema author error
+        raise TypeError(f"unknown WenetKey kind {entry.kind!r} at {full}")
+    if len(errors) == before and entry.check is not None:
+        msg = entry.check(value, raw)
+        if msg:
+            errors.append(f"{full}: {msg}")
+    if len(errors) == before and notes is not None:
+        notes.append(entry.note(full, value))
+
+
 def build(cls, raw: dict, source: str = "config", notes: Optional[list[str]] = None):
     """Validate ``raw`` (a plain dict) against schema ``cls``; raise :class:`ConfigError`
-    listing every problem.  Accepted-and-ignored unsupported keys are appended to ``notes``."""
+    listing every problem.  The notes of the accepted WeNet keys
+    (:meth:`asrkit.schema.WenetKey.note`) are appended to ``notes``."""
     errors: list[str] = []
     obj = _build(cls, raw, "", errors, notes)
     if errors:
@@ -378,7 +344,8 @@ def schema_classes(cls=None) -> list[type]:
                 return
             seen.append(tp)
             for hint in typing.get_type_hints(tp).values():
-                walk(hint)
+                if typing.get_origin(hint) is not ClassVar:  # (WENET_KEYS is a table, not a section)
+                    walk(hint)
         for arg in typing.get_args(tp):
             walk(arg)
 

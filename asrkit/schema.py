@@ -1,15 +1,19 @@
 """Helpers for writing config schema sections (used by every package's ``schema.py``).
 
 A schema section is a dataclass whose fields are the implemented keys, with defaults.
-Known WeNet keys that asrkit does not implement go in the class attribute
-``UNSUPPORTED: ClassVar[dict[str, tuple]]``, mapping the key to the values that mean
-"off" (or WeNet's default); only those values are accepted.  See ``asrkit.config``.
+WeNet keys that are not fields go in the class attribute
+``WENET_KEYS: ClassVar[dict[str, WenetKey]]``: one entry per key saying which values
+asrkit accepts and why (:func:`only`, :func:`off`, :func:`any_value`, :func:`same_as`).
+The loader (``asrkit.config``) notes an accepted value with that reason and refuses any
+other value with it, so the words a user reads come from this one table.
 """
 from __future__ import annotations
 
 import dataclasses
 import difflib
 from typing import Any, Callable, Iterable, Optional
+
+import yaml
 
 
 def positive(value) -> Optional[str]:
@@ -47,9 +51,98 @@ def checked(default: Any = dataclasses.MISSING, check: Callable | None = None,
     return dataclasses.field(default=default, metadata=meta)
 
 
-def merged_unsupported(*classes) -> dict[str, tuple]:
-    """Union of the ``UNSUPPORTED`` maps of several section classes."""
-    out: dict[str, tuple] = {}
+def merged_wenet_keys(*classes) -> dict[str, "WenetKey"]:
+    """Union of the ``WENET_KEYS`` tables of several section classes."""
+    out: dict[str, WenetKey] = {}
     for cls in classes:
-        out.update(getattr(cls, "UNSUPPORTED", {}))
+        out.update(getattr(cls, "WENET_KEYS", {}))
     return out
+
+
+# ----------------------------------------------------------------------------- WeNet keys
+
+
+def yaml_value(value: Any) -> str:
+    """``value`` as it would be written in a YAML config (``true``, ``null``, ``[1, 2]``)."""
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def _same_value(value: Any, accepted: Any) -> bool:
+    """YAML-aware equality: booleans and ``None`` only equal themselves; a float accepts an
+    int or a float-looking string of the same value (``1e-5`` is a string in YAML 1.1)."""
+    if accepted is None or isinstance(accepted, bool) or isinstance(value, bool):
+        return type(value) is type(accepted) and value == accepted
+    if isinstance(accepted, float):
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                return False
+        return isinstance(value, (int, float)) and float(value) == accepted
+    return type(value) is type(accepted) and value == accepted
+
+
+@dataclasses.dataclass(frozen=True)
+class WenetKey:
+    """A WeNet config key that is not a field of asrkit's schema.
+
+    ``kind``:
+
+    * ``"only"``: ``values`` are asrkit's only behaviour for the key (``ctc: ctc``); the
+      note is ``<value> (<reason>)``; any other value is refused with the reason.
+    * ``"off"``: ``values`` switch off a WeNet feature asrkit does not implement
+      (``causal: false``); ``reason`` names the feature; any other value is refused.
+    * ``"any"``: every value of type ``of_type`` is accepted: WeNet itself takes no
+      meaning from it in a config, or records there what asrkit reads elsewhere
+      (``model_dir``); the note is ``<value> (<reason>)``.
+    * ``"same_as"``: WeNet's second name of the field ``field`` (``vocab_size`` =
+      ``output_dim``): the two must be equal; when the field is absent it takes this value.
+
+    ``check(value, section) -> message or None`` checks the value against the raw mapping
+    of the section it sits in (e.g. ``use_amp`` against ``dtype``).
+    """
+
+    kind: str
+    reason: str
+    values: tuple = ()
+    of_type: Any = None
+    field: str = ""
+    check: Optional[Callable[[Any, dict], Optional[str]]] = None
+
+    def accepts(self, value: Any) -> bool:
+        """Whether ``value`` is one of ``values`` (kinds ``only`` and ``off``)."""
+        return any(_same_value(value, a) for a in self.values)
+
+    def note(self, path: str, value: Any) -> str:
+        """The log line for an accepted value."""
+        if self.kind == "off":
+            return f"{path}: {yaml_value(value)} (off; asrkit does not implement {self.reason})"
+        return f"{path}: {yaml_value(value)} ({self.reason})"
+
+    def refusal(self, path: str, value: Any) -> str:
+        """The error for a value outside ``values`` (kinds ``only`` and ``off``)."""
+        shown = ", ".join(yaml_value(a) for a in self.values)
+        why = f"asrkit does not implement {self.reason}" if self.kind == "off" else self.reason
+        return f"{path}: {yaml_value(value)} is not supported by asrkit (accepted only as: {shown}; {why})"
+
+
+def only(*values: Any, reason: str,
+         check: Optional[Callable[[Any, dict], Optional[str]]] = None) -> WenetKey:
+    """A key accepted at ``values``: asrkit's only behaviour, described by ``reason``."""
+    return WenetKey("only", reason, values, check=check)
+
+
+def off(*values: Any, feature: str) -> WenetKey:
+    """A key accepted at the ``values`` that switch off ``feature`` (which asrkit lacks)."""
+    return WenetKey("off", feature, values)
+
+
+def any_value(of_type: Any, reason: str,
+              check: Optional[Callable[[Any, dict], Optional[str]]] = None) -> WenetKey:
+    """A key accepted at any value of ``of_type`` (and passing ``check``)."""
+    return WenetKey("any", reason, of_type=of_type, check=check)
+
+
+def same_as(field: str, reason: str) -> WenetKey:
+    """WeNet's second name of the schema field ``field``."""
+    return WenetKey("same_as", reason, field=field)

@@ -40,7 +40,7 @@ def tiny_config_dict(**top) -> dict:
                          "positional_dropout_rate": 0.0},
         "model_conf": {"ctc_weight": 0.3, "lsm_weight": 0.1},
         "optim": "adam",
-        "optim_conf": {"lr": 0.002},
+        "optim_conf": {"lr": 0.002, "betas": [0.9, 0.98], "eps": 1e-9},
         "scheduler_conf": {"warmup_steps": 10},
         "grad_clip": 5.0,
         "log_interval": 1,

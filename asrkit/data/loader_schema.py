@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar, Literal, Optional
 
-from asrkit.schema import checked, non_negative, positive
+from asrkit.schema import WenetKey, checked, non_negative, off, positive
 
 
 def _optional_positive(value) -> Optional[str]:
@@ -109,8 +109,7 @@ class LoaderKeys:
     persistent_workers: bool = True
     pin_memory: bool = True
 
-    UNSUPPORTED: ClassVar[dict[str, tuple]] = {
-        # WeNet repeats the list `cycle` times inside one "epoch"; asrkit's epochs are
-        # whole passes (raise max_epoch instead).
-        "cycle": (1,),
+    WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
+        "cycle": off(1, feature="repeating the list `cycle` times inside one epoch (an asrkit epoch "
+                                "is one pass; raise max_epoch instead)"),
     }

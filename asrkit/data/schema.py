@@ -8,7 +8,7 @@ import dataclasses
 from typing import ClassVar, Optional
 
 from asrkit.data.loader_schema import LoaderKeys
-from asrkit.schema import between, checked, merged_unsupported, non_negative, positive
+from asrkit.schema import WenetKey, any_value, between, checked, merged_wenet_keys, non_negative, only, positive
 
 
 @dataclasses.dataclass
@@ -53,7 +53,9 @@ class FbankConf:
     frame_shift: float = checked(10.0, positive)
     dither: float = checked(0.0, non_negative)
 
-    UNSUPPORTED: ClassVar[dict[str, tuple]] = {"window_type": ("povey",)}
+    WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
+        "window_type": only("povey", reason="asrkit's only analysis window (Kaldi's default)"),
+    }
 
 
 @dataclasses.dataclass
@@ -64,6 +66,10 @@ class SpecAugConf:
     num_f_mask: int = checked(2, non_negative)
     max_t: int = checked(50, positive)
     max_f: int = checked(10, positive)
+
+    WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
+        "max_w": any_value(int, "WeNet's spec_aug takes max_w and never uses it (no time warping)"),
+    }
 
 
 @dataclasses.dataclass
@@ -111,14 +117,16 @@ class ProcessorKeys:
     spec_trim: bool = False
     spec_trim_conf: SpecTrimConf = dataclasses.field(default_factory=SpecTrimConf)
 
-    UNSUPPORTED: ClassVar[dict[str, tuple]] = {"feats_type": ("fbank",)}
+    WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
+        "feats_type": only("fbank", reason="asrkit's only features (no MFCC, no Whisper log-mel)"),
+    }
 
 
 @dataclasses.dataclass
 class DatasetConf(ProcessorKeys, LoaderKeys):
     """``dataset_conf``: processor keys plus sampler/loader keys."""
 
-    UNSUPPORTED: ClassVar[dict[str, tuple]] = merged_unsupported(ProcessorKeys, LoaderKeys)
+    WENET_KEYS: ClassVar[dict[str, WenetKey]] = merged_wenet_keys(ProcessorKeys, LoaderKeys)
 
 
 @dataclasses.dataclass
@@ -127,4 +135,6 @@ class DataSections:
 
     dataset_conf: DatasetConf = dataclasses.field(default_factory=DatasetConf)
 
-    UNSUPPORTED: ClassVar[dict[str, tuple]] = {"dataset": ("asr",)}
+    WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
+        "dataset": only("asr", reason="asrkit's only dataset type (speech with transcripts)"),
+    }

@@ -49,7 +49,8 @@ class AsrModel(nn.Module):
     global count, summed over micro-batches and ranks):
 
     * ``loss`` = ``ctc_weight · loss_ctc + (1 − ctc_weight) · loss_att``
-    * ``loss_ctc`` = Σ_u CTC NLL of utterance u (``None`` without CTC head)
+    * ``loss_ctc`` = Σ_u CTC NLL of utterance u (``None`` without CTC head); with
+      ``length_normalized_loss`` multiplied by ``num_tokens / num_utts`` (see below)
     * ``loss_att`` = Σ_u Σ_tokens label-smoothed KL, over the ``L_u + 1`` predicted
       positions (tokens and ``<eos>``); with a bidirectional decoder
       ``(1 − reverse_weight) · left + reverse_weight · right`` (``None`` without decoder)
@@ -57,9 +58,15 @@ class AsrModel(nn.Module):
     * ``acc_correct``, ``acc_total``: argmax hits / predicted positions of the
       left-to-right decoder (``None`` without decoder)
 
-    WeNet's per-batch loss is ``loss / num_utts`` (``length_normalized_loss: false``) or
-    ``loss / num_tokens`` (``true``); :meth:`normaliser` picks the count.  An empty batch
-    (B = 0) gives zero sums that still depend on every parameter.
+    The trainer divides by :meth:`normaliser`: ``num_utts``, or ``num_tokens`` with
+    ``length_normalized_loss``.  WeNet's per-batch loss is
+    ``ctc_weight · CTC / B + (1 − ctc_weight) · ATT / n`` with ``n = B``, or with
+    ``length_normalized_loss`` ``n`` = the batch's token count: WeNet averages CTC over
+    utterances either way (``wenet/transformer/ctc.py``); only the attention loss becomes
+    per token.  Hence the ``num_tokens / num_utts`` factor on ``loss_ctc``: divided by the
+    token count it is the per-utterance CTC average, and ``loss / num_tokens`` is WeNet's
+    loss (exactly for one micro-batch on one rank; over several, the token-weighted mean of
+    theirs).  An empty batch (B = 0) gives zero sums that still depend on every parameter.
     """
 
     def __init__(self, vocabulary: Vocabulary, encoder: nn.Module, decoder: Optional[nn.Module],
@@ -145,8 +152,11 @@ class AsrModel(nn.Module):
                      "loss_ctc": None, "loss_att": None, "acc_correct": None, "acc_total": None}
         loss: Optional[torch.Tensor] = None
         if self.ctc is not None and self.ctc_weight > 0.0:
-            out["loss_ctc"] = self.ctc.loss(enc_out, enc_lengths, target, target_lengths).sum()
-            loss = self.ctc_weight * out["loss_ctc"]
+            loss_ctc = self.ctc.loss(enc_out, enc_lengths, target, target_lengths).sum()
+            if self.length_normalized_loss:  # WeNet's CTC stays per utterance (class docstring)
+                loss_ctc = loss_ctc * (out["num_tokens"] / out["num_utts"])
+            out["loss_ctc"] = loss_ctc
+            loss = self.ctc_weight * loss_ctc
         if self.decoder is not None and self.ctc_weight < 1.0:
             att, correct, total = self.attention_loss(enc_out, enc_lengths, target, target_lengths)
             out.update(loss_att=att, acc_correct=correct, acc_total=total)

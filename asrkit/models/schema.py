@@ -11,25 +11,30 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, ClassVar, Literal, Optional
 
-from asrkit.schema import between, checked, non_negative, one_of, positive
+from asrkit.schema import WenetKey, between, checked, non_negative, off, one_of, only, positive, same_as
 
-# WeNet keys shared by encoder_conf and decoder_conf that asrkit does not implement,
-# accepted only at WeNet's defaults.
-_COMMON_UNSUPPORTED: dict[str, tuple] = {
-    "concat_after": (False,),
-    "gradient_checkpointing": (False,),
-    "use_sdpa": (False, True),  # asrkit always uses scaled_dot_product_attention
-    "layer_norm_type": ("layer_norm",),
-    "norm_eps": (1e-5,),
-    "query_bias": (True,),
-    "key_bias": (True,),
-    "value_bias": (True,),
-    "n_kv_head": (None,),
-    "head_dim": (None,),
-    "mlp_type": ("position_wise_feed_forward",),
-    "mlp_bias": (True,),
-    "n_expert": (8,),
-    "n_expert_activated": (2,),
+# WeNet keys of encoder_conf and decoder_conf that are not fields (wenet/transformer/encoder.py,
+# decoder.py): each at the value that is what asrkit always does, or that switches off a WeNet
+# feature asrkit lacks.
+_COMMON_WENET_KEYS: dict[str, WenetKey] = {
+    "concat_after": off(False, feature="concat_after (a linear over the concatenated attention input "
+                                       "and output instead of the residual sum)"),
+    "gradient_checkpointing": off(False, feature="gradient checkpointing"),
+    "use_sdpa": only(False, True, reason="asrkit always uses scaled_dot_product_attention, "
+                                         "the same attention as WeNet's either way"),
+    "layer_norm_type": only("layer_norm", reason="asrkit's only normalisation layer (no rms_norm)"),
+    "norm_eps": only(1e-5, reason="the epsilon of asrkit's LayerNorms"),
+    "query_bias": only(True, reason="asrkit's attention projections always have a bias"),
+    "key_bias": only(True, reason="asrkit's attention projections always have a bias"),
+    "value_bias": only(True, reason="asrkit's attention projections always have a bias"),
+    "n_kv_head": off(None, feature="grouped-query attention (n_kv_head)"),
+    "head_dim": only(None, reason="asrkit's head size is always the model size / attention_heads"),
+    "mlp_type": only("position_wise_feed_forward", reason="asrkit's only feed-forward block"),
+    "mlp_bias": only(True, reason="asrkit's feed-forward linears always have a bias"),
+    "n_expert": only(8, reason="WeNet's default, read only by its mixture-of-experts feed-forward, "
+                              "which mlp_type position_wise_feed_forward is not"),
+    "n_expert_activated": only(2, reason="WeNet's default, read only by its mixture-of-experts "
+                                        "feed-forward, which mlp_type position_wise_feed_forward is not"),
 }
 
 
@@ -58,17 +63,19 @@ class EncoderConf:
     cnn_module_norm: Literal["batch_norm", "layer_norm"] = "batch_norm"
     causal: bool = False  # causal depthwise convolution (no frame sees later ones)
 
-    UNSUPPORTED: ClassVar[dict[str, tuple]] = {
-        **_COMMON_UNSUPPORTED,
-        "use_dynamic_chunk": (False,),
-        "use_dynamic_left_chunk": (False,),
-        "static_chunk_size": (0,),
-        "positionwise_conv_kernel_size": (1,),
-        "conv_bias": (True,),
-        "conv_norm_eps": (1e-5,),
-        "conv_inner_factor": (2,),
-        "final_norm": (True,),
-        "stochastic_depth_rate": (0.0, 0),
+    WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
+        **_COMMON_WENET_KEYS,
+        "use_dynamic_chunk": off(False, feature="dynamic chunk training (U2/U2++ streaming)"),
+        "use_dynamic_left_chunk": off(False, feature="dynamic left-chunk training (U2/U2++ streaming)"),
+        "static_chunk_size": off(0, feature="static chunk attention masks (streaming)"),
+        "positionwise_conv_kernel_size": only(1, reason="asrkit's feed-forward is position-wise linear "
+                                                        "(WeNet reads this kernel only for conv feed-forwards)"),
+        "conv_bias": only(True, reason="asrkit's convolution module always has biases"),
+        "conv_norm_eps": only(1e-5, reason="the epsilon of asrkit's convolution-module norm"),
+        "conv_inner_factor": only(2, reason="asrkit's convolution module always widens to 2 x channels "
+                                            "before its GLU"),
+        "final_norm": only(True, reason="asrkit's pre-norm encoders always end with a LayerNorm"),
+        "stochastic_depth_rate": off(0.0, feature="stochastic depth"),
     }
 
     def validate(self) -> list[str]:
@@ -97,15 +104,16 @@ class DecoderConf:
     normalize_before: bool = True
     activation_type: Literal["relu", "swish", "gelu"] = "relu"
 
-    UNSUPPORTED: ClassVar[dict[str, tuple]] = {
-        **_COMMON_UNSUPPORTED,
-        "input_layer": ("embed",),
-        "use_output_layer": (True,),
-        "src_attention": (True,),
-        "tie_word_embedding": (False,),
-        "src_query_bias": (True,),
-        "src_key_bias": (True,),
-        "src_value_bias": (True,),
+    WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
+        **_COMMON_WENET_KEYS,
+        "input_layer": only("embed", reason="asrkit's decoder input is a token embedding with absolute "
+                                            "positions"),
+        "use_output_layer": only(True, reason="asrkit's decoders always end with the output projection"),
+        "src_attention": only(True, reason="asrkit's decoder layers always attend to the encoder output"),
+        "tie_word_embedding": off(False, feature="tying the decoder embedding to its output layer"),
+        "src_query_bias": only(True, reason="asrkit's attention projections always have a bias"),
+        "src_key_bias": only(True, reason="asrkit's attention projections always have a bias"),
+        "src_value_bias": only(True, reason="asrkit's attention projections always have a bias"),
     }
 
 
@@ -123,9 +131,9 @@ class ModelConf:
     length_normalized_loss: bool = False
     reverse_weight: float = checked(0.0, between(0.0, 1.0))
 
-    UNSUPPORTED: ClassVar[dict[str, tuple]] = {
-        "ignore_id": (-1,),
-        "apply_non_blank_embedding": (False,),
+    WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
+        "ignore_id": only(-1, reason="asrkit pads targets with -1"),
+        "apply_non_blank_embedding": off(False, feature="the non-blank embedding of CTC-aligned frames"),
     }
 
 
@@ -143,7 +151,9 @@ class CmvnConf:
 
     cmvn_file: Optional[str] = None
 
-    UNSUPPORTED: ClassVar[dict[str, tuple]] = {"is_json_cmvn": (True,)}
+    WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
+        "is_json_cmvn": only(True, reason="asrkit reads WeNet's JSON CMVN statistics (no Kaldi binary stats)"),
+    }
 
 
 def _registered(table: str) -> Callable[[], list[str]]:
@@ -175,4 +185,7 @@ class ModelSections:
     input_dim: Optional[int] = checked(None, lambda v: None if v is None or v > 0 else f"must be > 0, got {v!r}")
     output_dim: Optional[int] = checked(None, lambda v: None if v is None or v > 2 else f"must be > 2, got {v!r}")
 
-    UNSUPPORTED: ClassVar[dict[str, tuple]] = {"ctc": ("ctc",)}
+    WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
+        "ctc": only("ctc", reason="asrkit's only CTC head"),
+        "vocab_size": same_as("output_dim", "WeNet's trainer writes the dictionary size as both"),
+    }

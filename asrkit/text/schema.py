@@ -4,6 +4,8 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar, Literal, Optional
 
+from asrkit.schema import WenetKey, off, only
+
 
 @dataclasses.dataclass
 class TokenizerConf:
@@ -25,10 +27,11 @@ class TokenizerConf:
     split_with_space: bool = False
     special_tokens: Optional[dict[str, int]] = None
 
-    UNSUPPORTED: ClassVar[dict[str, tuple]] = {
-        "non_lang_syms_path": (None,),
-        "is_multilingual": (False,),
-        "num_languages": (1,),
+    WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
+        "non_lang_syms_path": off(None, feature="non-linguistic symbols ([noise], <unk>-style tags kept whole)"),
+        "is_multilingual": off(False, feature="Whisper's multilingual tokenizer"),
+        "num_languages": only(1, reason="read only by WeNet's Whisper tokenizer; asrkit's tokenizers have "
+                                        "no language tokens"),
     }
 
 
@@ -39,7 +42,7 @@ class TextSections:
     tokenizer: Literal["char", "bpe"] = "char"
     tokenizer_conf: TokenizerConf = dataclasses.field(default_factory=TokenizerConf)
 
-    UNSUPPORTED: ClassVar[dict[str, tuple]] = {}
+    WENET_KEYS: ClassVar[dict[str, WenetKey]] = {}
 
     def validate(self) -> list[str]:
         errors = []

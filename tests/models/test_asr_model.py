@@ -27,6 +27,20 @@ def test_loss_is_batch_sum_of_per_utterance_losses():
     torch.testing.assert_close(out["loss"], 0.3 * out["loss_ctc"] + 0.7 * out["loss_att"])
 
 
+def test_length_normalized_loss_is_wenets():
+    """WeNet with length_normalized_loss: CTC averaged over utterances, attention over
+    tokens (wenet/transformer/ctc.py, label_smoothing_loss.py): the loss the trainer gets by
+    dividing by the token count is exactly that for one batch."""
+    batch = random_batch([40, 33, 27], target_lengths=[3, 5, 2])
+    plain = tiny_model(model_conf={"length_normalized_loss": False}).eval()(*batch)
+    out = tiny_model(model_conf={"length_normalized_loss": True}).eval()(*batch)
+    utts, tokens = 3, (3 + 1) + (5 + 1) + (2 + 1)
+    wenet = 0.3 * plain["loss_ctc"] / utts + 0.7 * plain["loss_att"] / tokens
+    torch.testing.assert_close(out["loss"] / out["num_tokens"], wenet)
+    torch.testing.assert_close(out["loss_ctc"] / tokens, plain["loss_ctc"] / utts)  # reported per utterance
+    torch.testing.assert_close(out["loss"], 0.3 * out["loss_ctc"] + 0.7 * out["loss_att"])
+
+
 def test_label_smoothing_loss_matches_kl_divergence():
     torch.manual_seed(0)
     logits = torch.randn(2, 4, 7)

@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from asrkit.config import LaunchConf
+from asrkit.train.schema import LaunchConf
 from asrkit.train.dist import DistContext, LaunchError, check_init_method, resolve_launch
 from tests.helpers import free_port, random_batch, tiny_config_dict
 

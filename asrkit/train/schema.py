@@ -1,0 +1,106 @@
+"""Top-level config keys owned by the trainer (merged into ``asrkit.config.TrainConfig``):
+optimizer, scheduler, precision, intervals, launch, and the keys WeNet's trainer adds to
+the ``train.yaml`` it saves."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar, Literal, Optional
+
+from asrkit.config_versions import CONFIG_VERSION
+from asrkit.schema import WenetKey, any_value, checked, non_negative, only, positive
+
+
+@dataclasses.dataclass
+class OptimConf:
+    """``optim_conf``: Adam/AdamW hyper-parameters; the defaults are torch's, as in WeNet
+    (which passes ``optim_conf`` to ``torch.optim.Adam`` as it is)."""
+
+    lr: float = checked(0.001, positive)
+    weight_decay: float = checked(0.0, non_negative)
+    betas: list[float] = dataclasses.field(default_factory=lambda: [0.9, 0.999])
+    eps: float = checked(1e-8, positive)
+
+
+@dataclasses.dataclass
+class SchedulerConf:
+    """``scheduler_conf`` of ``warmuplr``:
+    lr(step) = lr · warmup_steps^0.5 · min(step^-0.5, step · warmup_steps^-1.5)."""
+
+    warmup_steps: int = checked(25000, positive)
+
+
+@dataclasses.dataclass
+class LaunchConf:
+    """``launch``: how this process joins the job.  The only section allowed to differ
+    between nodes (ranks and addresses legitimately do).  Precedence: torchrun
+    environment > command-line flags > this section."""
+
+    dist_backend: Literal["auto", "gloo", "nccl"] = "auto"
+    init_method: str = "env://"
+    # Seconds any collective (and any wait for the data loader) may block before the job
+    # fails naming the rank and what it was doing (asrkit.train.dist.monitor.RankMonitor).
+    timeout_s: float = checked(1800.0, positive)
+
+
+@dataclasses.dataclass
+class TrainerSections:
+    """Trainer-level keys (WeNet names)."""
+
+    accum_grad: int = checked(1, positive)
+    grad_clip: float = checked(50.0, positive)  # WeNet's executor default
+    max_epoch: int = checked(100, positive)
+    log_interval: int = checked(100, positive)
+    save_interval: int = checked(0, non_negative)
+    optim: Literal["adam", "adamw"] = "adam"
+    optim_conf: OptimConf = dataclasses.field(default_factory=OptimConf)
+    scheduler: Literal["warmuplr"] = "warmuplr"
+    scheduler_conf: SchedulerConf = dataclasses.field(default_factory=SchedulerConf)
+    dtype: Literal["fp32", "fp16", "bf16"] = "fp32"
+    seed: int = 777
+    # the meaning of the keys (asrkit.config_versions); load_config reads older ones
+    config_version: int = checked(CONFIG_VERSION, lambda v: None if 1 <= v <= CONFIG_VERSION else
+                                  f"must be 1..{CONFIG_VERSION} (a newer asrkit wrote this config?), got {v!r}")
+    cv_interval: int = checked(0, non_negative)
+    early_stop_patience: int = checked(0, non_negative)
+    keep_checkpoint_max: int = checked(3, positive)
+    max_nonfinite_steps: int = checked(10, positive)
+    # World-size scaling: the world size this config was tuned on (0: not stated) and
+    # whether to scale accum_grad so the global batch stays the reference's.
+    reference_world_size: int = checked(0, non_negative)
+    keep_global_batch: bool = False
+    # Batch-norm conv modules as torch.nn.SyncBatchNorm (CUDA + nccl only).
+    sync_batchnorm: bool = False
+    launch: LaunchConf = dataclasses.field(default_factory=LaunchConf)
+
+    # What WeNet's trainer adds to the train.yaml it saves (wenet/utils/train_utils.py,
+    # check_modify_and_save_config; init_infos: wenet/utils/init_model.py).
+    WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
+        "train_engine": only(
+            "torch_ddp", reason="WeNet's DistributedDataParallel engine, the one asrkit's trainer is",
+            check=lambda v, raw: None if "use_amp" in raw else _wenet_precision(False, raw)),
+        "use_amp": any_value(
+            bool, "WeNet's switch for fp16 autocast with a GradScaler under torch_ddp, which is "
+                  "asrkit's dtype: fp16; it agrees with dtype",
+            check=lambda v, raw: _wenet_precision(v, raw)),
+        "model_dir": any_value(
+            str, "WeNet's record of its --model_dir; asrkit's experiment directory is its --model_dir"),
+        "save_states": only(
+            "model_only", "model+optimizer",
+            reason="read by WeNet's deepspeed engine only, no effect under torch_ddp; "
+                   "asrkit's checkpoints always hold the whole training state"),
+        "init_infos": any_value(
+            dict[str, Any], "WeNet's trainer overwrites it from its --checkpoint, so a config's "
+                            "value means nothing; asrkit resumes from its checkpoint's own state"),
+    }
+
+
+def _wenet_precision(use_amp: bool, raw: dict) -> Optional[str]:
+    """WeNet's torch_ddp engine autocasts only with ``use_amp``, and then in fp16 with a
+    GradScaler (whatever its ``dtype`` says): the ``dtype`` asrkit runs must be that."""
+    dtype = raw.get("dtype", "fp32")
+    wanted = "fp16" if use_amp else "fp32"
+    if dtype == wanted:
+        return None
+    return (f"WeNet trains this config in {wanted} (its torch_ddp engine autocasts only with use_amp: true, "
+            f"and then in fp16), but dtype is {dtype!r}; set dtype: {wanted}"
+            + ("" if use_amp else ", or use_amp: true with dtype: fp16"))
