@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True, help="the experiment's train.yaml")
     p.add_argument("--checkpoint", required=True, help="checkpoint (training checkpoint or bare state_dict)")
-    p.add_argument("--data", required=True, help="data.list (raw or shard) to decode")
+    p.add_argument("--data", required=True, help="data.list (raw, shard or WeNet shard list) to decode")
     p.add_argument("--result_dir", required=True, help="writes <result_dir>/<mode>/text")
     p.add_argument("--modes", nargs="+", default=["attention_rescoring"], choices=MODES, metavar="MODE",
                    help=f"decoding modes, any of: {' '.join(MODES)}")
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.num_threads)
     cfg = load_config(args.config, args.override)
     tokenizer = load_text_inputs(cfg, model_cmvn=False)  # (checked before the model is built)
-    entries = read_list(args.data)
+    entries = read_list(args.data, cache_dir=args.result_dir)  # (a WeNet shard list's index, if not cached)
     processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False)
     model = load_model(cfg, args.checkpoint, tokenizer.vocabulary, args.device)
     check_modes(model, args.modes)

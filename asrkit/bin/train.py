@@ -274,8 +274,13 @@ def run(cfg: TrainConfig, args, ctx, spec, notes: list[str], model_dir: Path) ->
     monitor = ctx.monitor or D.RankMonitor(ctx, cfg.launch.timeout_s)  # (not started: phases only)
 
     from asrkit.train import agreement
+    # WeNet shard lists (plain tar paths) are indexed here, before the ranks compare the
+    # indexes; the cache goes next to the list, else into the experiment folder.
+    monitor.set_phase("indexing WeNet shard lists (scanning the tars not cached yet)", "other")
+    files = {**agreement.job_files(to_dict(cfg), args.train_data, args.cv_data),
+             **agreement.shard_indexes(args.train_data, args.cv_data, args.model_dir)}
     monitor.set_phase("checking that the ranks agree (all-gathering config and file hashes)", "collective")
-    agreement.check_agreement(ctx, to_dict(cfg), agreement.job_files(to_dict(cfg), args.train_data, args.cv_data),
+    agreement.check_agreement(ctx, to_dict(cfg), files,
                               extra={"--max_steps": args.max_steps, **enc_init_flags(args),
                                      "torch version": torch.__version__,
                                      "asrkit source": agreement.package_digest()})

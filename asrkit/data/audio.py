@@ -19,7 +19,7 @@ import soundfile
 import torch
 import torchaudio
 
-from asrkit.data.lists import ListEntry, unsafe_member_name
+from asrkit.data.lists import AUDIO_EXTENSIONS, ListEntry, unsafe_member_name
 
 TAR_BLOCK = 512
 _HEAD_BYTES = 4096  # enough to hold the RIFF chunks before "data" in ordinary wav files
@@ -116,9 +116,10 @@ def _tar_member_fault(header: bytes, key: str, size: int) -> Optional[DataFault]
     * ``unsafe_tar_member``: the key or the header's name is absolute, has a ``..``
       component (:func:`asrkit.data.lists.unsafe_member_name`), or the member is a link,
       device or directory rather than a regular file;
-    * ``shard_mismatch``: another size or name (the shard list is stale).  The name is
-      compared when it fits the header's 100-byte name field (longer names live in a pax
-      record before it)."""
+    * ``shard_mismatch``: another size, or a name other than ``<key>.<ext>`` with ``ext``
+      in ``asrkit.data.lists.AUDIO_EXTENSIONS`` (the shard list is stale).  The name is
+      compared when ``<key>.flac`` fits the header's 100-byte name field (longer names
+      live in a pax record before it)."""
     unsafe = unsafe_member_name(key)
     if unsafe:
         return DataFault("unsafe_tar_member", f"key {key!r}: {unsafe}")
@@ -137,9 +138,10 @@ def _tar_member_fault(header: bytes, key: str, size: int) -> Optional[DataFault]
         return DataFault("unsafe_tar_member", f"member name {full!r}: {unsafe}")
     if declared != size:
         return DataFault("shard_mismatch", f"tar header gives size {declared}, list gives {size}")
-    want = f"{key}.wav"
-    if len(want.encode("utf-8")) <= 100 and full != want:
-        return DataFault("shard_mismatch", f"tar member is {full!r}, list expects {want!r}")
+    stem, _, ext = full.rpartition(".")
+    if len(f"{key}.flac".encode("utf-8")) <= 100 and not (stem == key and ext in AUDIO_EXTENSIONS):
+        return DataFault("shard_mismatch", f"tar member is {full!r}, list expects {key + '.wav'!r} "
+                                           f"(or another audio extension)")
     return None
 
 

@@ -25,6 +25,18 @@ symbolic or hard link) is a counted ``unsafe_tar_member`` skip when read
 (``asrkit.data.audio``).  Members keep tar order.  The sampler plans batches from keys
 and durations alone.
 
+**WeNet shard list** -- one tar path per line, no JSON (what WeNet's
+``tools/make_shard_list.py`` writes; tars of ``<key>.txt`` + ``<key>.<audio ext>``
+members, no index)::
+
+    data/train/shards/shards_000000000.tar
+
+A list whose first non-empty line is not a JSON object but a path ending in ``.tar`` (or
+in a compressed tar suffix, which is refused) is read as one.  Its tars are scanned once
+and the index cached next to the list (``asrkit.data.wenet_shards``, where the cache,
+the skips and the refusals are specified); the entries are then the same shard
+members an asrkit shard list of those tars gives.
+
 **Paths** (``wav``, ``tar``): absolute, or relative to the *working directory* (the
 recipe directory), as WeNet and ``tools/make_raw_list.py`` write them.
 
@@ -44,6 +56,12 @@ import soundfile
 from asrkit.io.files import atomic_write_text
 
 logger = logging.getLogger("asrkit.data")
+
+# Audio member extensions of a shard tar: WeNet's AUDIO_FORMAT_SETS.  Those libsndfile
+# decodes (wav, flac, ogg/opus, mp3) are read; the others (m4a, wma) are counted skips.
+AUDIO_EXTENSIONS = ("flac", "m4a", "mp3", "ogg", "opus", "wav", "wma")
+# Suffixes of compressed tars: a member of one cannot be reached by seeking, so refused.
+COMPRESSED_TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst")
 
 
 class ListError(ValueError):
@@ -120,7 +138,8 @@ def _raw_entry(obj: dict, where: str) -> tuple[ListEntry, bool]:
     return entry, duration is None
 
 
-def _shard_entries(obj: dict, where: str) -> list[ListEntry]:
+def shard_entries(obj: dict, where: str) -> list[ListEntry]:
+    """The members of one shard-list line ``{"tar", "members"}`` (:class:`ListError` when malformed)."""
     tar = _field(obj, "tar", (str,), where)
     members = _field(obj, "members", (list,), where)
     out = []
@@ -158,9 +177,28 @@ def unsafe_member_name(name: str) -> Optional[str]:
     return None
 
 
-def read_list(path: str | Path) -> list[ListEntry]:
+def looks_like_tar_path(line: str) -> bool:
+    """Whether a stripped list line is a tar path rather than a JSON object: it does not
+    start with ``{`` and ends (case-insensitively) with ``.tar`` or a compressed tar suffix."""
+    return not line.startswith("{") and line.lower().endswith((".tar",) + COMPRESSED_TAR_SUFFIXES)
+
+
+def is_wenet_shard_list(path: str | Path) -> bool:
+    """Whether ``path`` is a WeNet shard list: its first non-empty line is a tar path
+    (:func:`looks_like_tar_path`).  OSError (e.g. FileNotFoundError) when it cannot be read."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if line.strip():
+                return looks_like_tar_path(line.strip())
+    return False
+
+
+def read_list(path: str | Path, cache_dir: Optional[str | Path] = None) -> list[ListEntry]:
     """All entries of a raw list or shard list (detected per line: a line with ``tar``
-    is a shard, one with ``key`` a raw entry), shard members flattened in tar order.
+    is a shard, one with ``key`` a raw entry), shard members flattened in tar order; or
+    of a WeNet shard list (:func:`is_wenet_shard_list`), whose index is cached next to the
+    list or, when that folder cannot be written, under ``cache_dir`` (the experiment
+    folder; ``asrkit.data.wenet_shards.load_wenet_shard_list``).
 
     Missing durations are measured from the audio headers; entries whose file cannot
     be measured are kept with ``duration`` 0.0 and a warning (their load is a counted
@@ -168,6 +206,9 @@ def read_list(path: str | Path) -> list[ListEntry]:
     ``path`` does not exist.
     """
     path = Path(path)
+    if is_wenet_shard_list(path):
+        from asrkit.data.wenet_shards import load_wenet_shard_list  # (it imports this module)
+        return load_wenet_shard_list(path, cache_dir).entries
     entries: list[ListEntry] = []
     to_measure: list[int] = []
     with open(path, encoding="utf-8") as f:
@@ -182,7 +223,7 @@ def read_list(path: str | Path) -> list[ListEntry]:
             if not isinstance(obj, dict):
                 raise ListError(f"{where}: expected a JSON object, got {line.strip()[:120]!r}")
             if "tar" in obj:
-                entries.extend(_shard_entries(obj, where))
+                entries.extend(shard_entries(obj, where))
             elif "key" in obj:
                 entry, measure = _raw_entry(obj, where)
                 if measure:
@@ -211,12 +252,18 @@ def write_shard_list(path: str | Path, shards: list[tuple[str, list[ListEntry]]]
     (:class:`asrkit.io.files.WriteError` on failure, the old file kept)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, shard_list_text(shards))
+
+
+def shard_list_text(shards: list[tuple[str, list[ListEntry]]]) -> str:
+    """The text of a shard list (what :func:`write_shard_list` writes): one JSON line per
+    ``(tar path, members)``, durations rounded to microseconds."""
     lines = []
     for tar, members in shards:
         rows = [{"key": m.key, "txt": m.txt, "duration": round(m.duration, 6),
                  "offset": m.offset, "size": m.size} for m in members]
         lines.append(json.dumps({"tar": tar, "members": rows}, ensure_ascii=False) + "\n")
-    atomic_write_text(path, "".join(lines))
+    return "".join(lines)
 
 
 def read_wav_scp(path: str | Path) -> dict[str, str]:

@@ -10,6 +10,10 @@ what must be identical and the ranks all-gather the hashes:
   model, CMVN) are compared by the files' *contents*, not by their path strings, so nodes
   may keep the files at different paths;
 * the bytes of the units file, the BPE model, the CMVN file(s) and the train/CV data lists;
+* for a WeNet shard list (plain tar paths), the digest of its scanned index
+  (``asrkit.data.wenet_shards``): the lists' bytes may agree while the tars behind them
+  differ between nodes -- the index says which utterances, transcripts and offsets each
+  rank would train on;
 * a few run facts passed by the caller (``--max_steps``, the torch version, the asrkit
   source code).
 
@@ -123,12 +127,27 @@ def job_files(config: dict, train_data: str, cv_data: str) -> dict[str, Optional
     return files
 
 
-def fingerprint(config: dict, files: dict[str, Optional[str]], extra: Optional[dict] = None) -> dict:
+def shard_indexes(train_data: Optional[str], cv_data: Optional[str], cache_dir: Optional[str | Path]) -> dict:
+    """``{"train shard index"/"CV shard index": fingerprint}`` for the lists that are WeNet
+    shard lists (``asrkit.data.wenet_shards.index_fingerprint``; their tars are scanned
+    here when not cached, the cache falling back to ``cache_dir``); ``{}`` for none."""
+    from asrkit.data.wenet_shards import index_fingerprint
+    out = {}
+    for label, path in (("train shard index", train_data), ("CV shard index", cv_data)):
+        fp = index_fingerprint(path, cache_dir)
+        if fp is not None:
+            out[label] = fp
+    return out
+
+
+def fingerprint(config: dict, files: dict[str, Optional[str | dict]], extra: Optional[dict] = None) -> dict:
     """What this rank all-gathers: a digest of the comparable config, a digest per file and
-    the ``extra`` run facts (canonical JSON)."""
+    the ``extra`` run facts (canonical JSON).  A ``files`` value that is already a
+    fingerprint (a dict, e.g. from :func:`shard_indexes`) is taken as it is."""
     return {
         "config_sha256": hashlib.sha256(canonical(comparable_config(config)).encode()).hexdigest(),
-        "files": {label: file_fingerprint(path) for label, path in files.items()},
+        "files": {label: path if isinstance(path, dict) else file_fingerprint(path)
+                  for label, path in files.items()},
         "extra": {k: canonical(v) for k, v in (extra or {}).items()},
     }
 
@@ -151,8 +170,12 @@ def _file_text(d: Optional[dict]) -> str:
 
 
 def _same_file(a: Optional[dict], b: Optional[dict]) -> bool:
+    """Same content; or, for a shard index, the same failure on both (the loaders then
+    report it on every rank, as for any malformed list)."""
     if a is None or b is None:
         return a is b
+    if a.get("kind") == "shard index" and a.get("sha256") is None:
+        return a == b
     return a.get("sha256") is not None and a.get("sha256") == b.get("sha256")
 
 
@@ -205,7 +228,7 @@ def disagreement_message(gathered: list[dict], flats: Optional[list[dict]] = Non
 # ----------------------------------------------------------------------------- collectives
 
 
-def check_agreement(ctx: DistContext, config: dict, files: dict[str, Optional[str]],
+def check_agreement(ctx: DistContext, config: dict, files: dict[str, Optional[str | dict]],
                     extra: Optional[dict] = None) -> None:
     """All-gather this rank's :func:`fingerprint`; raise :class:`AgreementError` on every
     rank when any rank differs from rank 0 (a no-op for world size 1)."""

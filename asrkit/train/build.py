@@ -92,10 +92,11 @@ def build_training(cfg: TrainConfig, args, ctx: DistContext, *, monitor=None, dd
     """Build every part of a training run of ``cfg`` for this rank.
 
     ``args`` carries ``train_data`` and ``cv_data`` (data.list paths; ``cv_data`` may be
-    None: no CV loader) and, optionally, ``enc_init`` / ``enc_init_mods`` (start the named
-    modules from another checkpoint; a failure raises :class:`InitError`).  The loaders shard
-    by ``ctx.rank``/``ctx.world_size``; with a ``monitor`` (``asrkit.train.dist.RankMonitor``)
-    they record their waits in it.  ``ddp=False`` returns the bare model in ``model`` too
+    None: no CV loader) and, optionally, ``model_dir`` (where the index of a WeNet shard
+    list is cached when its own folder cannot be written) and ``enc_init`` /
+    ``enc_init_mods`` (start the named modules from another checkpoint; a failure raises
+    :class:`InitError`).  The loaders shard by ``ctx.rank``/``ctx.world_size``; with a
+    ``monitor`` (``asrkit.train.dist.RankMonitor``) they record their waits in it.  ``ddp=False`` returns the bare model in ``model`` too
     (for callers that wrap it themselves, e.g. a benchmark comparing DDP options)."""
     from asrkit.data.dataset import build_dataloader
     from asrkit.data.lists import read_list
@@ -114,9 +115,10 @@ def build_training(cfg: TrainConfig, args, ctx: DistContext, *, monitor=None, dd
     seed_everything(cfg.seed)
 
     tokenizer = build_tokenizer(cfg)
-    train_entries = read_list(args.train_data)
+    cache_dir = getattr(args, "model_dir", None)  # (the index cache of a WeNet shard list, when not next to it)
+    train_entries = read_list(args.train_data, cache_dir)
     cv_data = getattr(args, "cv_data", None)
-    cv_entries = read_list(cv_data) if cv_data else []
+    cv_entries = read_list(cv_data, cache_dir) if cv_data else []
     input_dim = cfg.dataset_conf.fbank_conf.num_mel_bins
     cfg = dataclasses.replace(cfg, input_dim=input_dim, output_dim=tokenizer.vocab_size)
     train_cfg = dataclasses.replace(cfg, accum_grad=accum_grad)

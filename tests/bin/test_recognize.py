@@ -122,3 +122,20 @@ def test_recognize_refuses_a_mode_the_model_cannot_run_with_exit_2(experiment, t
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert errors == ["mode attention needs an attention decoder; this model has none (trained with ctc_weight 1)"]
     assert not (tmp_path / "d").exists()
+
+
+def test_recognize_decodes_a_wenet_shard_list_as_its_raw_list(experiment, tiny_corpus, tmp_path):
+    """The dev set as WeNet shards (plain tar paths): the same transcripts in every mode as
+    from its raw list; the index cache lands next to the list."""
+    from tests.data.audio_helpers import list_rows, write_wenet_shards
+    root, _, _ = experiment
+    raw = tiny_corpus.splits["dev"].data_list
+    lst = write_wenet_shards(list_rows(raw), tmp_path / "shards", tmp_path / "data.list", per_tar=5)
+    modes = ["ctc_greedy_search", "attention_rescoring"]
+    for name, data in (("raw", raw), ("wenet", lst)):
+        assert main(["--config", str(root / "train.yaml"), "--checkpoint", str(root / "ckpt.pt"), "--data", str(data),
+                     "--result_dir", str(tmp_path / name), "--modes", *modes, "--beam_size", "3"]) == 0
+    for mode in modes:
+        texts = read_text(tmp_path / "wenet" / mode / "text")
+        assert len(texts) == 12 and texts == read_text(tmp_path / "raw" / mode / "text")
+    assert (tmp_path / "data.list.index.json").is_file()

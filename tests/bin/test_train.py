@@ -154,3 +154,32 @@ def test_a_malformed_list_line_is_one_line_and_status_2(tiny_experiment, tmp_pat
     errors = [line for line in proc.stderr.splitlines() if "ERROR" in line or line.startswith("error")]
     assert len(errors) == 1 and f"{bad}:3: not valid JSON" in errors[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and not list((tmp_path / "exp").glob("*.pt"))
+
+
+def test_trains_on_a_wenet_shard_list_indexed_once_into_the_experiment_folder(tiny_experiment, tmp_path,
+                                                                                monkeypatch):
+    """A WeNet shard list (plain tar paths) trains.  Its folder cannot take the index cache
+    (a directory is in the way), so the index goes to <model_dir>/shard_index; the tars are
+    scanned once (before the ranks' agreement check, which is handed the index digest), and
+    the loaders read the cache."""
+    from asrkit.data.wenet_shards import load_wenet_shard_list
+    from asrkit.train import agreement
+    from tests.data.audio_helpers import list_rows, write_wenet_shards
+    rows = list_rows(tiny_experiment.corpus.splits["train"].data_list)
+    lst = write_wenet_shards(rows, tmp_path / "shards", tmp_path / "data" / "data.list", per_tar=24)
+    (tmp_path / "data" / "data.list.index.json").mkdir()
+    compared = {}
+    check = agreement.check_agreement
+    monkeypatch.setattr(agreement, "check_agreement",
+                        lambda ctx, config, files, extra=None: compared.update(files) or check(ctx, config, files, extra))
+    cfg = tiny_experiment.config(tmp_path / "c.yaml", max_epoch=1)
+    exp = tmp_path / "exp"
+    proc = train(tiny_experiment, exp, cfg, train_list=lst)
+    [cache] = (exp / "shard_index").glob("data.list.*.index.json")
+    index = load_wenet_shard_list(lst, exp)
+    assert index.scanned == 0 and index.cache_path == cache and len(index.entries) == 48
+    assert compared["train shard index"] == {"path": str(cache), "sha256": index.digest, "bytes": index.size,
+                                             "kind": "shard index"}
+    assert proc.stderr.count("WeNet shard list, 2 tars, 48 utterances (") == 2  # agreement, then the loader
+    assert proc.stderr.count("2 tar(s) scanned") == 1 and "0 tar(s) scanned, index " + str(cache) in proc.stderr
+    assert (exp / "epoch_0.pt").is_file()

@@ -49,3 +49,44 @@ def tokenizer_for(units: Path):
 
 AUGMENT_ALL = {"speed_perturb": True, "fbank_conf": {"dither": 1.0}, "spec_aug": True,
                "spec_sub": True, "spec_trim": True}
+
+
+def write_tar(path: Path, members: list[tuple[str, bytes]]) -> Path:
+    """An uncompressed tar of ``(name, bytes)`` regular-file members, in order, in
+    tarfile's default format (what WeNet's ``tools/make_shard_list.py`` writes)."""
+    import io
+    import tarfile
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def wenet_pairs(rows: list[dict], audio_first: bool = False) -> list[tuple[str, bytes]]:
+    """The members of raw-list ``rows`` (key, wav, txt) in WeNet's layout: ``<key>.txt``
+    then ``<key>.wav`` (WeNet's order), or the audio first (asrkit's order)."""
+    out = []
+    for r in rows:
+        pair = [(f"{r['key']}.txt", r["txt"].encode("utf-8")), (f"{r['key']}.wav", Path(r["wav"]).read_bytes())]
+        out.extend(pair[::-1] if audio_first else pair)
+    return out
+
+
+def write_wenet_shards(rows: list[dict], tar_dir: Path, list_path: Path, per_tar: int,
+                       audio_first: bool = False) -> Path:
+    """A WeNet shard list of raw-list ``rows``: tars of ``per_tar`` utterances named as
+    WeNet names them, and ``list_path`` holding their paths (as ``tar_dir`` was given)."""
+    tars = []
+    for i in range(0, len(rows), per_tar):
+        tars.append(write_tar(tar_dir / f"shards_{i // per_tar:09d}.tar", wenet_pairs(rows[i:i + per_tar], audio_first)))
+    list_path.parent.mkdir(parents=True, exist_ok=True)
+    list_path.write_text("".join(f"{t}\n" for t in tars), encoding="utf-8")
+    return list_path
+
+
+def list_rows(path: Path) -> list[dict]:
+    """The JSON rows of a raw list."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -10,6 +10,7 @@ import copy
 import datetime
 import hashlib
 import shutil
+from pathlib import Path
 
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -78,6 +79,42 @@ def test_job_files_follow_the_config():
     assert files["units file"] == "u.txt" and files["CMVN file"] == "cmvn.json"
     assert files["BPE model"] is None  # tokenizer char: the bpe model is not used
     assert files["train data list"] == "train.list" and files["CV data list"] == "cv.list"
+
+
+def test_ranks_whose_wenet_shard_indexes_differ_disagree(tiny_corpus, tmp_path, monkeypatch):
+    """Three nodes hold byte-identical WeNet shard lists (relative tar paths) over their own
+    tars: node 1 changed one transcript inside a tar, node 2 holds a plain copy of node 0's
+    tars (other mtimes and inodes).  The lists agree everywhere; the index of node 1 does
+    not, and its difference is named; the copy agrees.  Ranks failing identically (a tar
+    missing on both) agree, and leave the error to the loaders; one failing alone does not."""
+    from tests.data.audio_helpers import list_rows, write_wenet_shards
+    rows = list_rows(tiny_corpus.splits["dev"].data_list)[:4]
+    (tmp_path / "units.txt").write_text("<blank> 0\n<unk> 1\na 2\n")
+    cfg = _base_config(tmp_path)
+    fps = []
+    for node, node_rows in (("n0", rows), ("n1", [dict(r, txt="oh") if i == 3 else r for i, r in enumerate(rows)])):
+        (tmp_path / node).mkdir()
+        monkeypatch.chdir(tmp_path / node)
+        write_wenet_shards(node_rows, Path("shards"), Path("data.list"), per_tar=2)
+        files = {**A.job_files(cfg, "data.list", None), **A.shard_indexes("data.list", None, None)}
+        fps.append(dict(A.fingerprint(cfg, files), rank=len(fps), host=node))
+    shutil.copytree(tmp_path / "n0", tmp_path / "n2", ignore=shutil.ignore_patterns("*.index.json"))
+    monkeypatch.chdir(tmp_path / "n2")
+    copy_fp = A.fingerprint(cfg, {**A.job_files(cfg, "data.list", None), **A.shard_indexes("data.list", None, None)})
+    assert (tmp_path / "n2" / "data.list.index.json").is_file()  # (scanned there, not taken from n0's cache)
+    assert fps[0]["files"]["train data list"] == fps[1]["files"]["train data list"]
+    msg = A.disagreement_message(fps)
+    assert "in: train shard index (rank 1: data.list.index.json (sha256 " in msg and "train data list" not in msg
+    assert A.disagreement_message([fps[0], dict(copy_fp, rank=1, host="n2")]) is None
+
+    (tmp_path / "n2" / "shards" / "shards_000000001.tar").unlink()
+    broken = A.shard_indexes("data.list", None, None)["train shard index"]
+    assert broken["sha256"] is None and "shards_000000001.tar does not exist" in broken["error"]
+    both = [dict(A.fingerprint(cfg, {"train shard index": broken}), rank=r, host="n2") for r in (0, 1)]
+    assert A.disagreement_message(both) is None
+    alone = A.disagreement_message([fps[0], both[1]])
+    assert "train shard index (rank 1: data.list (unreadable: data.list:2: shards/shards_000000001.tar does not " \
+           "exist)" in alone
 
 
 def _worker(rank, port, root, results):
