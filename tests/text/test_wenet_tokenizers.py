@@ -85,19 +85,27 @@ def test_non_lang_syms_file(tmp_path):
 # ----------------------------------------------------------------------------- BPE
 
 
+def train_bpe(path, **options):
+    """A sentencepiece BPE model of :data:`WORDS` at ``path``; its pieces (``<unk>`` aside)."""
+    proto = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter([" ".join(WORDS)] * 20), model_writer=proto,
+                                   vocab_size=60, model_type="bpe", hard_vocab_limit=False, character_coverage=1.0,
+                                   bos_id=-1, eos_id=-1, unk_id=0, minloglevel=2, **options)
+    path.write_bytes(proto.getvalue())
+    sp = spm.SentencePieceProcessor(model_proto=proto.getvalue())
+    return [sp.id_to_piece(i) for i in range(sp.get_piece_size()) if not sp.is_unknown(i)]
+
+
 @pytest.fixture(scope="module")
 def bpe(tmp_path_factory):
     """A sentencepiece BPE model whose pieces hold each of :data:`WORDS` whole, and a
-    WeNet-layout dictionary of its pieces, three CJK characters and :data:`SYMS`."""
+    WeNet-layout dictionary of its pieces, three CJK characters and :data:`SYMS`; also
+    ``raw.model``, the same trained to keep every space (``remove_extra_whitespaces``
+    off)."""
     root = tmp_path_factory.mktemp("wenet_bpe")
-    proto = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter([" ".join(WORDS)] * 20), model_writer=proto,
-                                   vocab_size=60, model_type="bpe", hard_vocab_limit=False,
-                                   character_coverage=1.0, bos_id=-1, eos_id=-1, unk_id=0, minloglevel=2)
-    (root / "bpe.model").write_bytes(proto.getvalue())
-    sp = spm.SentencePieceProcessor(model_proto=proto.getvalue())
-    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size()) if not sp.is_unknown(i)]
+    pieces = train_bpe(root / "bpe.model")
     assert {"▁" + w for w in WORDS} <= set(pieces)
+    assert train_bpe(root / "raw.model", remove_extra_whitespaces=False) == pieces
     write_units(root / "units.txt", [*pieces, "你", "好", "的", *SYMS], "wenet")
     (root / "syms.txt").write_text("\n".join(SYMS) + "\n", encoding="utf-8")
     return root
@@ -115,6 +123,9 @@ def test_bpe_upper_cases_and_splits_at_cjk(bpe):
     assert BpeTokenizer(tok.symbols, bpe / "bpe.model").text_to_symbols("OKAYの") == ["▁OKAY", "の"]  # asrkit: a unit
     assert BpeTokenizer(tok.symbols, bpe / "bpe.model").text_to_symbols("OKAY の") == ["▁OKAY", "の"]
     assert tok.text_to_symbols("OKAY の") == ["▁OKAY", "▁", "の"]  # WeNet: "▁の" encoded
+    # each run goes to the model as it is, its spaces included (they count when the model keeps them)
+    raw = WenetBpeTokenizer(tok.symbols, bpe / "raw.model")
+    assert raw.text_to_symbols("你好 hello world 的") == ["你", "好", "▁", "▁HELLO", "▁WORLD", "▁", "的"]
     # asrkit's rules keep the case: lower-case letters are not in this model
     assert tok.unk_id in BpeTokenizer(tok.symbols, bpe / "bpe.model").encode("hello")
 
