@@ -14,6 +14,7 @@ import sentencepiece as spm
 from asrkit.config import ConfigError, TrainConfig, build
 from asrkit.text import (SPACE, BpeTokenizer, CharTokenizer, NonLangSymsError, WenetBpeTokenizer, WenetCharTokenizer,
                          build_tokenizer, read_non_lang_syms, read_units, units_from_symbols, write_units)
+from tests.helpers import run_tool
 
 WORDS = ["HELLO", "WORLD", "OKAY", "GOOD"]
 SYMS = ["<NOISE>", "[LAUGHTER]"]
@@ -191,3 +192,26 @@ def test_a_wenet_config_builds_wenets_tokenizers(bpe):
 def test_config_refuses_what_does_not_apply(bpe, conf, message):
     with pytest.raises(ConfigError, match=message):
         build(TrainConfig, wenet_conf(bpe, **conf))
+
+
+def test_make_units_for_wenet_rules_with_non_lang_syms(bpe, tmp_path):
+    """The units are what WeNet's tokenizers make of the text: the listed symbols, upper-cased
+    letters, and for BPE a model of the upper-cased runs between symbols and CJK characters."""
+    (tmp_path / "text").write_text("u1 hello <noise> 你好\nu2 good  [laughter] {breath}\n", encoding="utf-8")
+    syms = tmp_path / "syms.txt"
+    syms.write_text("<NOISE>\n[LAUGHTER]\n<SIL>\n", encoding="utf-8")
+    run_tool("make_units.py", "--non-lang-syms", syms, "--layout", "wenet", tmp_path / "text", tmp_path / "char.txt")
+    # (no ▁: every space touches a symbol, and the parts are stripped; {BREATH} is not listed; every
+    # listed symbol is a unit, <SIL> too)
+    assert read_units(tmp_path / "char.txt") == ["<blank>", "<unk>", "<sos/eos>", "<NOISE>", "<SIL>", *"ABDEGHLORT",
+                                                 "[LAUGHTER]", "{", "}", "你", "好"]
+    model = tmp_path / "bpe.model"
+    run_tool("make_units.py", "--non-lang-syms", syms, "--bpe", 20, "--bpe-model", model, tmp_path / "text",
+             tmp_path / "bpe.txt")
+    table = read_units(tmp_path / "bpe.txt")
+    assert {"<NOISE>", "[LAUGHTER]", "<SIL>", "你", "好"} <= set(table) and not any(u.islower() for u in table[2:-1])
+    tok = WenetBpeTokenizer(table, model, SYMS)
+    assert tok.unk_id not in tok.encode("hello <noise> 你好 good [laughter] {breath}")
+    refused = run_tool("make_units.py", "--non-lang-syms", tmp_path / "text", tmp_path / "text", tmp_path / "x.txt",
+                       check=False)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "is not a non-linguistic symbol" in refused.stderr
