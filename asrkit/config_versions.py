@@ -6,9 +6,11 @@ every checkpoint's ``config``.
 
 * **1** (configs saved before the key existed): ``encoder_conf.pos_enc_layer_type:
   rel_pos`` -- and, for a conformer, an unset ``pos_enc_layer_type`` -- meant asrkit's
-  Transformer-XL relative positions, now called ``rel_pos_xl``.
+  Transformer-XL relative positions, now called ``rel_pos_xl``; and text was tokenized
+  by asrkit's rules, now ``tokenizer_conf.rules: asrkit``.
 * **2**: ``rel_pos`` means WeNet's relative positional encoding (absolute table rows,
-  no relative shift), as in WeNet's configs.
+  no relative shift), and an unset ``tokenizer_conf.rules`` WeNet's tokenization, as in
+  WeNet's configs.
 
 Which configs are version 1 when the key is absent: a config **saved by asrkit's trainer**
 (it carries ``input_dim`` and ``output_dim``) that has none of the keys WeNet's trainer
@@ -55,5 +57,11 @@ def upgrade(raw: dict, notes: Optional[list[str]] = None) -> dict:
             if notes is not None:
                 notes.append("config_version 1 (saved before asrkit named its Transformer-XL relative "
                              "positions): encoder_conf.pos_enc_layer_type read as rel_pos_xl")
+        tok = dict(out.get("tokenizer_conf") or {})
+        if "rules" not in tok:
+            tok["rules"] = "asrkit"
+            out["tokenizer_conf"] = tok
+            if notes is not None:
+                notes.append("config_version 1: tokenizer_conf.rules read as asrkit (its tokenization then)")
     out["config_version"] = CONFIG_VERSION
     return out

@@ -130,13 +130,12 @@ def _nonfinite_step(cfg, exp, tmp_path):
 
 
 def _bpe_tokenizer(cfg, exp, tmp_path):
-    from asrkit.text import build_tokenizer
-    from asrkit.text.tokenizer import BpeTokenizer
+    from asrkit.text import WenetBpeTokenizer, build_tokenizer
     units, model = tmp_path / "bpe_units.txt", tmp_path / "bpe.model"
     run_tool("make_units.py", "--bpe", 30, "--bpe-model", model, exp.corpus.splits["train"].text, units)
     bpe = dataclasses.replace(cfg, tokenizer="bpe", tokenizer_conf=dataclasses.replace(
         cfg.tokenizer_conf, symbol_table_path=str(units), bpe_path=str(model)))
-    assert isinstance(build_tokenizer(bpe), BpeTokenizer)
+    assert isinstance(build_tokenizer(bpe), WenetBpeTokenizer)
 
 
 TARGETED = {
@@ -144,7 +143,7 @@ TARGETED = {
         "asrkit.train.executor.Executor._count_fault (a skipped non-finite optimizer step)",
         "the tiny run's losses and gradients are finite", _nonfinite_step),
     "TokenizerConf.bpe_path": (
-        "asrkit.text.build_tokenizer with tokenizer: bpe (BpeTokenizer loads the sentencepiece model)",
+        "asrkit.text.build_tokenizer with tokenizer: bpe (WenetBpeTokenizer loads the sentencepiece model)",
         "the tiny experiment's units are characters (tokenizer: char)", _bpe_tokenizer),
 }
 

@@ -1,10 +1,11 @@
 """What the command-line tools count as bad input: a file the user handed in (config, units,
-BPE model, CMVN, checkpoint, data list) that is missing or malformed.  Each tool reports
-it in one line and exits with status 2; other failures (a write that failed, a bug) exit 1.
+BPE model, non-linguistic symbols, CMVN, checkpoint, data list) that is missing or
+malformed.  Each tool reports it in one line and exits with status 2; other failures (a
+write that failed, a bug) exit 1.
 
-:func:`load_text_inputs` reads and checks the units, BPE and CMVN files of a config before
-a tool builds its model, so their problems are found first and reported the same way by
-every tool."""
+:func:`load_text_inputs` reads and checks the units, BPE, non-linguistic symbols and CMVN
+files of a config before a tool builds its model, so their problems are found first and
+reported the same way by every tool."""
 from __future__ import annotations
 
 from asrkit.config import ConfigError
@@ -14,14 +15,17 @@ from asrkit.io.checkpoint import CheckpointError
 from asrkit.models.registry import build_cmvn, check_cmvn_placement
 from asrkit.text.tokenizer import BpeModelError, Tokenizer, build_tokenizer
 from asrkit.text.units import UnitsError
+from asrkit.text.wenet import NonLangSymsError
 
-BAD_INPUT = (ConfigError, CheckpointError, ListError, UnitsError, BpeModelError, CmvnError, FileNotFoundError)
+BAD_INPUT = (ConfigError, CheckpointError, ListError, UnitsError, BpeModelError, NonLangSymsError, CmvnError,
+             FileNotFoundError)
 
 
 def load_text_inputs(cfg, *, model_cmvn: bool) -> Tokenizer:
     """The tokenizer of ``cfg`` (a ``TrainConfig``), after checking every units/BPE/CMVN
     file the tool reads: the units file and its ``special_tokens`` declaration
-    (:class:`UnitsError`), the sentencepiece model (:class:`BpeModelError`),
+    (:class:`UnitsError`), the sentencepiece model (:class:`BpeModelError`), the
+    non-linguistic symbols (:class:`NonLangSymsError`),
     ``ctc_conf.ctc_blank_id`` against the units' ``<blank>`` (when the model has a CTC
     head) and the CMVN files (:class:`CmvnError`, their dimension against
     ``fbank_conf.num_mel_bins``): ``dataset_conf.cmvn_file`` always, ``cmvn_conf.cmvn_file``

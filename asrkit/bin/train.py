@@ -122,6 +122,9 @@ def preflight(cfg: TrainConfig, args, device: torch.device, backend: str | None 
         problems.append(f"tokenizer_conf.symbol_table_path {units}: file not found")
     if cfg.tokenizer == "bpe" and cfg.tokenizer_conf.bpe_path and not Path(cfg.tokenizer_conf.bpe_path).is_file():
         problems.append(f"tokenizer_conf.bpe_path {cfg.tokenizer_conf.bpe_path}: file not found")
+    syms = cfg.tokenizer_conf.non_lang_syms_path
+    if syms is not None and not Path(syms).is_file():
+        problems.append(f"tokenizer_conf.non_lang_syms_path {syms}: file not found")
     cmvn_file = cfg.cmvn_conf.cmvn_file if cfg.cmvn else None
     if cmvn_file and not Path(cmvn_file).is_file():
         problems.append(f"cmvn_conf.cmvn_file {cmvn_file}: file not found")

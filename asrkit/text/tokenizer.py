@@ -1,14 +1,20 @@
 """Tokenizers: transcript text <-> unit ids, over a ``units.txt`` symbol table.
 
-Two kinds share one interface (:class:`Tokenizer`):
+Two rule sets (``tokenizer_conf.rules``), each with a char and a BPE tokenizer sharing one
+interface (:class:`Tokenizer`):
 
-* :class:`CharTokenizer` -- one unit per character.  CJK-aware: a space is a word
-  boundary only between two non-CJK characters, where it becomes the unit ``▁``; a space
-  touching a CJK character is word segmentation and is dropped.  With
-  ``split_with_space`` the transcript is instead split at whitespace and every
-  whitespace-separated field is one unit (pre-tokenized text: phones, words).
-* :class:`BpeTokenizer` -- sentencepiece pieces for the non-CJK runs of a transcript, one
-  unit per CJK character (WeNet's mixed-script convention).
+* ``wenet`` (the default): WeNet's own rules, in :mod:`asrkit.text.wenet`.
+* ``asrkit``: the tokenizers of this module, selected only by ``rules: asrkit``:
+
+  * :class:`CharTokenizer` -- one unit per character.  CJK-aware: a space is a word
+    boundary only between two non-CJK characters, where it becomes the unit ``▁``; a
+    space touching a CJK character is word segmentation and is dropped.  With
+    ``split_with_space`` the transcript is instead split at whitespace and every
+    whitespace-separated field is one unit (pre-tokenized text: phones, words).
+  * :class:`BpeTokenizer` -- sentencepiece pieces for the non-CJK runs of a transcript
+    (case kept), one unit per CJK character (:mod:`asrkit.text.cjk`'s wide ranges).
+
+  Both first NFC-normalize the text, collapse whitespace runs and strip the ends.
 
 Symbols missing from the table map to ``<unk>``; each occurrence adds one to
 ``unk_count`` of the tokenizer instance (per process: DataLoader workers hold copies).
@@ -101,7 +107,7 @@ class Tokenizer(abc.ABC):
 
 
 class CharTokenizer(Tokenizer):
-    """Character units (see the module docstring for the space rules)."""
+    """Character units, asrkit's rules (see the module docstring for the space rules)."""
 
     def __init__(self, symbols: Sequence[str], split_with_space: bool = False):
         super().__init__(symbols)
@@ -143,15 +149,16 @@ def load_sentencepiece(path: str | Path):
         raise BpeModelError(f"{path}: not a readable sentencepiece model ({str(e).strip()})") from None
 
 
-class BpeTokenizer(Tokenizer):
-    """Sentencepiece pieces for non-CJK runs, single units for CJK characters."""
+class SentencePieceModel:
+    """Mixin: the sentencepiece processor ``_sp`` of the model file ``bpe_model``, loaded
+    by :meth:`load_bpe` and again after unpickling (the SWIG processor does not pickle;
+    DataLoader workers get pickled copies)."""
 
-    def __init__(self, symbols: Sequence[str], bpe_model: str | Path):
-        super().__init__(symbols)
+    def load_bpe(self, bpe_model: str | Path) -> None:
         self._sp = load_sentencepiece(bpe_model)
         self.bpe_model = str(bpe_model)
 
-    def __getstate__(self):  # the SWIG processor does not pickle; reload it in workers
+    def __getstate__(self):
         state = dict(self.__dict__)
         del state["_sp"]
         return state
@@ -159,6 +166,14 @@ class BpeTokenizer(Tokenizer):
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._sp = load_sentencepiece(self.bpe_model)
+
+
+class BpeTokenizer(SentencePieceModel, Tokenizer):
+    """Sentencepiece pieces for non-CJK runs, single units for CJK characters (asrkit's rules)."""
+
+    def __init__(self, symbols: Sequence[str], bpe_model: str | Path):
+        Tokenizer.__init__(self, symbols)
+        self.load_bpe(bpe_model)
 
     def text_to_symbols(self, txt: str) -> list[str]:
         out: list[str] = []
@@ -207,23 +222,36 @@ def build_tokenizer(cfg) -> Tokenizer:
 
     ``cfg`` is anything with ``.tokenizer`` (``"char"`` | ``"bpe"``) and
     ``.tokenizer_conf`` (:class:`asrkit.text.schema.TokenizerConf`): the root
-    ``TrainConfig`` or a ``TextSections``.  Paths are used as given (relative to the
-    working directory, the recipe directory).  A ``special_tokens`` declaration is
-    checked against the units (:func:`check_special_tokens`).  Problems with the files
-    raise :class:`UnitsError` or :class:`BpeModelError`; config loading has already refused
-    ``tokenizer: bpe`` without ``bpe_path`` or with ``split_with_space``
+    ``TrainConfig`` or a ``TextSections``.  ``rules: wenet`` builds
+    :class:`asrkit.text.wenet.WenetCharTokenizer` / ``WenetBpeTokenizer`` (with the symbols of
+    ``non_lang_syms_path`` when set), ``rules: asrkit`` :class:`CharTokenizer` /
+    :class:`BpeTokenizer`.  Paths are used as given (relative to the working directory,
+    the recipe directory).  A ``special_tokens`` declaration is checked against the units
+    (:func:`check_special_tokens`).  Problems with the files raise :class:`UnitsError`,
+    :class:`BpeModelError` or :class:`asrkit.text.wenet.NonLangSymsError`; config loading
+    has already refused key combinations that do not apply
     (:meth:`asrkit.text.schema.TextSections.validate`).
     """
+    from asrkit.text import wenet
+
     conf = cfg.tokenizer_conf
     if not conf.symbol_table_path:
         raise ValueError("tokenizer_conf.symbol_table_path is not set (the units.txt of tools/make_units.py)")
     symbols = read_units(conf.symbol_table_path)
     check_special_tokens(conf.special_tokens, symbols, conf.symbol_table_path)
-    if cfg.tokenizer == "char":
-        return CharTokenizer(symbols, split_with_space=conf.split_with_space)
-    if cfg.tokenizer == "bpe":
+    if cfg.tokenizer not in ("char", "bpe"):
+        raise ValueError(f"unknown tokenizer {cfg.tokenizer!r} (expected 'char' or 'bpe')")
+    if conf.rules == "asrkit":
+        if cfg.tokenizer == "char":
+            return CharTokenizer(symbols, split_with_space=conf.split_with_space)
         return BpeTokenizer(symbols, conf.bpe_path)
-    raise ValueError(f"unknown tokenizer {cfg.tokenizer!r} (expected 'char' or 'bpe')")
+    syms_path = conf.non_lang_syms_path
+    non_lang_syms = None if syms_path is None else wenet.read_non_lang_syms(syms_path)
+    if cfg.tokenizer == "char":
+        return wenet.WenetCharTokenizer(symbols, non_lang_syms, split_with_space=conf.split_with_space,
+                                        connect_symbol=conf.connect_symbol)
+    return wenet.WenetBpeTokenizer(symbols, conf.bpe_path, non_lang_syms)
 
 
-__all__ = ["Tokenizer", "CharTokenizer", "BpeTokenizer", "BpeModelError", "build_tokenizer", "normalize_text"]
+__all__ = ["Tokenizer", "CharTokenizer", "BpeTokenizer", "BpeModelError", "SentencePieceModel",
+           "build_tokenizer", "normalize_text"]

@@ -41,6 +41,7 @@ log = logging.getLogger("asrkit.train")
 CONFIG_FILE_KEYS = {
     "tokenizer_conf.symbol_table_path": "units file",
     "tokenizer_conf.bpe_path": "BPE model",
+    "tokenizer_conf.non_lang_syms_path": "non-linguistic symbols file",
     "cmvn_conf.cmvn_file": "CMVN file",
     "dataset_conf.cmvn_file": "CMVN file (dataset_conf)",
 }

@@ -65,9 +65,10 @@ def test_saved_config_without_version_reads_rel_pos_as_xl_and_user_configs_do_no
     notes: list[str] = []
     legacy = load_config(LEGACY / "train.yaml", notes=notes)
     assert legacy.encoder_conf.pos_enc_layer_type == "rel_pos_xl" and legacy.config_version == 2
+    assert legacy.tokenizer_conf.rules == "asrkit"  # its tokenization then
     assert any("rel_pos_xl" in n for n in notes)
     user = load_config(Path(__file__).resolve().parents[2] / "conf" / "train_conformer.yaml")
-    assert user.encoder_conf.pos_enc_layer_type == "rel_pos"
+    assert user.encoder_conf.pos_enc_layer_type == "rel_pos" and user.tokenizer_conf.rules == "wenet"
 
 
 def test_old_checkpoint_into_a_wenet_rel_pos_model_is_refused_naming_the_key(tmp_path):

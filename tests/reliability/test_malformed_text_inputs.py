@@ -1,8 +1,9 @@
-"""Every units, BPE and CMVN problem ends train, recognize and export with one error line
-naming the file and exit status 2 -- never a traceback (a raised exception fails these
-tests) -- before the model is built: train leaves no experiment directory behind, and
-recognize/export are handed a truncated checkpoint, whose own error would come first if
-the model were built and loaded before the files were checked."""
+"""Every units, BPE, non-linguistic symbols and CMVN problem ends train, recognize and
+export with one error line naming the file and exit status 2 -- never a traceback (a
+raised exception fails these tests) -- before the model is built: train leaves no
+experiment directory behind, and recognize/export are handed a truncated checkpoint, whose
+own error would come first if the model were built and loaded before the files were
+checked."""
 from __future__ import annotations
 
 import json
@@ -64,6 +65,16 @@ def bpe_cases(exp, root) -> dict:
             "empty BPE model": (bpe(empty), empty, "not a readable sentencepiece model")}
 
 
+def non_lang_syms_cases(exp, root) -> dict:
+    bad, missing = root / "bad_syms.txt", root / "nope" / "syms.txt"
+    bad.write_text("<NOISE>\nLAUGHTER\n", encoding="utf-8")
+    syms = lambda path: {"tokenizer_conf": {"symbol_table_path": str(exp.units),  # noqa: E731
+                                            "non_lang_syms_path": str(path)}}
+    return {"missing non-linguistic symbols": (syms(missing), missing, "not found"),
+            "malformed non-linguistic symbols": (syms(bad), bad, "bad_syms.txt:2: 'LAUGHTER' is not a "
+                                                                 "non-linguistic symbol")}
+
+
 def cmvn_files(root) -> dict:
     """name -> (path, what the message must say) for the malformed CMVN files."""
     files = {"not JSON": ("{mean_stat: [1, 2", "not a CMVN JSON file"),
@@ -84,7 +95,8 @@ def cmvn_files(root) -> dict:
 def cases(inputs, tiny_experiment):
     root = inputs["root"] / "text_inputs"
     root.mkdir()
-    out = {**units_cases(tiny_experiment, root), **bpe_cases(tiny_experiment, root)}
+    out = {**units_cases(tiny_experiment, root), **bpe_cases(tiny_experiment, root),
+           **non_lang_syms_cases(tiny_experiment, root)}
     for name, (path, message) in cmvn_files(root).items():
         # the model's CMVN layer: read by train (decoding and export take it from the checkpoint)
         out[f"CMVN layer: {name}"] = ({"cmvn": "global_cmvn", "cmvn_conf": {"cmvn_file": str(path)}}, path, message)
@@ -104,7 +116,8 @@ def inputs(tiny_experiment, tmp_path_factory):
 
 NAMES = (["missing units file", "duplicate unit", "non-contiguous ids", "line without an id", "not UTF-8",
           "no <sos/eos>", "<blank> at 1, ctc_blank_id 0", "special_tokens disagree",
-          "missing BPE model", "corrupt BPE model", "empty BPE model"]
+          "missing BPE model", "corrupt BPE model", "empty BPE model",
+          "missing non-linguistic symbols", "malformed non-linguistic symbols"]
          + [f"{where}: {name}" for where in ("CMVN layer", "data CMVN")
             for name in ("missing", "not JSON", "wrong keys", "wrong dimension", "frame_num 0")])
 

@@ -57,26 +57,32 @@ def test_split_with_space_makes_fields_units():
 
 
 def test_make_units_char_and_build_from_config(tmp_path):
+    """asrkit's rules, selected explicitly (the default are WeNet's: test_wenet_tokenizers.py)."""
     (tmp_path / "text").write_text("u1 one two\nu2 我 爱 two\nu3\n", encoding="utf-8")
-    run_tool("make_units.py", tmp_path / "text", tmp_path / "units.txt")
+    run_tool("make_units.py", "--rules", "asrkit", tmp_path / "text", tmp_path / "units.txt")
     table = read_units(tmp_path / "units.txt")
     assert table == ["<blank>", "<unk>", "e", "n", "o", "t", "w", SPACE, "我", "爱", "<sos/eos>"]
-    cfg = build(TrainConfig, {"tokenizer_conf": {"symbol_table_path": str(tmp_path / "units.txt")}})
+    cfg = build(TrainConfig, {"tokenizer_conf": {"symbol_table_path": str(tmp_path / "units.txt"), "rules": "asrkit"}})
     tok = build_tokenizer(cfg)
     assert isinstance(tok, CharTokenizer) and tok.decode(tok.encode("我爱 two one")) == "我爱two one"
+    # WeNet's rules (the default) keep the spaces touching CJK: the same text, other units
+    (tmp_path / "text").write_text("u1 我 爱\n", encoding="utf-8")
+    run_tool("make_units.py", tmp_path / "text", tmp_path / "wenet.txt")
+    assert read_units(tmp_path / "wenet.txt") == ["<blank>", "<unk>", SPACE, "我", "爱", "<sos/eos>"]
 
 
 def test_bpe_units_tokenizer_and_pickling(tmp_path, tiny_corpus):
+    """asrkit's rules: the case of the text is kept."""
     units, model = tmp_path / "units.txt", tmp_path / "bpe.model"
     text = tiny_corpus.splits["train"].text
-    run_tool("make_units.py", "--bpe", 30, "--bpe-model", model, text, units)
+    run_tool("make_units.py", "--rules", "asrkit", "--bpe", 30, "--bpe-model", model, text, units)
     table = read_units(units)
     assert table[:2] == ["<blank>", "<unk>"] and table[-1] == "<sos/eos>"
     assert table[2:-1] == sorted(table[2:-1]) and model.is_file()
     cfg = build(TrainConfig, {"tokenizer": "bpe", "tokenizer_conf": {"symbol_table_path": str(units),
-                                                                   "bpe_path": str(model)}})
+                                                                   "bpe_path": str(model), "rules": "asrkit"}})
     tok = build_tokenizer(cfg)
-    assert isinstance(tok, BpeTokenizer)
+    assert type(tok) is BpeTokenizer
     for line in text.read_text(encoding="utf-8").splitlines()[:20]:
         txt = line.split(maxsplit=1)[1]
         ids = tok.encode(txt)

@@ -56,8 +56,10 @@ run_stage 1 && stage_cmvn 1 config="$train_config"
 # earlier experiment's train.yaml points to
 bpe_model=data/dict/bpe${nbpe}_${bpe_type}.model
 units=data/dict/bpe${nbpe}_${bpe_type}_units.txt
+# asrkit's tokenization rules (the configs say tokenizer_conf.rules: asrkit): the lower-case
+# transcripts keep their case; WeNet's BPE rules would upper-case them
 run_stage 2 && stage_units 2 what="$bpe_type units ($nbpe pieces), $bpe_model" units="$units" -- \
-  --bpe "$nbpe" --bpe-type "$bpe_type" --bpe-model "$bpe_model"
+  --rules asrkit --bpe "$nbpe" --bpe-type "$bpe_type" --bpe-model "$bpe_model"
 
 # shellcheck disable=SC2086  # data_sets is a word list
 run_stage 3 && stage_data_lists 3 type="$data_type" per_shard="$num_utts_per_shard" -- $data_sets
