@@ -148,6 +148,22 @@ TARGETED = {
 }
 
 
+def _config_version_changes_what_loads(tmp_path: Path) -> None:
+    import yaml
+    raw = {"encoder": "conformer", "encoder_conf": {"pos_enc_layer_type": "rel_pos"}}
+    for version, meaning in ((1, "rel_pos_xl"), (2, "rel_pos")):
+        path = tmp_path / f"version_{version}.yaml"
+        path.write_text(yaml.safe_dump({**raw, "config_version": version}), encoding="utf-8")
+        assert load_config(path).encoder_conf.pos_enc_layer_type == meaning
+
+
+# Keys load_config reads from the raw YAML, before the config object exists (no object read
+# can observe them): each check shows that the key changes what loads.
+RAW_KEYS = {
+    "TrainConfig.config_version": _config_version_changes_what_loads,  # asrkit.config_versions.upgrade
+}
+
+
 # ----------------------------------------------------------------------------- the test
 
 
@@ -240,6 +256,8 @@ def test_every_schema_key_is_read_by_code(tiny_experiment, tmp_path, monkeypatch
     assert not stale, f"the run reads these now; take them out of TARGETED: {', '.join(stale)}"
     missed = [f"{k} (expected from {TARGETED[k][0]})" for k in TARGETED if k not in targeted_reads[k]]
     assert not missed, "targeted calls that no longer read their key:\n  " + "\n  ".join(missed)
-    unread = [k for k in keys if k not in run_reads and k not in TARGETED]
+    for key, check in RAW_KEYS.items():
+        check(tmp_path)
+    unread = [k for k in keys if k not in run_reads and k not in TARGETED and k not in RAW_KEYS]
     assert not unread, ("schema keys no code reads (not in the tiny train/CV/decode/export run, nor in "
                         "TARGETED): " + ", ".join(unread))
