@@ -41,7 +41,7 @@ data_sets="train dev test"; [ "$single_voice_utts" -gt 0 ] && data_sets="$data_s
 if run_stage 0; then
   say "0: synthesize the corpus into $corpus_dir and prepare data/{train,dev,test}"
   # espeak-ng, sox and the venv's packages: installed by the shared setup when missing
-  command -v espeak-ng >/dev/null && python -c "import soundfile" 2>/dev/null || { . tools/setup_env.sh; set -e; }
+  command -v espeak-ng >/dev/null && python -c "import soundfile" 2>/dev/null || . tools/setup_env.sh || exit 1
   python tools/synthesize_corpus.py --task sentences --out "$corpus_dir" \
     --train "$train_utts" --dev "$dev_utts" --test "$test_utts" --single_voice "$single_voice_utts"
   for s in $data_sets; do
