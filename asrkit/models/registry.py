@@ -49,8 +49,8 @@ def check_cmvn_placement(cfg) -> None:
     global_cmvn``) and the data pipeline (``dataset_conf.cmvn_file``)."""
     data_cmvn = getattr(getattr(cfg, "dataset_conf", None), "cmvn_file", None)
     if cfg.cmvn is not None and data_cmvn:
-        raise CmvnError("CMVN is configured twice: cmvn: global_cmvn (model layer) and "
-                        "dataset_conf.cmvn_file (data pipeline); keep one")
+        raise CmvnError(f"CMVN is configured twice: cmvn: global_cmvn (model layer) and "
+                        f"dataset_conf.cmvn_file {data_cmvn} (data pipeline); keep one")
 
 
 def build_asr_model(cfg, input_dim: int, vocabulary: Vocabulary, cmvn: Optional[GlobalCMVN]) -> AsrModel:

@@ -102,6 +102,8 @@ def cases(inputs, tiny_experiment):
         out[f"CMVN layer: {name}"] = ({"cmvn": "global_cmvn", "cmvn_conf": {"cmvn_file": str(path)}}, path, message)
         # the data pipeline's CMVN: read by every tool
         out[f"data CMVN: {name}"] = ({"cmvn": None, "dataset_conf": {"cmvn_file": str(path)}}, path, message)
+    twice = tiny_experiment.cmvn  # a good file, configured as the model layer and in the data pipeline
+    out["CMVN configured twice"] = ({"dataset_conf": {"cmvn_file": str(twice)}}, twice, "CMVN is configured twice")
     return out
 
 
@@ -117,7 +119,7 @@ def inputs(tiny_experiment, tmp_path_factory):
 NAMES = (["missing units file", "duplicate unit", "non-contiguous ids", "line without an id", "not UTF-8",
           "no <sos/eos>", "<blank> at 1, ctc_blank_id 0", "special_tokens disagree",
           "missing BPE model", "corrupt BPE model", "empty BPE model",
-          "missing non-linguistic symbols", "malformed non-linguistic symbols"]
+          "missing non-linguistic symbols", "malformed non-linguistic symbols", "CMVN configured twice"]
          + [f"{where}: {name}" for where in ("CMVN layer", "data CMVN")
             for name in ("missing", "not JSON", "wrong keys", "wrong dimension", "frame_num 0")])
 
