@@ -1,0 +1,1 @@
+"""Streaming recognition: incremental features, endpointing."""
