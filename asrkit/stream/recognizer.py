@@ -1,0 +1,152 @@
+"""Streaming recognition: audio in pieces of any size in, partial results per chunk out,
+a rescored final result per segment.
+
+:class:`StreamingRecognizer` runs one stream through the model's streaming encoder:
+
+1. :class:`~asrkit.stream.features.StreamingFbank` turns the samples into fbank frames
+   (equal to the whole-utterance fbank), the model's CMVN layer normalises them;
+2. every ``chunk_size`` encoder frames, :meth:`BaseEncoder.forward_chunk` runs on the
+   window of ``(chunk − 1)·rate + right_context + 1`` feature frames that produces them,
+   with the attention cache of ``num_left_chunks`` chunks (all when < 0) and the causal
+   convolution's cache -- what :meth:`BaseEncoder.forward_chunk_by_chunk` does for a
+   whole utterance, so the encoder frames equal it;
+3. the chunk's CTC log-probabilities advance one incremental CTC prefix beam search
+   (:class:`~asrkit.decode.ctc_search.PrefixBeamSearch`); its best prefix is the partial
+   result;
+4. at an endpoint (:class:`~asrkit.stream.endpoint.EndpointDetector`, on the chunks' blank
+   probabilities) or at :meth:`finish`, the segment's n-best is rescored with the
+   attention decoder(s) over all of the segment's encoder frames (attention rescoring,
+   ``ctc_weight``, ``reverse_weight``; the CTC best when the model has no decoder), the
+   final result is emitted and the encoder, search and endpoint state start over -- the
+   feature frames not yet consumed carry on into the next segment.
+
+A segment's final result equals what decoding the same encoder frames offline with
+``ctc_prefix_beam_search`` + ``attention_rescoring`` gives (same searches, same code).
+Times are audio seconds since the stream started (feature frames × frame shift).
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Optional
+
+import torch
+
+from asrkit.decode.ctc_search import PrefixBeamSearch
+from asrkit.decode.searcher import Searcher
+from asrkit.stream.endpoint import DEFAULT_RULES, EndpointDetector, EndpointRule
+from asrkit.stream.features import StreamingFbank
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """A partial (``final`` False) or final result of the current segment."""
+
+    tokens: list[int]
+    final: bool
+    audio_s: float        # audio time of the last feature frame the result has seen
+    compute_s: float      # wall time spent on the chunk (or the finalisation) that produced it
+
+
+class StreamingRecognizer:
+    """One stream through a streaming model (causal convolution, or none; any encoder with
+    ``forward_chunk``).  ``fbank`` holds the features' ``sample_rate``, ``num_mel_bins``,
+    ``frame_length`` and ``frame_shift`` (the training config's).  Not thread-safe; one
+    instance per stream."""
+
+    def __init__(self, model, *, chunk_size: int = 16, num_left_chunks: int = -1, beam_size: int = 10,
+                 ctc_weight: float = 0.3, reverse_weight: float = 0.0, sample_rate: int = 16000,
+                 num_mel_bins: int = 80, frame_length: float = 25.0, frame_shift: float = 10.0,
+                 endpoint_rules: Optional[tuple[EndpointRule, ...]] = DEFAULT_RULES,
+                 blank_threshold: float = 0.8):
+        if chunk_size <= 0:
+            raise ValueError(f"chunk_size must be > 0 encoder frames, got {chunk_size}")
+        self.model = model.eval()
+        self.searcher = Searcher.of_model(model)
+        encoder = model.encoder
+        self.rate = encoder.embed.rate
+        self.window = (chunk_size - 1) * self.rate + encoder.embed.right_context + 1
+        self.stride = chunk_size * self.rate
+        self.chunk_size = chunk_size
+        self.num_left_chunks = num_left_chunks
+        self.beam_size = beam_size
+        self.ctc_weight = ctc_weight
+        self.reverse_weight = reverse_weight
+        self.frame_shift_s = frame_shift / 1000.0
+        self.fbank = StreamingFbank(sample_rate, num_mel_bins, frame_length, frame_shift)
+        self.endpoint = (EndpointDetector(self.rate * self.frame_shift_s, endpoint_rules, blank_threshold)
+                         if endpoint_rules else None)
+        self.feats = torch.zeros(0, num_mel_bins)  # feature frames not yet consumed by a chunk
+        self.frames_consumed = 0                   # feature frames whose stride has passed
+        self.start_segment()
+
+    def start_segment(self) -> None:
+        """Encoder caches, search and endpoint state of a new segment."""
+        self.offset = 0
+        self.att_cache = torch.zeros(0, 0, 0, 0)
+        self.cnn_cache = torch.zeros(0, 0, 0, 0)
+        self.encoder_out: list[torch.Tensor] = []
+        self.search = PrefixBeamSearch(self.beam_size, self.searcher.blank, self.model.vocab_size, 1.0)
+        if self.endpoint is not None:
+            self.endpoint.reset()
+
+    def accept_waveform(self, samples: torch.Tensor) -> list[Result]:
+        """Feed samples (1-D floats in [-1, 1)); returns the results they produced: a
+        partial per completed chunk, and a final one at each endpoint."""
+        frames = self.fbank.accept(samples)
+        if frames.size(0):
+            self.feats = torch.cat([self.feats, frames])
+        results: list[Result] = []
+        while self.feats.size(0) >= self.window:
+            results.extend(self._run_chunk(self.feats[:self.window]))
+            self.feats = self.feats[self.stride:]
+            self.frames_consumed += self.stride
+        return results
+
+    def finish(self) -> list[Result]:
+        """End of input: the frames left make a last (shorter) chunk when they give at
+        least one encoder frame (its partial result first); the list ends with the
+        segment's final result."""
+        results: list[Result] = []
+        if self.feats.size(0) >= self.model.encoder.embed.min_input_length:
+            results = self._run_chunk(self.feats, allow_endpoint=False)
+            self.frames_consumed += self.feats.size(0)
+        self.feats = self.feats[:0]
+        return results + [self._finalise(0.0)]
+
+    @torch.inference_mode()
+    def _run_chunk(self, window: torch.Tensor, allow_endpoint: bool = True) -> list[Result]:
+        start = time.perf_counter()
+        xs = window.unsqueeze(0)
+        if self.model.cmvn is not None:
+            xs = self.model.cmvn(xs)
+        cache_frames = -1 if self.num_left_chunks < 0 else self.chunk_size * self.num_left_chunks
+        out, self.att_cache, self.cnn_cache = self.model.encoder.forward_chunk(
+            xs, self.offset, cache_frames, self.att_cache, self.cnn_cache)
+        self.offset += out.size(1)
+        self.encoder_out.append(out)
+        log_probs = self.searcher.ctc_log_probs(out)[0]
+        self.search.feed(log_probs)
+        audio_s = (self.frames_consumed + window.size(0)) * self.frame_shift_s
+        results = [Result(self.search.nbest()[0][0], False, audio_s, time.perf_counter() - start)]
+        if self.endpoint is not None and allow_endpoint:
+            self.endpoint.accept(log_probs[:, self.searcher.blank].exp())
+            if self.endpoint.detected():
+                results.append(self._finalise(audio_s))
+        return results
+
+    @torch.inference_mode()
+    def _finalise(self, audio_s: float) -> Result:
+        start = time.perf_counter()
+        hyps, ctc_scores = self.search.nbest()
+        tokens = hyps[0]
+        if self.encoder_out and self.searcher.has_decoder():
+            enc = torch.cat(self.encoder_out, dim=1)
+            lengths = torch.tensor([enc.size(1)])
+            best, _ = self.searcher.attention_rescoring(enc, lengths, [hyps], [ctc_scores], self.ctc_weight,
+                                                        self.reverse_weight)
+            tokens = best[0]
+        result = Result(tokens, True, audio_s or self.frames_consumed * self.frame_shift_s,
+                        time.perf_counter() - start)
+        self.start_segment()
+        return result

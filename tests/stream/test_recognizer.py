@@ -1,0 +1,65 @@
+"""The streaming recognizer on WeNet's own U2++ model (tests/fixtures/wenet/u2pp): audio fed
+in pieces gives, at the end, the tokens WeNet's chunked attention rescoring gives (chunk 4,
+all or two left chunks), partial results after every chunk, the same whatever the piece
+size; and an endpoint splits two utterances joined by silence into two segments."""
+from __future__ import annotations
+
+import pytest
+import soundfile
+import torch
+
+from asrkit.stream.recognizer import StreamingRecognizer
+from tests.models.test_wenet_reference import FIXTURES, load_wenet_model
+
+WAVS = FIXTURES / "wavs"
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_wenet_model("u2pp")
+
+
+def audio(name: str) -> torch.Tensor:
+    samples, rate = soundfile.read(WAVS / name, dtype="float32")
+    assert rate == 16000
+    return torch.from_numpy(samples)
+
+
+def stream(model, samples: torch.Tensor, piece: int, left: int, **kwargs):
+    recognizer = StreamingRecognizer(model, chunk_size=4, num_left_chunks=left, beam_size=4, ctc_weight=0.3,
+                                     reverse_weight=0.3, **kwargs)
+    results = []
+    for start in range(0, samples.numel(), piece):
+        results += recognizer.accept_waveform(samples[start:start + piece])
+    results += recognizer.finish()
+    return results
+
+
+@pytest.mark.parametrize("reference, left", [("reference_chunk4.pt", -1), ("reference_chunk4_left2.pt", 2)])
+def test_final_result_is_wenets_chunked_attention_rescoring(model, reference, left):
+    ref = torch.load(FIXTURES / "u2pp" / reference, weights_only=True)
+    for utt in ref["utts"]:
+        results = stream(model, audio(utt["wav"]), piece=1600, left=left, endpoint_rules=None)
+        partials, final = results[:-1], results[-1]
+        assert final.final and not any(r.final for r in partials)
+        assert final.tokens == utt["decode_chunk"]["attention_rescoring"]["tokens"], utt["wav"]
+        # one partial per chunk of 4 encoder frames (the last one possibly shorter); the last
+        # is the prefix beam search over every frame: WeNet's chunked ctc_prefix_beam_search
+        assert len(partials) == -(-utt["chunk_encoder_out"].size(1) // 4)
+        assert partials[-1].tokens == utt["decode_chunk"]["ctc_prefix_beam_search"]["tokens"], utt["wav"]
+
+
+def test_piece_size_does_not_change_anything(model):
+    samples = audio("Mike-test-00002.wav")
+    a = stream(model, samples, piece=160, left=-1, endpoint_rules=None)
+    b = stream(model, samples, piece=4000, left=-1, endpoint_rules=None)
+    assert [(r.tokens, r.final, r.audio_s) for r in a] == [(r.tokens, r.final, r.audio_s) for r in b]
+
+
+def test_an_endpoint_splits_two_utterances_joined_by_silence(model):
+    first, second = audio("Mike-test-00002.wav"), audio("f5-test-00026.wav")
+    joined = torch.cat([first, torch.zeros(16000 * 2), second])
+    results = stream(model, joined, piece=1600, left=-1)
+    finals = [r for r in results if r.final]
+    assert len(finals) == 2, [(r.final, r.audio_s) for r in results]
+    assert first.numel() / 16000 + 1.0 <= finals[0].audio_s <= first.numel() / 16000 + 2.0
