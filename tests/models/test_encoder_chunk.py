@@ -38,7 +38,7 @@ def features(frames: int, seed: int = 3) -> torch.Tensor:
 @torch.inference_mode()
 def test_chunk_by_chunk_equals_masked_full_forward(name):
     encoder = encoder_of(name)
-    feats = features(131)  # 31 encoder frames at rate 4: the last chunk is partial
+    feats = features(123)  # 30 encoder frames at rate 4 (19 at 6): the last chunk is partial
     length = torch.tensor([feats.size(1)])
     for chunk in (1, 4, 16):
         for left in (-1, 1, 2):
@@ -55,7 +55,7 @@ def test_chunk_by_chunk_equals_masked_full_forward(name):
 @torch.inference_mode()
 def test_fixed_size_padded_cache_equals_growing_cache(name):
     encoder = encoder_of(name)
-    feats = features(131)
+    feats = features(123)
     for chunk, left in ((4, 2), (3, 1), (4, 0), (16, 1)):
         growing, _ = encoder.forward_chunk_by_chunk(feats, chunk, left)
         fixed, _ = encoder.forward_chunk_by_chunk(feats, chunk, left, fixed_cache=True)
@@ -97,7 +97,7 @@ def test_padded_rows_without_keys_are_finite_in_values_and_gradients(name):
     feats.requires_grad_(True)
     out, out_lengths = encoder(feats, lengths, 2, 0)
     assert torch.isfinite(out).all()
-    out[0].sum().backward()
+    out.sum().backward()  # padded rows included
     assert torch.isfinite(feats.grad).all()
     assert all(torch.isfinite(p.grad).all() for p in encoder.parameters() if p.grad is not None)
     with torch.no_grad():  # and the batch computes each utterance as alone
