@@ -99,12 +99,16 @@ class AsrModel(nn.Module):
         """The count ``out['loss']`` is divided by: tokens or utterances."""
         return out["num_tokens"] if self.length_normalized_loss else out["num_utts"]
 
-    def encode(self, feats: torch.Tensor, feats_lengths: torch.Tensor
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-        """CMVN (if any) + encoder: ``(enc_out [B, T', D], enc_lengths [B])``."""
+    def encode(self, feats: torch.Tensor, feats_lengths: torch.Tensor, chunk_size: int = 0,
+               num_left_chunks: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+        """CMVN (if any) + encoder: ``(enc_out [B, T', D], enc_lengths [B])``.
+        ``chunk_size <= 0``: full context; ``> 0``: the chunk-masked forward of a streaming
+        model (chunks of ``chunk_size`` encoder frames, ``num_left_chunks`` left chunks,
+        all when < 0; see :meth:`BaseEncoder.forward <asrkit.models.encoder.BaseEncoder.forward>`).
+        The encoder's streaming methods take features after CMVN: apply ``self.cmvn``."""
         if self.cmvn is not None:
             feats = self.cmvn(feats)
-        return self.encoder(feats, feats_lengths)
+        return self.encoder(feats, feats_lengths, chunk_size, num_left_chunks)
 
     def ctc_log_probs(self, enc_out: torch.Tensor) -> torch.Tensor:
         if self.ctc is None:

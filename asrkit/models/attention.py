@@ -4,7 +4,9 @@ no shift) and Transformer-XL's (``rel_pos_xl``, scored against relative distance
 shift).  All run through ``torch.nn.functional.scaled_dot_product_attention``.
 
 Masks are boolean, ``True`` where attention is allowed, shaped ``[B, 1, Tk]`` (same
-keys for every query) or ``[B, Tq, Tk]``.
+keys for every query) or ``[B, Tq, Tk]``.  A query row that allows no key gets zero
+attention weights (:func:`allow_rows_without_keys`), never NaN.  ``forward_chunk`` is
+self-attention of one streaming chunk over a cache of the keys and values before it.
 """
 from __future__ import annotations
 
@@ -39,13 +41,24 @@ class MultiHeadedAttention(nn.Module):
         """``[B, H, T, d_k] -> [B, T, H·d_k]``."""
         return x.transpose(1, 2).reshape(x.size(0), x.size(2), self.h * self.d_k)
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               mask: torch.Tensor) -> torch.Tensor:
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+               no_key: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Heads-split ``q, k, v``; ``mask`` is bool (allowed) or float (additive bias),
-        broadcastable to ``[B, H, Tq, Tk]``."""
+        broadcastable to ``[B, H, Tq, Tk]``.  ``no_key [B, 1, Tq, 1]`` (from
+        :func:`allow_rows_without_keys`): rows whose context is set to zero."""
         p = self.dropout_rate if self.training else 0.0
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        if no_key is not None:
+            out = out.masked_fill(no_key, 0.0)
         return self.linear_out(self.merge_heads(out))
+
+    def qkv(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Projected, heads-split ``q [B, H, Tq, d_k]``, ``k, v [B, H, Tk, d_k]``."""
+        q = self.split_heads(self.linear_q(query))
+        k = self.split_heads(self.linear_k(key))
+        v = self.split_heads(self.linear_v(value))
+        return q, k, v
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 mask: torch.Tensor, pos_emb: Optional[torch.Tensor] = None,
@@ -54,13 +67,53 @@ class MultiHeadedAttention(nn.Module):
         ``kv_index [N]``: query row ``n`` attends to key/value row ``kv_index[n]`` (keys
         and values are projected once per distinct row, e.g. once per utterance for all
         its hypotheses); ``mask`` is then per query row."""
-        q = self.split_heads(self.linear_q(query))
-        k = self.split_heads(self.linear_k(key))
-        v = self.split_heads(self.linear_v(value))
+        q, k, v = self.qkv(query, key, value)
         if kv_index is not None:
             k = k.index_select(0, kv_index)
             v = v.index_select(0, kv_index)
-        return self.attend(q, k, v, mask.unsqueeze(1))
+        return self.attend_heads(q, k, v, mask, pos_emb)
+
+    def attend_heads(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                     pos_emb: Optional[torch.Tensor]) -> torch.Tensor:
+        """Attention of heads-split ``q, k, v`` under the boolean ``mask [B, 1|Tq, Tk]``."""
+        mask, no_key = allow_rows_without_keys(mask)
+        return self.attend(q, k, v, mask.unsqueeze(1), no_key)
+
+    def forward_chunk(self, x: torch.Tensor, mask: Optional[torch.Tensor], pos_emb: torch.Tensor,
+                      cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Self-attention of one chunk ``x [1, T, D]`` over the cached frames before it and
+        itself.
+
+        ``cache [1, H, C, 2·d_k]``: keys (``[..., :d_k]``) then values (``[..., d_k:]``)
+        of the ``C`` frames before the chunk, as this method returned them (``C = 0``, or
+        any empty tensor, at the start).  ``mask [1, 1|T, C + T]`` bool over those
+        ``C + T`` keys (cache rows first), or ``None``: every key allowed.  ``pos_emb``: the
+        positional table of the ``C + T`` keys (see the encodings' ``chunk_table``).
+        Returns ``(out [1, T, D], new_cache [1, H, C + T, 2·d_k])``, the keys and values of
+        the cache rows and the chunk; the caller trims it to the left context it keeps."""
+        q, k, v = self.qkv(x, x, x)
+        if cache.size(0) > 0 and cache.size(2) > 0:
+            k = torch.cat([cache[..., :self.d_k], k], dim=2)
+            v = torch.cat([cache[..., self.d_k:], v], dim=2)
+        new_cache = torch.cat([k, v], dim=-1)
+        if mask is None:
+            mask = torch.ones(1, 1, k.size(2), dtype=torch.bool, device=x.device)
+        return self.attend_heads(q, k, v, mask, pos_emb), new_cache
+
+
+def allow_rows_without_keys(mask: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """For a boolean ``mask [B, Tq, Tk]`` with per-query rows, a row that allows no key
+    (a padded frame of a chunk mask) would make softmax NaN, in values and gradients.
+    Such rows are opened to every key and reported as ``no_key [B, 1, Tq, 1]`` so
+    :meth:`MultiHeadedAttention.attend` zeroes their context: their attention weights are
+    zero, as WeNet's ``masked_fill`` after the softmax makes them, and the module returns
+    ``linear_out``'s bias there.  A ``[B, 1, Tk]`` mask (the same keys for every query) is
+    returned unchanged with ``None``: its rows are never empty (every utterance has a
+    frame, every chunk sees itself)."""
+    if mask.size(1) == 1:
+        return mask, None
+    no_key = ~mask.any(dim=-1, keepdim=True)
+    return mask | no_key, no_key.unsqueeze(1)
 
 
 class RelPositionMultiHeadedAttention(MultiHeadedAttention):
@@ -85,48 +138,54 @@ class RelPositionMultiHeadedAttention(MultiHeadedAttention):
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 mask: torch.Tensor, pos_emb: Optional[torch.Tensor] = None,
                 kv_index: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``pos_emb``: ``[1, Tk, n_feat]``, the table rows of the keys' positions;
-        self-attention only (``kv_index`` must be ``None``)."""
-        q, k, v, p = self.project(query, key, value, pos_emb, kv_index)
-        q_v = q + self.pos_bias_v.unsqueeze(1).to(q.dtype)
-        bias = torch.matmul(q_v, p.transpose(-2, -1)) * (1.0 / math.sqrt(self.d_k))
-        return self.attend_with_position(q, k, v, bias, mask)
-
-    def project(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                pos_emb: Optional[torch.Tensor], kv_index: Optional[torch.Tensor]
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Heads-split ``q, k, v`` and the projected positions ``p [1, H, P, d_k]``."""
+        """Self-attention only (``kv_index`` must be ``None``); ``pos_emb`` as in
+        :meth:`attend_heads`."""
         if kv_index is not None:
             raise ValueError("relative-position attention is self-attention only (no kv_index)")
+        q, k, v = self.qkv(query, key, value)
+        return self.attend_heads(q, k, v, mask, pos_emb)
+
+    def projected_positions(self, pos_emb: Optional[torch.Tensor]) -> torch.Tensor:
+        """``W_pos · pos_emb``, heads-split: ``[1, H, P, d_k]``."""
         if pos_emb is None:
             raise ValueError("relative-position attention needs pos_emb")
-        q = self.split_heads(self.linear_q(query))
-        k = self.split_heads(self.linear_k(key))
-        v = self.split_heads(self.linear_v(value))
-        p = self.split_heads(self.linear_pos(pos_emb))
-        return q, k, v, p
+        return self.split_heads(self.linear_pos(pos_emb))
+
+    def attend_heads(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                     pos_emb: Optional[torch.Tensor]) -> torch.Tensor:
+        """``pos_emb [1, Tk, n_feat]``: the table rows of the keys' positions."""
+        q_v = q + self.pos_bias_v.unsqueeze(1).to(q.dtype)
+        p = self.projected_positions(pos_emb)
+        bias = torch.matmul(q_v, p.transpose(-2, -1)) * (1.0 / math.sqrt(self.d_k))
+        return self.attend_with_position(q, k, v, bias, mask)
 
     def attend_with_position(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                              position_scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Attention with content scores ``(q + u)·k / sqrt(d_k)`` plus the already
         scaled ``position_scores [B, H, Tq, Tk]``, under the boolean ``mask``."""
+        mask, no_key = allow_rows_without_keys(mask)
         bias = position_scores.masked_fill(~mask.unsqueeze(1), float("-inf"))
         q_u = q + self.pos_bias_u.unsqueeze(1).to(q.dtype)
-        return self.attend(q_u, k, v, bias)
+        return self.attend(q_u, k, v, bias, no_key)
 
 
 def rel_shift(scores: torch.Tensor) -> torch.Tensor:
-    """``[..., T, 2T−1] -> [..., T, T]``, picking ``out[i, j] = scores[i, T−1−i+j]``.
+    """``[..., Tq, Tq+Tk−1] -> [..., Tq, Tk]`` (``Tk >= Tq``), picking
+    ``out[i, j] = scores[i, Tq−1−i+j]``.
 
-    Column ``k`` of the input holds relative distance ``T−1−k`` (see
-    ``XLRelPositionalEncoding``), so ``out[i, j]`` is the score for distance ``i − j``.
-    Done without a gather: left-pad one zero column, flatten each ``[T, 2T]`` matrix,
-    drop its first ``T`` elements and re-read the rest with row length ``2T−1``.
+    Column ``c`` of the input holds relative distance ``Tk−1−c`` (see
+    ``XLRelPositionalEncoding``: distances ``Tk−1 .. −(Tq−1)``) and query ``i`` sits at
+    key position ``Tk−Tq+i`` (the queries are the last ``Tq`` keys), so ``out[i, j]`` is
+    the score for distance ``(Tk−Tq+i) − j``; with ``Tq = Tk = T`` (input ``[T, 2T−1]``)
+    that is ``i − j``.  Done without a gather: left-pad one zero column, flatten each
+    ``[Tq, W+1]`` matrix (``W = Tq+Tk−1``), drop its first ``Tq`` elements and re-read the
+    rest with row length ``W``.
     """
-    t = scores.size(-2)
+    tq = scores.size(-2)
+    width = scores.size(-1)
     lead = scores.shape[:-2]
-    padded = F.pad(scores, (1, 0)).reshape(lead + (2 * t * t,))
-    return padded[..., t:].reshape(lead + (t, 2 * t - 1))[..., :t]
+    padded = F.pad(scores, (1, 0)).reshape(lead + (tq * (width + 1),))
+    return padded[..., tq:].reshape(lead + (tq, width))[..., :width - tq + 1]
 
 
 class XLRelPositionMultiHeadedAttention(RelPositionMultiHeadedAttention):
@@ -135,16 +194,18 @@ class XLRelPositionMultiHeadedAttention(RelPositionMultiHeadedAttention):
 
     ``score[i, j] = ((q_i + u)·k_j + (q_i + v)·p_{i−j}) / sqrt(d_k)``
 
-    per head, where ``p_r = W_pos · PE(r)`` (no bias) and ``u, v`` are learned per head.
+    per head, where ``p_r = W_pos · PE(r)`` (no bias), ``i − j`` the distance between the
+    query's and the key's frames, and ``u, v`` are learned per head.  Scores depend on
+    distances only, so a chunk attending to cached keys (:meth:`forward_chunk`) scores
+    every visible key exactly as the masked full forward does.
     """
 
-    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                mask: torch.Tensor, pos_emb: Optional[torch.Tensor] = None,
-                kv_index: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``pos_emb``: ``[1, 2T−1, n_feat]`` from ``XLRelPositionalEncoding``; self-attention
-        only (``query``, ``key``, ``value`` have the same length ``T``; ``kv_index`` must
-        be ``None``)."""
-        q, k, v, p = self.project(query, key, value, pos_emb, kv_index)  # p: [1, H, 2T-1, d_k]
+    def attend_heads(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                     pos_emb: Optional[torch.Tensor]) -> torch.Tensor:
+        """``pos_emb [1, Tq+Tk−1, n_feat]`` from ``XLRelPositionalEncoding`` (distances
+        ``Tk−1 .. −(Tq−1)``; ``[1, 2T−1, n_feat]`` for the full forward); the queries are
+        the last ``Tq`` of the ``Tk`` keys."""
         q_v = q + self.pos_bias_v.unsqueeze(1).to(q.dtype)
+        p = self.projected_positions(pos_emb)
         position_scores = rel_shift(torch.matmul(q_v, p.transpose(-2, -1)))
         return self.attend_with_position(q, k, v, position_scores * (1.0 / math.sqrt(self.d_k)), mask)

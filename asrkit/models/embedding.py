@@ -46,6 +46,23 @@ class PositionalEncoding(nn.Module):
         pos = self._table(offset + x.size(1))[:, offset:].to(x.dtype)
         return self.dropout(x * self.xscale + pos), pos
 
+    def key_rows(self, offset: int, cache_frames: int, chunk_frames: int) -> torch.Tensor:
+        """``[1, cache_frames + chunk_frames, d_model]``: ``PE`` rows of the absolute
+        positions ``offset − cache_frames .. offset + chunk_frames − 1`` (a chunk starting
+        at encoder frame ``offset`` and the cached frames before it); rows of negative
+        positions are zeros (they can only be rows of a zero-padded cache, which the
+        attention mask must exclude)."""
+        start = offset - cache_frames
+        table = self._table(offset + chunk_frames)[:, max(start, 0):]
+        if start < 0:
+            table = torch.cat([table.new_zeros([1, -start, self.d_model]), table], dim=1)
+        return table
+
+    def chunk_table(self, offset: int, cache_frames: int, chunk_frames: int) -> torch.Tensor:
+        """The ``pos_emb`` of a chunk's keys for attention (see :meth:`key_rows`); plain
+        self-attention ignores it."""
+        return self.key_rows(offset, cache_frames, chunk_frames)
+
 
 class RelPositionalEncoding(PositionalEncoding):
     """WeNet's relative encoding (``pos_enc_layer_type: rel_pos``): returns
@@ -59,6 +76,11 @@ class RelPositionalEncoding(PositionalEncoding):
     def forward(self, x: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         pos = self._table(offset + x.size(1))[:, offset:].to(x.dtype)
         return self.dropout(x * self.xscale), self.dropout(pos)
+
+    def chunk_table(self, offset: int, cache_frames: int, chunk_frames: int) -> torch.Tensor:
+        """``dropout(key_rows(...))``: the table rows of a chunk's keys, cache rows first
+        (WeNet's ``position_encoding(offset − cache_t, cache_t + chunk)``)."""
+        return self.dropout(self.key_rows(offset, cache_frames, chunk_frames))
 
 
 class XLRelPositionalEncoding(nn.Module):
@@ -78,14 +100,29 @@ class XLRelPositionalEncoding(nn.Module):
         positions = torch.arange(max_len - 1, -max_len, -1)
         return sinusoid_table(positions, self.d_model).unsqueeze(0)
 
+    def distance_table(self, longest: int, shortest: int) -> torch.Tensor:
+        """``[1, longest + shortest + 1, d_model]``: ``PE`` of the distances ``longest``
+        down to ``−shortest``."""
+        needed = max(longest, shortest) + 1
+        if needed > self.max_len:
+            self.max_len = needed
+            self.pe = self._build(needed).to(self.pe.device)
+        center = self.max_len - 1
+        return self.pe[:, center - longest: center + shortest + 1]
+
     def relative_table(self, length: int) -> torch.Tensor:
         """``[1, 2·length − 1, d_model]`` table for distances ``length−1 .. −(length−1)``."""
-        if length > self.max_len:
-            self.max_len = length
-            self.pe = self._build(length).to(self.pe.device)
-        center = self.max_len - 1
-        return self.pe[:, center - length + 1: center + length]
+        return self.distance_table(length - 1, length - 1)
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """``offset`` is accepted for a common signature and unused: only distances matter."""
         pos = self.relative_table(x.size(1)).to(x.dtype)
         return self.dropout(x * self.xscale), self.dropout(pos)
+
+    def chunk_table(self, offset: int, cache_frames: int, chunk_frames: int) -> torch.Tensor:
+        """The distances between a chunk's ``chunk_frames`` queries and its
+        ``cache_frames + chunk_frames`` keys (cache first), ``cache_frames + chunk_frames − 1``
+        down to ``−(chunk_frames − 1)``: ``[1, cache_frames + 2·chunk_frames − 1, d_model]``,
+        what :class:`~asrkit.models.attention.XLRelPositionMultiHeadedAttention` reads.
+        ``offset`` is unused (only distances matter)."""
+        return self.dropout(self.distance_table(cache_frames + chunk_frames - 1, chunk_frames - 1))

@@ -1,8 +1,20 @@
 """Encoders: conv2d subsampling + a stack of transformer or conformer blocks.
 
-``forward(feats [B, T, F], feats_lengths [B]) -> (out [B, T', D], out_lengths [B])``.
-Frames ``t >= out_lengths[b]`` of ``out`` are padding (their values are unspecified).
-The key-padding mask is built once per batch and shared by every block.
+``forward(feats [B, T, F], feats_lengths [B], chunk_size=0, num_left_chunks=-1)
+-> (out [B, T', D], out_lengths [B])``.  Frames ``t >= out_lengths[b]`` of ``out`` are
+padding (their values are unspecified).  ``feats`` are the features the encoder reads,
+i.e. after CMVN (:meth:`AsrModel.encode <asrkit.models.asr_model.AsrModel.encode>` applies
+it; the streaming methods here take normalised features too).  The attention mask is
+built once per batch and shared by every block.
+
+Streaming (U2/U2++, as WeNet): ``chunk_size > 0`` masks self-attention to the query's own
+chunk of ``chunk_size`` encoder frames and ``num_left_chunks`` chunks before it (all
+earlier chunks when < 0).  :meth:`BaseEncoder.forward_chunk` runs one chunk with caches of
+the frames before it and :meth:`BaseEncoder.forward_chunk_by_chunk` drives it over an
+utterance; the result equals the masked full forward when the convolution module is causal
+(or absent).  A centred convolution is not limited by the attention mask (WeNet's
+behaviour too): the masked forward of such a model still reads later chunks, and chunk by
+chunk gives different numbers.
 """
 from __future__ import annotations
 
@@ -16,7 +28,7 @@ from asrkit.models.attention import (MultiHeadedAttention, RelPositionMultiHeade
 from asrkit.models.embedding import PositionalEncoding, RelPositionalEncoding, XLRelPositionalEncoding
 from asrkit.models.encoder_layer import ConformerEncoderLayer, TransformerEncoderLayer
 from asrkit.models.layers import ConvolutionModule, PositionwiseFeedForward
-from asrkit.models.mask import valid_mask
+from asrkit.models.mask import chunk_attention_mask, padded_cache_mask, valid_mask
 from asrkit.models.schema import EncoderConf
 from asrkit.models.subsampling import INPUT_LAYERS, Conv2dSubsampling
 
@@ -44,6 +56,7 @@ class BaseEncoder(nn.Module):
     def __init__(self, input_dim: int, conf: EncoderConf):
         super().__init__()
         self._output_size = conf.output_size
+        self.attention_heads = conf.attention_heads
         self.activation_type: str = conf.activation_type or self.default_activation
         self.pos_enc_type: str = conf.pos_enc_layer_type or self.default_pos_enc
         self.attention_type: str = conf.selfattention_layer_type or self.default_attention
@@ -80,8 +93,14 @@ class BaseEncoder(nn.Module):
         """Shortest input (frames) that yields at least one output frame."""
         return self.embed.min_input_length
 
-    def forward(self, feats: torch.Tensor, feats_lengths: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, feats: torch.Tensor, feats_lengths: torch.Tensor, chunk_size: int = 0,
+                num_left_chunks: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+        """``feats [B, T, F]`` (after CMVN), ``feats_lengths [B]`` -> ``(out [B, T', D],
+        out_lengths [B])``.  ``chunk_size <= 0``: full context.  ``chunk_size > 0``: the
+        masked full forward of a streaming model, self-attention limited by
+        :func:`~asrkit.models.mask.chunk_attention_mask` (chunks of ``chunk_size`` encoder
+        frames, ``num_left_chunks`` left chunks, all when < 0): WeNet's
+        ``encoder(feats, lens, decoding_chunk_size, num_decoding_left_chunks)``."""
         if feats.dim() != 3:
             raise ValueError(f"encoder input must be [B, T, F], got shape {feats.shape}")
         if feats.size(0) > 0 and int(feats_lengths.min()) < self.embed.min_input_length:
@@ -89,12 +108,112 @@ class BaseEncoder(nn.Module):
                              f"{self.embed.rate}x subsampling needs at least "
                              f"{self.embed.min_input_length} (filter short utterances)")
         x, pos_emb, lengths = self.embed(feats, feats_lengths)
-        mask = valid_mask(lengths, x.size(1)).unsqueeze(1)  # [B, 1, T']
+        valid = valid_mask(lengths, x.size(1)).unsqueeze(1)  # [B, 1, T']
+        mask = chunk_attention_mask(valid, chunk_size, num_left_chunks)  # [B, 1|T', T']
         for layer in self.encoders:
-            x = layer(x, mask, pos_emb)
+            x = layer(x, mask, pos_emb, valid)
         if self.after_norm is not None:
             x = self.after_norm(x)
         return x, lengths
+
+    @torch.jit.export
+    def forward_chunk(self, xs: torch.Tensor, offset: int, required_cache_size: int,
+                      att_cache: torch.Tensor, cnn_cache: torch.Tensor,
+                      att_mask: Optional[torch.Tensor] = None
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One chunk of a stream (WeNet's ``forward_chunk``, same shapes).
+
+        ``xs [1, T_in, F]``: the chunk's input features after CMVN, the
+        ``(chunk − 1)·rate + right_context + 1`` frames whose subsampling gives the
+        chunk's ``T`` encoder frames (consecutive chunks overlap by
+        ``right_context + 1 − rate`` input frames; no subsampling cache).
+        ``offset``: the encoder-frame index of the chunk's first frame (encoder frames of
+        the stream before it).  ``att_cache [num_blocks, H, C, 2·d_k]``: per block the
+        self-attention keys then values of the ``C`` frames before the chunk (the frames
+        ``offset − C .. offset − 1``); ``cnn_cache [num_blocks, 1, D, kernel − 1]``: per
+        block the causal convolution's inputs of the last ``kernel − 1`` frames.  Empty
+        tensors (e.g. ``torch.zeros(0, 0, 0, 0)``) at the start of a stream; a zero
+        ``cnn_cache`` is also the start (WeNet's zero left padding).  ``att_mask
+        [1, 1, C + T]`` bool over the cached rows then the chunk, ``None`` = all allowed;
+        with a fixed-size zero-padded cache it must exclude the padding rows
+        (:func:`~asrkit.models.mask.padded_cache_mask`), whose positions
+        ``offset − C + r`` may be negative.
+
+        ``required_cache_size``: frames of attention cache to return (< 0: all, 0: none).
+        Returns ``(ys [1, T, D], new_att_cache [num_blocks, H, C', 2·d_k] with
+        C' = min(C + T, required_cache_size)`` (all ``C + T`` when < 0) ``, new_cnn_cache
+        [num_blocks, 1, D, kernel − 1]`` (``[num_blocks, 1, D, 0]`` without a causal
+        convolution)).  The caller advances ``offset`` by ``T``."""
+        if xs.dim() != 3 or xs.size(0) != 1:
+            raise ValueError(f"forward_chunk takes one chunk [1, T, F], got shape {xs.shape}")
+        x, _, _ = self.embed(xs, torch.full([1], xs.size(1), dtype=torch.long, device=xs.device), offset)
+        cache_frames = att_cache.size(2) if att_cache.size(0) > 0 else 0
+        keys = cache_frames + x.size(1)
+        pos_emb = self.embed.pos_enc.chunk_table(offset, cache_frames, x.size(1)).to(x.dtype)
+        if required_cache_size < 0:
+            keep_from = 0
+        else:
+            keep_from = max(keys - required_cache_size, 0)
+        new_att: list[torch.Tensor] = []
+        new_cnn: list[torch.Tensor] = []
+        for i, layer in enumerate(self.encoders):
+            layer_att = att_cache[i:i + 1] if att_cache.size(0) > 0 else att_cache
+            layer_cnn = cnn_cache[i] if cnn_cache.size(0) > 0 else cnn_cache
+            x, att, cnn = layer.forward_chunk(x, att_mask, pos_emb, layer_att, layer_cnn)
+            new_att.append(att[:, :, keep_from:])
+            new_cnn.append(cnn.unsqueeze(0))
+        if self.after_norm is not None:
+            x = self.after_norm(x)
+        return x, torch.cat(new_att, dim=0), torch.cat(new_cnn, dim=0)
+
+    def forward_chunk_by_chunk(self, xs: torch.Tensor, decoding_chunk_size: int,
+                               num_decoding_left_chunks: int = -1, fixed_cache: bool = False
+                               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run a whole utterance ``xs [1, T, F]`` (after CMVN) through
+        :meth:`forward_chunk`, ``decoding_chunk_size`` encoder frames at a time, keeping
+        ``num_decoding_left_chunks`` chunks of attention cache (all when < 0), as WeNet's
+        ``forward_chunk_by_chunk``: windows of ``(chunk − 1)·rate + right_context + 1``
+        input frames every ``chunk·rate`` frames, the last one cut at the end.  Returns
+        ``(out [1, T', D], out_lengths [1])``, equal to :meth:`forward` with the same
+        chunk and left chunks for a causal (or absent) convolution.
+
+        ``fixed_cache``: instead of a growing attention cache, a fixed one of
+        ``R = chunk · left`` rows (``num_decoding_left_chunks >= 0``), zero at the start
+        and masked by :func:`~asrkit.models.mask.padded_cache_mask` until filled -- the
+        fixed-shape protocol an exported streaming model uses; same result."""
+        if decoding_chunk_size <= 0:
+            raise ValueError(f"decoding_chunk_size must be > 0, got {decoding_chunk_size}")
+        if xs.dim() != 3 or xs.size(0) != 1:
+            raise ValueError(f"forward_chunk_by_chunk takes one utterance [1, T, F], got {xs.shape}")
+        if xs.size(1) < self.embed.min_input_length:
+            raise ValueError(f"the utterance has {xs.size(1)} frames; the {self.embed.rate}x subsampling "
+                             f"needs at least {self.embed.min_input_length}")
+        rate = self.embed.rate
+        context = self.embed.right_context + 1
+        stride = rate * decoding_chunk_size
+        window = (decoding_chunk_size - 1) * rate + context
+        required = decoding_chunk_size * num_decoding_left_chunks if num_decoding_left_chunks >= 0 else -1
+        if fixed_cache and required < 0:
+            raise ValueError("fixed_cache needs num_decoding_left_chunks >= 0 (a bounded cache)")
+        att_cache = torch.zeros([0, 0, 0, 0], dtype=xs.dtype, device=xs.device)
+        cnn_cache = torch.zeros([0, 0, 0, 0], dtype=xs.dtype, device=xs.device)
+        if fixed_cache:
+            att_cache = torch.zeros([len(self.encoders), self.attention_heads, required,
+                                     2 * (self._output_size // self.attention_heads)],
+                                    dtype=xs.dtype, device=xs.device)
+        outputs: list[torch.Tensor] = []
+        offset = 0
+        for start in range(0, xs.size(1) - context + 1, stride):
+            chunk = xs[:, start:min(start + window, xs.size(1))]
+            mask: Optional[torch.Tensor] = None
+            if fixed_cache:
+                frames = int(self.embed.output_lengths(torch.full([1], chunk.size(1), dtype=torch.long))[0])
+                mask = padded_cache_mask(offset, required, frames, xs.device)
+            y, att_cache, cnn_cache = self.forward_chunk(chunk, offset, required, att_cache, cnn_cache, mask)
+            outputs.append(y)
+            offset += y.size(1)
+        out = torch.cat(outputs, dim=1)
+        return out, torch.full([1], out.size(1), dtype=torch.long, device=xs.device)
 
 
 class TransformerEncoder(BaseEncoder):

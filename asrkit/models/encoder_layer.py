@@ -1,4 +1,12 @@
-"""One block of the transformer and conformer encoders."""
+"""One block of the transformer and conformer encoders.
+
+Each block has two entry points: ``forward`` for a whole (padded) batch under an
+attention mask, and ``forward_chunk`` for one chunk of a stream, with the caches of the
+frames before it.  Cache shapes per block (WeNet's): ``att_cache [1, H, C, 2·d_k]`` (the
+self-attention keys then values of the ``C`` cached frames) and ``cnn_cache [1, D,
+kernel − 1]`` (the convolution module's inputs of the frames before the chunk; ``[1, D,
+0]`` without a causal convolution).  An empty tensor (any dimension 0) is an empty cache.
+"""
 from __future__ import annotations
 
 from typing import Optional
@@ -26,17 +34,32 @@ class TransformerEncoderLayer(nn.Module):
         self.dropout = Dropout(dropout_rate)
         self.normalize_before = normalize_before
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, pos_emb: torch.Tensor) -> torch.Tensor:
-        """``x [B, T, D]``, ``mask [B, 1, T]`` valid keys, ``pos_emb`` from the embedding."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, pos_emb: torch.Tensor,
+                valid: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``x [B, T, D]``, ``mask [B, 1|T, T]`` allowed keys, ``pos_emb`` from the
+        embedding; ``valid [B, 1, T]`` (the frames inside the utterances) is unused here."""
         h = self.norm1(x) if self.normalize_before else x
-        x = x + self.dropout(self.self_attn(h, h, h, mask, pos_emb))
-        if not self.normalize_before:
-            x = self.norm1(x)
+        return self.feed_forward_residual(self.attention_residual(x, self.self_attn(h, h, h, mask, pos_emb)))
+
+    def forward_chunk(self, x: torch.Tensor, mask: Optional[torch.Tensor], pos_emb: torch.Tensor,
+                      att_cache: torch.Tensor, cnn_cache: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One chunk ``x [1, T, D]`` -> ``(out [1, T, D], new_att_cache [1, H, C + T,
+        2·d_k], new_cnn_cache [1, D, 0])``; ``mask``, ``pos_emb``, ``att_cache`` as in
+        :meth:`MultiHeadedAttention.forward_chunk`; ``cnn_cache`` is unused."""
+        h = self.norm1(x) if self.normalize_before else x
+        att, new_att_cache = self.self_attn.forward_chunk(h, mask, pos_emb, att_cache)
+        x = self.feed_forward_residual(self.attention_residual(x, att))
+        return x, new_att_cache, x.new_zeros([1, x.size(2), 0])
+
+    def attention_residual(self, x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
+        x = x + self.dropout(att)
+        return x if self.normalize_before else self.norm1(x)
+
+    def feed_forward_residual(self, x: torch.Tensor) -> torch.Tensor:
         h = self.norm2(x) if self.normalize_before else x
         x = x + self.dropout(self.feed_forward(h))
-        if not self.normalize_before:
-            x = self.norm2(x)
-        return x
+        return x if self.normalize_before else self.norm2(x)
 
 
 class ConformerEncoderLayer(nn.Module):
@@ -64,26 +87,67 @@ class ConformerEncoderLayer(nn.Module):
         self.dropout = Dropout(dropout_rate)
         self.normalize_before = normalize_before
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, pos_emb: torch.Tensor) -> torch.Tensor:
-        """``x [B, T, D]``, ``mask [B, 1, T]`` valid frames, ``pos_emb [1, 2T−1, D]``."""
-        pre = self.normalize_before
-        if self.feed_forward_macaron is not None and self.norm_ff_macaron is not None:
-            h = self.norm_ff_macaron(x) if pre else x
-            x = x + 0.5 * self.dropout(self.feed_forward_macaron(h))
-            if not pre:
-                x = self.norm_ff_macaron(x)
-        h = self.norm_mha(x) if pre else x
-        x = x + self.dropout(self.self_attn(h, h, h, mask, pos_emb))
-        if not pre:
-            x = self.norm_mha(x)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, pos_emb: torch.Tensor,
+                valid: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``x [B, T, D]``, ``mask [B, 1|T, T]`` allowed keys of the self-attention,
+        ``pos_emb`` from the embedding, ``valid [B, 1, T]`` the frames inside the
+        utterances (for the convolution; defaults to ``mask``, which must then be
+        ``[B, 1, T]``).  The convolution module does not read ``mask``: a chunk mask limits
+        attention only (as in WeNet), so only a causal convolution keeps a frame independent
+        of later chunks."""
+        frames = mask
+        if valid is not None:
+            frames = valid
+        x = self.macaron_branch(x)
+        h = self.norm_mha(x) if self.normalize_before else x
+        x = self.attention_residual(x, self.self_attn(h, h, h, mask, pos_emb))
         if self.conv_module is not None and self.norm_conv is not None:
-            h = self.norm_conv(x) if pre else x
-            x = x + self.dropout(self.conv_module(h, mask))
-            if not pre:
-                x = self.norm_conv(x)
-        h = self.norm_ff(x) if pre else x
+            h = self.norm_conv(x) if self.normalize_before else x
+            x = self.conv_residual(x, self.conv_module(h, frames))
+        return self.feed_forward_branch(x)
+
+    def forward_chunk(self, x: torch.Tensor, mask: Optional[torch.Tensor], pos_emb: torch.Tensor,
+                      att_cache: torch.Tensor, cnn_cache: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One chunk ``x [1, T, D]`` -> ``(out [1, T, D], new_att_cache [1, H, C + T, 2·d_k],
+        new_cnn_cache [1, D, kernel − 1])`` (see the module docstring and
+        :meth:`ConvolutionModule.forward_chunk`; ``[1, D, 0]`` without a causal
+        convolution).  ``mask``, ``pos_emb``, ``att_cache`` as in
+        :meth:`MultiHeadedAttention.forward_chunk`."""
+        x = self.macaron_branch(x)
+        h = self.norm_mha(x) if self.normalize_before else x
+        att, new_att_cache = self.self_attn.forward_chunk(h, mask, pos_emb, att_cache)
+        x = self.attention_residual(x, att)
+        new_cnn_cache = x.new_zeros([1, x.size(2), 0])
+        if self.conv_module is not None and self.norm_conv is not None:
+            h = self.norm_conv(x) if self.normalize_before else x
+            conv, new_cnn_cache = self.conv_module.forward_chunk(h, cnn_cache)
+            x = self.conv_residual(x, conv)
+        return self.feed_forward_branch(x), new_att_cache, new_cnn_cache
+
+    def macaron_branch(self, x: torch.Tensor) -> torch.Tensor:
+        if self.feed_forward_macaron is not None and self.norm_ff_macaron is not None:
+            h = self.norm_ff_macaron(x) if self.normalize_before else x
+            x = x + 0.5 * self.dropout(self.feed_forward_macaron(h))
+            if not self.normalize_before:
+                x = self.norm_ff_macaron(x)
+        return x
+
+    def attention_residual(self, x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
+        x = x + self.dropout(att)
+        return x if self.normalize_before else self.norm_mha(x)
+
+    def conv_residual(self, x: torch.Tensor, conv: torch.Tensor) -> torch.Tensor:
+        x = x + self.dropout(conv)
+        if not self.normalize_before and self.norm_conv is not None:
+            x = self.norm_conv(x)
+        return x
+
+    def feed_forward_branch(self, x: torch.Tensor) -> torch.Tensor:
+        """``+ ff_scale·FFN``, then the final LayerNorm (with a conv module)."""
+        h = self.norm_ff(x) if self.normalize_before else x
         x = x + self.ff_scale * self.dropout(self.feed_forward(h))
-        if not pre:
+        if not self.normalize_before:
             x = self.norm_ff(x)
         if self.norm_final is not None:
             x = self.norm_final(x)

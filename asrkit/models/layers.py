@@ -76,6 +76,10 @@ class ConvolutionModule(nn.Module):
     frame inside the utterance never sees values from beyond its end.  ``batch_norm``
     uses ``nn.BatchNorm1d`` (convert with ``nn.SyncBatchNorm.convert_sync_batchnorm``
     for synchronised statistics); its training-mode statistics include padded frames.
+
+    :meth:`forward_chunk` runs one chunk of a stream with a cache of the ``kernel − 1``
+    module inputs before it (WeNet's ``cnn_cache``); with ``causal`` the chunks together
+    equal :meth:`forward` of the whole utterance.
     """
 
     def __init__(self, channels: int, kernel_size: int, norm: str, act: str, causal: bool = False):
@@ -123,11 +127,41 @@ class ConvolutionModule(nn.Module):
             right = 0
         x = nn.functional.conv2d(x.contiguous(memory_format=torch.channels_last), weight,
                                  self.depthwise_conv.bias, padding=(right, 0), groups=self.channels)
-        x = x.squeeze(-1)  # [B, C, T]
+        return self.after_depthwise(x.squeeze(-1)).masked_fill(~valid, 0.0)
+
+    def after_depthwise(self, x: torch.Tensor) -> torch.Tensor:
+        """Norm, activation and the second pointwise convolution: ``[B, C, T] -> [B, T, C]``."""
         if self.use_layer_norm:
             x = self.norm(x.transpose(1, 2))
         else:
             x = self.norm(x).transpose(1, 2)
-        x = nn.functional.linear(self.activation(x), self.pointwise_conv2.weight.squeeze(-1),
-                                 self.pointwise_conv2.bias)
-        return x.masked_fill(~valid, 0.0)
+        return nn.functional.linear(self.activation(x), self.pointwise_conv2.weight.squeeze(-1),
+                                    self.pointwise_conv2.bias)
+
+    def forward_chunk(self, x: torch.Tensor, cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One chunk ``x [1, T, C]`` of a stream -> ``(out [1, T, C], new_cache)``.
+
+        Causal: ``cache [1, C, kernel − 1]`` holds the module *inputs* of the
+        ``kernel − 1`` frames before the chunk (WeNet's ``cnn_cache``); an empty tensor
+        (any dimension 0) means the utterance starts here and equals a cache of zeros, the
+        frames before an utterance in WeNet's formulation (:meth:`left_context`).
+        ``new_cache [1, C, kernel − 1]`` holds the inputs of the last ``kernel − 1`` frames
+        of ``cat(cache, x)``.  Every frame sees exactly what :meth:`forward` shows it.
+
+        Centred (not causal): the chunk is convolved alone, zero-padded at both edges, and
+        ``new_cache`` is empty (``[1, C, 0]``): equal to :meth:`forward` only when the chunk
+        is the whole utterance (as in WeNet, a centred convolution does not stream)."""
+        if not self.causal:
+            valid = torch.ones(1, 1, x.size(1), dtype=torch.bool, device=x.device)
+            return self.forward(x, valid), x.new_zeros([1, self.channels, 0])
+        left = self.padding[0]
+        if cache.size(0) == 0 or cache.size(1) == 0 or cache.size(2) == 0:
+            cache = x.new_zeros([1, self.channels, left])
+        x = torch.cat([cache.transpose(1, 2).to(x.dtype), x], dim=1)  # [1, left + T, C]
+        new_cache = x[:, x.size(1) - left:].transpose(1, 2)
+        x = nn.functional.linear(x, self.pointwise_conv1.weight.squeeze(-1), self.pointwise_conv1.bias)
+        x = nn.functional.glu(x, dim=-1)
+        weight = self.depthwise_conv.weight.unsqueeze(-1).contiguous(memory_format=torch.channels_last)
+        x = x.transpose(1, 2).unsqueeze(-1).contiguous(memory_format=torch.channels_last)  # [1, C, left + T, 1]
+        x = nn.functional.conv2d(x, weight, self.depthwise_conv.bias, groups=self.channels)
+        return self.after_depthwise(x.squeeze(-1)), new_cache

@@ -141,9 +141,10 @@ class Conv2dSubsampling(nn.Module):
                 x = layer(x)
         return x
 
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor, offset: int = 0
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Returns ``(x [B, T', odim], pos_emb, out_lengths [B])``."""
+        """Returns ``(x [B, T', odim], pos_emb, out_lengths [B])``; ``offset``: the index
+        of the first output frame in its stream (the positional encoding's offset)."""
         # channels-last activations let oneDNN run the later convolutions near the
         # machine's matmul rate on CPU (the second conv is half the small conformer's FLOPs)
         x = self.first_layer(x)
@@ -155,5 +156,5 @@ class Conv2dSubsampling(nn.Module):
             x = self.later_layers(x)
         b, c, t, f = x.size()
         x = self.out(x.transpose(1, 2).reshape(b, t, c * f))
-        x, pos_emb = self.pos_enc(x)
+        x, pos_emb = self.pos_enc(x, offset)
         return x, pos_emb, self.output_lengths(lengths)

@@ -50,6 +50,18 @@ def test_rel_shift_picks_relative_distance():
             assert shifted[i, j] == 100 * i + (i - j)
 
 
+
+def test_rel_shift_of_a_chunk_against_cached_keys():
+    tq, tk = 3, 7  # queries are the last 3 of 7 keys; columns hold distances tk−1 .. −(tq−1)
+    width = tq + tk - 1
+    scores = torch.tensor([[100 * i + (tk - 1 - c) for c in range(width)] for i in range(tq)])
+    shifted = rel_shift(scores)
+    assert shifted.shape == (tq, tk)
+    for i in range(tq):
+        for j in range(tk):
+            assert shifted[i, j] == 100 * i + (tk - tq + i - j)
+
+
 # (attention, its encoding, the encoding's offset, the position whose table row scores key j
 # for query i): WeNet's rel_pos scores the key's own position, Transformer-XL's the distance
 VARIANTS = {

@@ -63,3 +63,25 @@ def test_causal_matches_wenets_formulation_and_ignores_later_frames(norm):
         later = x.clone()
         later[:, 10:] = torch.randn(2, 10, 16)
         torch.testing.assert_close(m(later, mask)[:, :10], ours[:, :10])  # frame t sees only frames <= t
+
+
+@pytest.mark.parametrize("norm", ["layer_norm", "batch_norm"])
+def test_causal_chunks_with_cache_equal_the_whole_utterance(norm):
+    torch.manual_seed(0)
+    m = ConvolutionModule(16, 7, norm, "swish", causal=True).eval()
+    with torch.no_grad():
+        m.pointwise_conv1.bias.normal_()
+        x = torch.randn(1, 23, 16)
+        whole = m(x, torch.ones(1, 1, 23, dtype=torch.bool))
+        padded = torch.cat([torch.zeros(1, 6, 16), x], dim=1)
+        cache = torch.zeros(0, 0, 0)
+        pieces = []
+        for start, end in ((0, 2), (2, 11), (11, 12), (12, 23)):  # chunks shorter and longer than kernel − 1
+            out, cache = m.forward_chunk(x[:, start:end], cache)
+            assert cache.shape == (1, 16, 6)
+            # the module inputs of the last 6 frames, zeros before the utterance
+            torch.testing.assert_close(cache, padded[:, end:end + 6].transpose(1, 2))
+            pieces.append(out)
+        torch.testing.assert_close(torch.cat(pieces, dim=1), whole, rtol=1e-5, atol=1e-5)
+        zero_cache_start, _ = m.forward_chunk(x[:, :5], torch.zeros(1, 16, 6))
+        torch.testing.assert_close(zero_cache_start, whole[:, :5], rtol=1e-5, atol=1e-5)

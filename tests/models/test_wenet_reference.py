@@ -8,9 +8,11 @@ length or blank penalty, as WeNet's reference was made).
 
 The U2++ model's ``encoder_out`` reference for two of the wavs is not full context:
 WeNet's ``encoder(feats, lens)`` with its default ``decoding_chunk_size=0`` draws a random
-chunk size for a dynamic-chunk model even in eval mode (it drew 7 and 11 there); only the
-wav where it drew full context is compared here.  Its decoding references are full
-context (``model.decode`` defaults to ``decoding_chunk_size=-1``) for all three.
+chunk size for a dynamic-chunk model even in eval mode (``add_optional_chunk_mask``), and
+it drew 7 and 11 (all left chunks) there; those two are compared with asrkit's masked
+forward at the chunk size WeNet drew (:data:`ENCODER_REF_CHUNK`).  Its decoding references
+are full context (``model.decode`` defaults to ``decoding_chunk_size=-1``) for all three.
+The chunked references of the U2++ model are tested in ``test_wenet_u2pp_reference.py``.
 """
 from __future__ import annotations
 
@@ -35,7 +37,9 @@ REFERENCES = {"offline": "reference.pt", "u2pp": "reference_chunk4.pt"}
 # dynamic-chunk training arrives with streaming (issue 4/7); full-context decoding of a U2++
 # model does not depend on it
 OVERRIDES = {"offline": [], "u2pp": ["encoder_conf.use_dynamic_chunk=false"]}
-FULL_CONTEXT_ENCODER_REF = {"offline": {0, 1, 2}, "u2pp": {0}}  # see the module docstring
+# the chunk size (encoder frames, all left chunks; 0 = full context) each wav's encoder_out
+# reference was computed with: see the module docstring
+ENCODER_REF_CHUNK = {"offline": [0, 0, 0], "u2pp": [0, 7, 11]}
 
 
 def load_wenet_model(name: str):
@@ -64,37 +68,38 @@ def wenet(request):
 @torch.inference_mode()
 def test_encoder_and_ctc_match_wenet(wenet):
     name, model, reference = wenet
-    compared = 0
-    for index, utt in enumerate(reference["utts"]):
-        if index not in FULL_CONTEXT_ENCODER_REF[name]:
-            continue
+    assert len(reference["utts"]) == len(ENCODER_REF_CHUNK[name])
+    for utt, chunk in zip(reference["utts"], ENCODER_REF_CHUNK[name]):
         feats = utt["feats"].unsqueeze(0)
-        enc, lengths = model.encode(feats, torch.tensor([feats.size(1)]))
+        enc, lengths = model.encode(feats, torch.tensor([feats.size(1)]), chunk, -1)
         assert enc.shape == utt["encoder_out"].shape, utt["wav"]
         assert (enc - utt["encoder_out"]).abs().max() < 1e-4, utt["wav"]
         ctc = model.ctc_log_probs(enc)
         assert (ctc - utt["ctc_logprobs"]).abs().max() < 1e-4, utt["wav"]
-        compared += 1
-    assert compared == len(FULL_CONTEXT_ENCODER_REF[name])
+
+
+def assert_four_modes_match(model, enc: torch.Tensor, lengths: torch.Tensor, want: dict,
+                            reverse_weight: float, wav: str) -> None:
+    """WeNet's tokens (and scores where WeNet reports one) in all four modes, decoding
+    ``enc`` as WeNet's reference did (beam 4, ctc_weight 0.3, no blank skip)."""
+    searcher = Searcher.of_model(model)
+    shared = SharedOutputs(searcher, enc, lengths, beam_size=4, ctc_weight=0.3,
+                           reverse_weight=reverse_weight, blank_skip_threshold=1.0)
+    assert searcher.ctc_greedy(shared.log_probs(), lengths)[0] == want["ctc_greedy_search"]["tokens"], wav
+    nbest, ctc_scores = shared.nbest()
+    assert nbest[0][0] == want["ctc_prefix_beam_search"]["tokens"], wav
+    assert ctc_scores[0][0] == pytest.approx(want["ctc_prefix_beam_search"]["score"], abs=1e-3), wav
+    hyps, _ = searcher.attention_beam(enc, lengths, 4)
+    assert hyps[0] == want["attention"]["tokens"], wav
+    hyps, totals = searcher.attention_rescoring(enc, lengths, nbest, ctc_scores, 0.3, reverse_weight)
+    assert hyps[0] == want["attention_rescoring"]["tokens"], wav
+    assert totals[0] == pytest.approx(want["attention_rescoring"]["score"], abs=1e-3), wav
 
 
 @torch.inference_mode()
 def test_four_modes_give_wenets_tokens_and_scores(wenet):
     name, model, reference = wenet
-    searcher = Searcher.of_model(model)
     for utt in reference["utts"]:
         feats = utt["feats"].unsqueeze(0)
         enc, lengths = model.encode(feats, torch.tensor([feats.size(1)]))
-        shared = SharedOutputs(searcher, enc, lengths, beam_size=4, ctc_weight=0.3,
-                               reverse_weight=reference["reverse_weight"], blank_skip_threshold=1.0)
-        want = utt["decode_full"]
-        assert searcher.ctc_greedy(shared.log_probs(), lengths)[0] == want["ctc_greedy_search"]["tokens"]
-        nbest, ctc_scores = shared.nbest()
-        assert nbest[0][0] == want["ctc_prefix_beam_search"]["tokens"], utt["wav"]
-        assert ctc_scores[0][0] == pytest.approx(want["ctc_prefix_beam_search"]["score"], abs=1e-3)
-        hyps, _ = searcher.attention_beam(enc, lengths, 4)
-        assert hyps[0] == want["attention"]["tokens"], utt["wav"]
-        hyps, totals = searcher.attention_rescoring(enc, lengths, nbest, ctc_scores, 0.3,
-                                                    reference["reverse_weight"])
-        assert hyps[0] == want["attention_rescoring"]["tokens"], utt["wav"]
-        assert totals[0] == pytest.approx(want["attention_rescoring"]["score"], abs=1e-3), utt["wav"]
+        assert_four_modes_match(model, enc, lengths, utt["decode_full"], reference["reverse_weight"], utt["wav"])
