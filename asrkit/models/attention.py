@@ -103,7 +103,9 @@ class MultiHeadedAttention(nn.Module):
 
 def allow_rows_without_keys(mask: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """For a boolean ``mask [B, Tq, Tk]`` with per-query rows, a row that allows no key
-    (a padded frame of a chunk mask) would make softmax NaN, in values and gradients.
+    (a padded frame of a chunk mask) makes a plain softmax NaN, in values and gradients
+    (ONNX's Softmax, older torch; torch 2.14's CPU ``scaled_dot_product_attention`` already
+    returns zeros there, the guard makes that independent of the backend or export).
     Such rows are opened to every key and reported as ``no_key [B, 1, Tq, 1]`` so
     :meth:`MultiHeadedAttention.attend` zeroes their context: their attention weights are
     zero, as WeNet's ``masked_fill`` after the softmax makes them, and the module returns

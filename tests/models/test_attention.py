@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from asrkit.models.attention import (MultiHeadedAttention, RelPositionMultiHeadedAttention,
-                                    XLRelPositionMultiHeadedAttention, rel_shift)
+                                    XLRelPositionMultiHeadedAttention, allow_rows_without_keys, rel_shift)
 from asrkit.models.embedding import RelPositionalEncoding, XLRelPositionalEncoding
 
 
@@ -104,3 +104,16 @@ def test_plain_attention_ignores_masked_keys():
     with torch.no_grad():
         torch.testing.assert_close(att(x, x, x, mask)[:, :3], att(x[:, :3], x[:, :3], x[:, :3], mask[..., :3]))
         torch.testing.assert_close(att(x, y, y, mask), att(x, x, x, mask))
+
+
+def test_rows_without_keys_are_opened_and_flagged_for_a_zero_context():
+    """Softmax over a row with no allowed key is NaN in plain arithmetic (ONNX, older
+    torch): such rows are opened to every key and flagged so ``attend`` zeroes them."""
+    mask = torch.tensor([[[True, False, False], [False, False, False], [True, True, False]]])
+    opened, no_key = allow_rows_without_keys(mask)
+    assert opened.tolist() == [[[True, False, False], [True, True, True], [True, True, False]]]
+    assert no_key is not None and no_key.shape == (1, 1, 3, 1)
+    assert no_key.flatten().tolist() == [False, True, False]
+    same_keys = torch.tensor([[[True, False, True]]])
+    opened, no_key = allow_rows_without_keys(same_keys)
+    assert opened is same_keys and no_key is None
