@@ -3,7 +3,8 @@
 The schema dataclasses (``asrkit.config.schema_classes``) get a recording
 ``__getattribute__`` for the duration of the test, and the real code paths run in this
 process on the tiny experiment with the optional features on (speed perturbation, dither,
-SpecAugment, spec_sub, spec_trim, list shuffle / shuffle / sort, global CMVN,
+SpecAugment, spec_sub, spec_trim, list shuffle / shuffle / sort, global CMVN, dynamic
+chunks with dynamic left chunks and the causal convolution,
 bitransformer decoder with ``reverse_weight``, token-normalised loss, warmup scheduler,
 grad clipping, ``accum_grad``, step checkpoints and pruning, CV every N steps, early
 stopping): ``asrkit.bin.train`` (preflight, launch, the ranks' agreement, tokenizer, data
@@ -189,7 +190,8 @@ def process_state_kept():
 
 def all_features_config(exp, path: Path) -> Path:
     return exp.config(
-        path, decoder="bitransformer", decoder_conf={"r_num_blocks": 1},
+        path, encoder_conf={"use_dynamic_chunk": True, "use_dynamic_left_chunk": True, "causal": True},
+        decoder="bitransformer", decoder_conf={"r_num_blocks": 1},
         model_conf={"ctc_weight": 0.3, "lsm_weight": 0.1, "reverse_weight": 0.3, "length_normalized_loss": True},
         dataset_conf={"speed_perturb": True, "speeds": [0.9, 1.0, 1.1],
                       "fbank_conf": {"dither": 0.1},

@@ -17,7 +17,6 @@ from asrkit.schema import WenetKey
 from tests.helpers import REPO
 
 WENET = REPO / "tests" / "fixtures" / "wenet"
-REFUSED = "is not supported by asrkit"
 
 
 def notes_of(raw: dict) -> list[str]:
@@ -40,14 +39,13 @@ def test_wenet_saved_train_yaml_loads_with_the_trainer_keys():
     assert "train_engine: torch_ddp (WeNet's DistributedDataParallel engine, the one asrkit's trainer is)" in notes
 
 
-def test_u2pp_train_yaml_refuses_exactly_the_streaming_key():
-    """Dynamic-chunk training is not implemented yet: the U2++ train.yaml is refused for the
-    key that turns it on, and for nothing else (causal convolution, layer_norm conv modules
-    and use_dynamic_left_chunk: false are things asrkit has)."""
+def test_u2pp_train_yaml_loads_with_its_streaming_keys():
+    """The U2++ train.yaml loads with nothing refused: dynamic-chunk training, causal
+    convolution and layer_norm conv modules are things asrkit has."""
     raw = yaml.safe_load((WENET / "u2pp" / "train.yaml").read_text(encoding="utf-8"))
-    errors = check_all(TrainConfig, raw)
-    assert all(REFUSED in e for e in errors), errors
-    assert {e.split(":")[0] for e in errors} == {"encoder_conf.use_dynamic_chunk"}
+    assert check_all(TrainConfig, raw) == []
+    conf = load_config(WENET / "u2pp" / "train.yaml").encoder_conf
+    assert conf.use_dynamic_chunk and not conf.use_dynamic_left_chunk and conf.static_chunk_size == 0
 
 
 # ----------------------------------------------------------------------------- the trainer's keys
@@ -100,14 +98,13 @@ def test_trainer_keys_outside_their_wenet_meaning_are_refused():
 def test_notes_say_what_is_true():
     """Item 6 of the WeNet-interoperability issue: a key at the only value asrkit has is
     logged as such, not as unsupported."""
-    notes = notes_of({"ctc": "ctc", "encoder_conf": {"use_sdpa": True, "use_dynamic_chunk": False},
+    notes = notes_of({"ctc": "ctc", "encoder_conf": {"use_sdpa": True, "gradient_checkpointing": False},
                       "dataset_conf": {"spec_aug_conf": {"max_w": 80}}})
     assert notes == [
         "ctc: ctc (asrkit's only CTC head)",
         "encoder_conf.use_sdpa: true (asrkit always uses scaled_dot_product_attention, "
         "the same attention as WeNet's either way)",
-        "encoder_conf.use_dynamic_chunk: false (off; asrkit does not implement dynamic chunk training "
-        "(U2/U2++ streaming))",
+        "encoder_conf.gradient_checkpointing: false (off; asrkit does not implement gradient checkpointing)",
         "dataset_conf.spec_aug_conf.max_w: 80 (WeNet's spec_aug takes max_w and never uses it "
         "(no time warping))",
     ]

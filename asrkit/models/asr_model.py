@@ -144,13 +144,17 @@ class AsrModel(nn.Module):
 
     @torch.jit.unused
     def forward(self, feats: torch.Tensor, feats_lengths: torch.Tensor, target: torch.Tensor,
-                target_lengths: torch.Tensor) -> dict:
-        """Loss dict of batch sums (see the class docstring)."""
+                target_lengths: torch.Tensor, chunk_size: int = 0, num_left_chunks: int = -1) -> dict:
+        """Loss dict of batch sums (see the class docstring), the encoder attending within
+        chunks of ``chunk_size`` encoder frames and ``num_left_chunks`` chunks before each
+        (0 and −1: full context; the chunk choice's meaning and the trainer's draw of it per
+        micro-batch: ``asrkit.models.chunks``)."""
         if feats.size(0) == 0:
             return self._zero_loss(feats.device)
         if target.dim() != 2 or target.size(0) != feats.size(0):
             raise ValueError(f"target must be [B, L] with B={feats.size(0)}, got {tuple(target.shape)}")
-        enc_out, enc_lengths = self.encode(feats, feats_lengths)
+        enc_out, enc_lengths = self.encode(feats, feats_lengths, chunk_size=chunk_size,
+                                           num_left_chunks=num_left_chunks)
         out: dict = {"num_utts": torch.tensor(feats.size(0), dtype=torch.long, device=feats.device),
                      "num_tokens": (target_lengths + 1).sum(),
                      "loss_ctc": None, "loss_att": None, "acc_correct": None, "acc_total": None}

@@ -62,12 +62,13 @@ class EncoderConf:
     cnn_module_kernel: int = checked(15, positive)  # must be odd (checked when the model is built)
     cnn_module_norm: Literal["batch_norm", "layer_norm"] = "batch_norm"
     causal: bool = False  # causal depthwise convolution (no frame sees later ones)
+    # streaming (U2/U2++): the attention context of training and CV (asrkit.models.chunks)
+    use_dynamic_chunk: bool = False       # a chunk size drawn per training micro-batch
+    use_dynamic_left_chunk: bool = False  # with use_dynamic_chunk: a number of left chunks too
+    static_chunk_size: int = checked(0, non_negative)  # > 0: always this chunk (not with dynamic)
 
     WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
         **_COMMON_WENET_KEYS,
-        "use_dynamic_chunk": off(False, feature="dynamic chunk training (U2/U2++ streaming)"),
-        "use_dynamic_left_chunk": off(False, feature="dynamic left-chunk training (U2/U2++ streaming)"),
-        "static_chunk_size": off(0, feature="static chunk attention masks (streaming)"),
         "positionwise_conv_kernel_size": only(1, reason="asrkit's feed-forward is position-wise linear "
                                                         "(WeNet reads this kernel only for conv feed-forwards)"),
         "conv_bias": only(True, reason="asrkit's convolution module always has biases"),
@@ -85,6 +86,25 @@ class EncoderConf:
                           f"attention_heads ({self.attention_heads})")
         if self.selfattention_layer_type == "rel_selfattn" and self.pos_enc_layer_type == "abs_pos":
             errors.append("selfattention_layer_type rel_selfattn needs pos_enc_layer_type rel_pos or rel_pos_xl")
+        errors += self._chunk_errors()
+        return errors
+
+    def _chunk_errors(self) -> list[str]:
+        """The streaming keys: the combinations WeNet silently ignores are refused, and so is
+        the positional encoding that does not stream."""
+        errors = []
+        if self.use_dynamic_left_chunk and not self.use_dynamic_chunk:
+            errors.append("use_dynamic_left_chunk: true needs use_dynamic_chunk: true "
+                          "(WeNet ignores it without; leave it false)")
+        if self.static_chunk_size > 0 and self.use_dynamic_chunk:
+            errors.append(f"static_chunk_size: {self.static_chunk_size} with use_dynamic_chunk: true "
+                          "(WeNet ignores the static chunk then); set one of them")
+        streaming = ("use_dynamic_chunk: true" if self.use_dynamic_chunk else
+                     f"static_chunk_size: {self.static_chunk_size}" if self.static_chunk_size > 0 else None)
+        if streaming is not None and self.pos_enc_layer_type == "rel_pos_xl":
+            errors.append(f"pos_enc_layer_type: rel_pos_xl with {streaming}: asrkit's Transformer-XL "
+                          "positional variant does not stream (no chunk-by-chunk forward); use "
+                          "pos_enc_layer_type: rel_pos (WeNet's) for a streaming model")
         return errors
 
 

@@ -53,6 +53,12 @@ broadcast) -- the same as one micro-batch.  Reading ahead does not move the resu
 position: a batch counts as consumed (``sampler.mark_consumed``) when it is trained, not
 when it is read.
 
+Streaming (U2/U2++) training: each micro-batch trains with the chunk choice
+``asrkit.models.chunks`` draws from (seed, the step its group applies, its global index in
+the group: ``(position mod accum_grad) · world_size + rank``), CV with full context (or the
+static chunk); the same data gets the same choice after a resume and under any world size
+with the same ``world_size · accum_grad``.
+
 Outputs of the model: see ``asrkit.train.loss_sums`` for the contract (``loss`` is
 backpropagated; every ``loss_<name>`` is summed, all-reduced in CV and reported
 normalised like ``loss``; a ``<name>_correct``/``<name>_total`` pair becomes the ratio
@@ -71,6 +77,7 @@ from typing import Callable, Optional
 
 import torch
 
+from asrkit.models.chunks import ChunkTraining, micro_batch_index
 from asrkit.train.dist import DistContext, no_sync_if, unwrap
 from asrkit.train.loss_sums import Window, merge_names, report, summed_names
 from asrkit.train.reading import consumed_position, mark_consumed, read_ahead
@@ -125,6 +132,7 @@ class Executor:
         self.stop_requests = 0        # ranks asking to stop, from the last step's all-reduce
         self.all_ranks_have_next = True  # from the last step's all-reduce: every rank has a next batch
         self.trained_utts = 0         # this rank's utterances in applied steps, this epoch
+        self.chunks = ChunkTraining.from_config(cfg)  # attention context per micro-batch
 
     # ------------------------------------------------------------------ helpers
 
@@ -146,9 +154,10 @@ class Executor:
         frames = int(batch["feats_lengths"].sum())
         return utts, tokens, frames
 
-    def _forward(self, batch: dict) -> dict:
+    def _forward(self, model: torch.nn.Module, batch: dict, chunk: tuple[int, int]) -> dict:
+        """``model``'s loss dict for ``batch`` with the chunk choice ``(chunk_size, num_left_chunks)``."""
         with self._autocast():
-            return self.model(batch["feats"], batch["feats_lengths"], batch["target"], batch["target_lengths"])
+            return model(batch["feats"], batch["feats_lengths"], batch["target"], batch["target_lengths"], *chunk)
 
     # ------------------------------------------------------------------ training
 
@@ -182,8 +191,10 @@ class Executor:
                             "compute")
             utts, tokens, frames = self._counts(batch)
             dev_batch = self._to_device(batch)
+            chunk = self.chunks.for_training(
+                state.step, micro_batch_index(position, accum, self.ctx.rank, self.ctx.world_size))
             with no_sync_if(self.model, skip_sync=not last_in_group):
-                out = self._forward(dev_batch)
+                out = self._forward(self.model, dev_batch, chunk)
                 loss = out["loss"]
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
             group_nonfinite += ~torch.isfinite(loss.detach())  # stays on the device: no sync here
@@ -358,10 +369,7 @@ class Executor:
             b_utts, b_tokens, _ = self._counts(batch)
             if b_utts == 0:
                 continue
-            dev_batch = self._to_device(batch)
-            with self._autocast():
-                out = model(dev_batch["feats"], dev_batch["feats_lengths"], dev_batch["target"],
-                            dev_batch["target_lengths"])
+            out = self._forward(model, self._to_device(batch), self.chunks.for_evaluation())
             for k in summed_names(out):
                 sums[k] = sums.get(k, 0.0) + float(out[k])
             utts += b_utts

@@ -32,7 +32,11 @@ import pytest
 import torch
 
 from asrkit.train import checkpoint as ckpt
-from tests.helpers import REPO, distinct_utterance_list, free_port, run_checked, tensorboard_scalars, train_args
+from asrkit.models.asr_model import AsrModel
+from asrkit.models.chunks import FULL_CONTEXT
+from tests.helpers import (REPO, distinct_utterance_list, free_port, run_checked, tensorboard_scalars, train_args,
+                           train_here)
+from tests.train.chunk_recorder import chunk_of_each_utterance, read_records, recording_encode
 
 pytestmark = pytest.mark.slow
 B = 4          # per-rank batch
@@ -124,6 +128,42 @@ def test_two_ranks_half_batch_with_accumulation_equal_one_rank_double_batch(setu
     assert_same_grad_norms(grad_norms(out), ref_norms)
     assert_same_weights(final(out), ref_w)
     assert cv_loss(log0) == pytest.approx(ref_cv, rel=1e-4)
+
+
+def test_dynamic_chunks_two_ranks_with_accumulation_equal_one_rank_with_double_accumulation(
+        setup, monkeypatch):
+    """Dynamic chunks with dynamic left chunks (causal convolution): 2 ranks x B/2 x
+    accum_grad 2 against 1 rank x B/2 x accum_grad 4.  Both train plan batches ``4s .. 4s+3``
+    at step ``s`` (rank ``r``'s positions ``2s, 2s+1`` are plan batches ``4s+r, 4s+2+r``), and
+    the draw's micro-batch index (``asrkit.models.chunks``) is the plan batch's place in the
+    group, so every utterance trains with the same chunk choice in both jobs; with the chunks
+    applied, the gradient norms of every step and the final weights agree too."""
+    cfg = lambda name, accum: setup["exp"].config(
+        setup["root"] / name, accum_grad=accum, grad_clip=1e9, optim_conf={"lr": 0.002, "eps": 1e-3},
+        encoder_conf={"use_dynamic_chunk": True, "use_dynamic_left_chunk": True, "causal": True},
+        dataset_conf={**PLAN_IN_LIST_ORDER, "batch_conf": {"batch_size": B // 2}})
+    one, two = setup["root"] / "chunks_one", setup["root"] / "chunks_two"
+    monkeypatch.setattr(AsrModel, "encode", recording_encode(setup["root"] / "chunks_one.jsonl"))
+    train_here(setup["exp"], one, cfg("chunks_one.yaml", 4), train_list=setup["list"])
+    run_checked([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                 "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+                 "-m", "tests.train.chunk_recorder", str(setup["root"] / "chunks_two.jsonl"), "--",
+                 *args(setup, two, cfg("chunks_two.yaml", 2))])
+    records_one = read_records(setup["root"] / "chunks_one.jsonl")
+    records_two = read_records(setup["root"] / "chunks_two.jsonl")
+    assert {r["rank"] for r in records_two} == {0, 1}
+    by_utt = chunk_of_each_utterance(records_one)
+    assert len(by_utt) == UTTS and chunk_of_each_utterance(records_two) == by_utt
+    # not vacuous: indices 1 and 2 of some group draw differently (the index (position mod
+    # accum_grad) x world_size + rank puts rank 0's second micro-batch at 2, a rank-major
+    # index would put it at 1), and the draws hold full context, chunks and left chunks
+    drawn = [tuple(r["chunk"]) for r in records_one if r["training"]]
+    assert len(drawn) == UTTS // (B // 2) and any(drawn[4 * s + 1] != drawn[4 * s + 2] for s in range(4)), drawn
+    assert FULL_CONTEXT in drawn and any(left >= 0 for _, left in drawn), drawn
+    cv = chunk_of_each_utterance(records_two, training=False)
+    assert cv and all(choices == [FULL_CONTEXT] for choices in cv.values())
+    assert_same_grad_norms(grad_norms(two), grad_norms(one))
+    assert_same_weights(final(two), final(one))
 
 
 def test_two_torchrun_nodes_on_localhost(setup, reference):

@@ -11,8 +11,12 @@ from asrkit.models import build_model
 from asrkit.train.dist import DistContext
 from asrkit.train.executor import Executor, NonFiniteError, TrainState
 from asrkit.train.scheduler import build_optimizer, build_scheduler
-from tests.helpers import concat_batches, random_batch, tiny_config_dict
+from tests.helpers import concat_batches, random_batch, tiny_config_dict, train_here
 from asrkit.text.vocabulary import Vocabulary
+from asrkit.models.asr_model import AsrModel
+from asrkit.models.chunks import FULL_CONTEXT, draw
+from asrkit.train import checkpoint as ckpt
+from tests.train.chunk_recorder import read_records, recording_encode
 
 VOCAB = 10
 
@@ -125,3 +129,75 @@ def test_cv_reports_per_utterance_loss(tmp_path):
     joined = ex.cv([concat_batches(b1, b2)])
     assert split["num_utts"] == joined["num_utts"] == 5
     assert split["loss"] == pytest.approx(joined["loss"], rel=1e-5)
+
+
+# ----------------------------------------------------------------------------- chunk choices
+
+
+def streaming_encoder(**keys) -> dict:
+    return {**tiny_config_dict()["encoder_conf"], "causal": True, **keys}
+
+
+def test_each_micro_batch_trains_with_its_drawn_chunk_and_cv_with_full_context(tmp_path, monkeypatch):
+    """accum_grad 2, 5 micro-batches on one rank: the micro-batch at position p, in the group
+    that step s applies, trains with draw(seed, s, p mod 2); a skipped non-finite step does not
+    move s; CV runs with full context."""
+    monkeypatch.setattr(AsrModel, "encode", recording_encode(tmp_path / "chunks.jsonl"))
+    gen = torch.Generator().manual_seed(5)
+    batches = [random_batch(gen, 2, vocab=VOCAB) for _ in range(5)]
+    bad = copy.deepcopy(batches[0])
+    bad["feats"][0, 0, 0] = float("nan")
+    _, _, ex = make(tmp_path, accum_grad=2, seed=5,
+                    encoder_conf=streaming_encoder(use_dynamic_chunk=True, use_dynamic_left_chunk=True))
+    state = TrainState()
+    ex.train_epoch([bad], state)  # step 0 skipped: the next group draws step 0's choices again
+    assert state.step == 0 and state.nonfinite_total == 1
+    ex.train_epoch(batches, state)
+    ex.cv(batches[:2])
+    records = read_records(tmp_path / "chunks.jsonl")
+    trained = [tuple(r["chunk"]) for r in records if r["training"]]
+    expected = [draw(5, 0, 0, True)] + [draw(5, s, i, True) for s, i in ((0, 0), (0, 1), (1, 0), (1, 1), (2, 0))]
+    assert trained == expected
+    assert len(set(expected)) >= 3 and FULL_CONTEXT in expected and any(c[1] >= 0 for c in expected)
+    assert [tuple(r["chunk"]) for r in records if not r["training"]] == [FULL_CONTEXT] * 2
+
+
+def test_static_chunk_in_training_and_cv(tmp_path, monkeypatch):
+    monkeypatch.setattr(AsrModel, "encode", recording_encode(tmp_path / "chunks.jsonl"))
+    gen = torch.Generator().manual_seed(6)
+    batches = [random_batch(gen, 2, vocab=VOCAB) for _ in range(3)]
+    _, _, ex = make(tmp_path, accum_grad=2, encoder_conf=streaming_encoder(static_chunk_size=4))
+    ex.train_epoch(batches, TrainState())
+    ex.cv(batches[:1])
+    assert [(r["training"], tuple(r["chunk"])) for r in read_records(tmp_path / "chunks.jsonl")] == \
+        [(True, (4, -1))] * 3 + [(False, (4, -1))]
+
+
+@pytest.mark.slow
+def test_resume_mid_epoch_draws_what_the_uninterrupted_run_draws(tiny_experiment, tmp_path, monkeypatch):
+    """Dynamic chunks with dynamic left chunks, accum_grad 2, stopped after step 3 (position 6
+    of 12) and resumed with --checkpoint auto: every micro-batch trains on the same
+    utterances with the same chunk choice as in the uninterrupted run, and the final weights
+    are equal."""
+    cfg = tiny_experiment.config(
+        tmp_path / "c.yaml", accum_grad=2, save_interval=1,
+        encoder_conf={"use_dynamic_chunk": True, "use_dynamic_left_chunk": True, "causal": True},
+        dataset_conf={"batch_conf": {"batch_size": 4}})
+    full, parted = tmp_path / "full", tmp_path / "parted"
+    monkeypatch.setattr(AsrModel, "encode", recording_encode(tmp_path / "full.jsonl"))
+    train_here(tiny_experiment, full, cfg)
+    monkeypatch.setattr(AsrModel, "encode", recording_encode(tmp_path / "parted.jsonl"))
+    first = train_here(tiny_experiment, parted, cfg, "--max_steps", 3)
+    assert "reached max_steps=3" in first.stderr
+    second = train_here(tiny_experiment, parted, cfg, "--checkpoint", "auto")
+    assert "resumed from" in second.stderr and "(mid-epoch)" in second.stderr
+
+    def trained(name):
+        return [(tuple(r["chunk"]), r["utts"]) for r in read_records(tmp_path / name) if r["training"]]
+
+    assert len(trained("full.jsonl")) == 12 and trained("parted.jsonl") == trained("full.jsonl")
+    chunks_drawn = {c for c, _ in trained("full.jsonl")}
+    assert FULL_CONTEXT in chunks_drawn and any(left >= 0 for _, left in chunks_drawn), chunks_drawn
+    a, b = (ckpt.load_checkpoint(d / "epoch_0.pt")["model"] for d in (full, parted))
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6, msg=k)
