@@ -172,17 +172,17 @@ def test_recognize_hands_penalties_and_chunking_to_decoding(experiment, tiny_cor
                           "--blank_penalty", "1.0"]) == 0
     tokenizer = build_tokenizer(cfg)
     processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False)
-    for entry, line in zip(entries, read_text(tmp_path / "pen" / "ctc_greedy_search" / "text")):
-        assert line[0] == entry.key
+    expected = {mode: [] for mode in modes}
+    for entry in entries:  # one utterance at a time
+        batch = processor.collate([processor(entry, 0)])
+        hyps = decode(model, batch["feats"], batch["feats_lengths"], modes, beam_size=3, length_penalty=1.5,
+                      blank_penalty=1.0)
+        for mode in modes:
+            expected[mode].append(tokenizer.decode(hyps[mode][0]))
     for mode in modes:
-        expected = []
-        for entry in entries:
-            batch = processor.collate([processor(entry, 0)])
-            hyps = decode(model, batch["feats"], batch["feats_lengths"], [mode], beam_size=3, length_penalty=1.5,
-                          blank_penalty=1.0)
-            expected.append(tokenizer.decode(hyps[mode][0]))
-        got = [line[1] if len(line) > 1 else "" for line in read_text(tmp_path / "pen" / mode / "text")]
-        assert got == expected, mode
+        lines = read_text(tmp_path / "pen" / mode / "text")
+        assert [line[0] for line in lines] == [e.key for e in entries]
+        assert [line[1] if len(line) > 1 else "" for line in lines] == expected[mode], mode
 
     encode_calls, chunk_calls = [], []
     full_encode = AsrModel.encode
