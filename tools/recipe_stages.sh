@@ -15,6 +15,9 @@
 #                                                       ARGs go to train.py (--max_steps N, ...)
 #   stage_average_decode_score N "${decoding[@]}" dir=DIR checkpoint=PT type=raw|shard -- SET...
 #                                                       average into PT when it is avg_*.pt, decode, score
+#                                                       into DIR/decode_SET (full context) or
+#                                                       DIR/decode_SET_chunkC[_leftL] (chunk=C > 0,
+#                                                       left_chunks=L >= 0)
 #   stage_export N config=YAML checkpoint=PT out=ZIP    TorchScript archive
 #
 # Two arrays carry the shared launch and decoding variables of tools/recipe_defaults.sh (after
@@ -28,7 +31,9 @@ launch=(nodes="$num_nodes" node_rank="$node_rank" master_addr="$master_addr" mas
         host_node_addr="${HOST_NODE_ADDR:-}" nproc="${nproc_per_node:-}" cpu_nproc="$cpu_nproc_per_node"
         max_restarts="$max_restarts")
 decoding=(average_num="$average_num" average_mode="$average_mode" modes="$decode_modes" beam="$beam_size"
-          batch="$decode_batch_size" ctc_weight="$decode_ctc_weight" device="$decode_device")
+          batch="$decode_batch_size" ctc_weight="$decode_ctc_weight" device="$decode_device"
+          length_penalty="$decode_length_penalty" blank_penalty="$decode_blank_penalty"
+          chunk="$decode_chunk_size" left_chunks="$decode_left_chunks" streaming="$decode_simulate_streaming")
 
 # bind "NAME..." ARG...: in the calling stage function, set its local variable NAME from each
 # NAME=VALUE ARG; the ARGs after "--" go to the caller's array `rest`.  A NAME the stage does
@@ -145,9 +150,20 @@ stage_train() {
 # (an epoch_N.pt chosen by hand) is decoded as it is.
 stage_average_decode_score() {
   local n=$1 dir="" checkpoint="" type="" average_num="" average_mode=best modes="" beam=10 batch=16
-  local ctc_weight=0.3 device=cpu rest s; shift
-  bind "dir checkpoint type average_num average_mode modes beam batch ctc_weight device" "$@" \
+  local ctc_weight=0.3 device=cpu length_penalty=0.0 blank_penalty=0.0 chunk=-1 left_chunks=-1 streaming=false
+  local rest s; shift
+  bind "dir checkpoint type average_num average_mode modes beam batch ctc_weight device length_penalty
+        blank_penalty chunk left_chunks streaming" "$@" \
     && need dir checkpoint type average_num modes || return 2
+  local suffix="" chunk_opts=(--decoding_chunk_size "$chunk" --num_decoding_left_chunks "$left_chunks")
+  if [ "$chunk" -gt 0 ]; then suffix="_chunk$chunk"; fi
+  if [ "$chunk" -gt 0 ] && [ "$left_chunks" -ge 0 ]; then suffix="${suffix}_left$left_chunks"; fi
+  case "$streaming" in
+    true) chunk_opts+=(--simulate_streaming) ;;
+    false) ;;
+    *) echo "recipe_stages: stage_average_decode_score takes streaming=true|false, not '$streaming'" >&2
+       return 2 ;;
+  esac
   local averaged=0
   case "$(basename "$checkpoint")" in avg_*.pt) averaged=1 ;; esac
   if [ ! -s "$checkpoint" ] || { [ "$averaged" = 1 ] && stale "$checkpoint" "$dir"/epoch_*.pt; }; then
@@ -157,12 +173,13 @@ stage_average_decode_score() {
   fi
   local lst; lst=$(list_name "$type")
   for s in "${rest[@]}"; do
-    local result_dir="$dir/decode_$s"
+    local result_dir="$dir/decode_$s$suffix"
     say "$n: decode $s ($modes) -> $result_dir"
     # shellcheck disable=SC2086  # modes is a word list
     python -m asrkit.bin.recognize --config "$dir/train.yaml" --checkpoint "$checkpoint" \
       --data "data/$s/$lst" --modes $modes --beam_size "$beam" --batch_size "$batch" \
-      --ctc_weight "$ctc_weight" --device "$device" --result_dir "$result_dir"
+      --ctc_weight "$ctc_weight" --length_penalty "$length_penalty" --blank_penalty "$blank_penalty" \
+      "${chunk_opts[@]}" --device "$device" --result_dir "$result_dir"
     python tools/score_decodes.py --ref "data/$s/text" --decode_dir "$result_dir"
   done
 }

@@ -4,15 +4,22 @@
         --checkpoint exp/conformer/avg_10.pt --data data/test/data.list \\
         --modes ctc_greedy_search ctc_prefix_beam_search attention attention_rescoring \\
         --result_dir exp/conformer/decode_test [--beam_size 10] [--batch_size 16] \\
-        [--ctc_weight 0.3] [--reverse_weight 0.0] [--score char]
+        [--ctc_weight 0.3] [--reverse_weight 0.0] [--length_penalty 0] [--blank_penalty 0] \\
+        [--decoding_chunk_size 16 [--num_decoding_left_chunks 4] [--simulate_streaming]] [--score char]
 
 Writes ``<result_dir>/<mode>/text`` (Kaldi ``key transcript``) for every mode; the
-encoder runs once per batch for all modes.  With ``--score word|char`` it also writes
+encoder runs once per batch for all modes.  ``--decoding_chunk_size N`` (> 0) decodes as
+a streaming model would: every encoder frame sees its chunk of N frames and
+``--num_decoding_left_chunks`` chunks before it (-1: all); ``--simulate_streaming`` runs
+the encoder chunk by chunk with its caches, one utterance at a time (same result, the
+streaming code path).  With ``--score word|char`` it also writes
 ``<result_dir>/<mode>/wer`` against the list's transcripts (see tools/compute_wer.py).
 Progress lines report the real-time factor (wall time / audio time; "model" counts only
 encoder and searches).  Exit status 0 on success, 1 on a clear error, 2 on bad usage --
-including a mode the model cannot run (e.g. ``attention`` on a CTC-only model), refused
-with one line before anything is decoded.
+including a mode the model cannot run (e.g. ``attention`` on a CTC-only model) and
+decoding options out of range or not fitting together (``--simulate_streaming`` without
+a chunk size, a negative penalty, ``--decoding_chunk_size`` below -1,
+``--num_decoding_left_chunks`` below -1), refused with one line before anything is decoded.
 """
 from __future__ import annotations
 
@@ -24,7 +31,7 @@ from pathlib import Path
 import torch
 
 from asrkit.config import load_config
-from asrkit.decode import MODES, ModeError, check_modes
+from asrkit.decode import MODES, DecodingOptionError, ModeError, check_decoding_options, check_modes
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
 from asrkit.decode.recognizer import Progress, load_model, recognize, write_text
 from asrkit.metrics import format_alignment, score
@@ -50,6 +57,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--blank_skip_threshold", type=float, default=DEFAULT_BLANK_SKIP_THRESHOLD,
                    help="prefix beam search: frames with P(blank) above this add no new prefixes "
                         "(1.0 disables)")
+    p.add_argument("--length_penalty", type=float, default=0.0,
+                   help="attention: rank hypotheses by score / tokens**length_penalty (WeNet's; 0: plain score)")
+    p.add_argument("--blank_penalty", type=float, default=0.0,
+                   help="CTC modes and attention_rescoring's n-best: subtract this from the blank logit "
+                        "before the CTC searches (WeNet's; 0: none)")
+    p.add_argument("--decoding_chunk_size", type=int, default=-1,
+                   help="-1 or 0: full context; N > 0: chunks of N encoder frames (streaming)")
+    p.add_argument("--num_decoding_left_chunks", type=int, default=-1,
+                   help="with --decoding_chunk_size N > 0: chunks to the left each frame sees (-1: all)")
+    p.add_argument("--simulate_streaming", action="store_true",
+                   help="run the encoder chunk by chunk with caches (needs --decoding_chunk_size > 0)")
     p.add_argument("--score", choices=["word", "char"], default=None,
                    help="also score each mode against the list's transcripts (WER or CER)")
     p.add_argument("--override", action="append", default=[], metavar="KEY.PATH=VALUE",
@@ -73,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
     from asrkit.data.lists import read_list
     from asrkit.data.processors import build_sample_processor
 
+    check_decoding_options(args.decoding_chunk_size, args.num_decoding_left_chunks, args.simulate_streaming,
+                           args.length_penalty, args.blank_penalty)  # before anything loads
     if args.num_threads > 0:
         torch.set_num_threads(args.num_threads)
     cfg = load_config(args.config, args.override)
@@ -81,13 +101,19 @@ def run(args: argparse.Namespace) -> int:
     processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False)
     model = load_model(cfg, args.checkpoint, tokenizer.vocabulary, args.device)
     check_modes(model, args.modes)
-    log.info("decoding %d utterances in modes %s (beam %d, batch %d)", len(entries), " ".join(args.modes),
-             args.beam_size, args.batch_size)
+    context = ("full context" if args.decoding_chunk_size <= 0 else
+               f"chunk {args.decoding_chunk_size}, left chunks {args.num_decoding_left_chunks}"
+               + (", chunk by chunk" if args.simulate_streaming else ""))
+    log.info("decoding %d utterances in modes %s (beam %d, batch %d, %s)", len(entries), " ".join(args.modes),
+             args.beam_size, args.batch_size, context)
     progress = Progress()
     results = recognize(model, entries, processor, tokenizer, args.modes, batch_size=args.batch_size,
                         beam_size=args.beam_size, ctc_weight=args.ctc_weight,
                         reverse_weight=args.reverse_weight, blank_skip_threshold=args.blank_skip_threshold,
-                        device=args.device, progress=progress)
+                        length_penalty=args.length_penalty, blank_penalty=args.blank_penalty,
+                        decoding_chunk_size=args.decoding_chunk_size,
+                        num_decoding_left_chunks=args.num_decoding_left_chunks,
+                        simulate_streaming=args.simulate_streaming, device=args.device, progress=progress)
     result_dir = Path(args.result_dir)
     refs = {e.key: e.txt for e in entries}
     for mode, texts in results.items():
@@ -105,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                         datefmt="%H:%M:%S")
     try:
         return run(args)
-    except (ModeError, *BAD_INPUT) as e:  # what was handed in: one line, status 2
+    except (ModeError, DecodingOptionError, *BAD_INPUT) as e:  # what was handed in: one line, status 2
         log.error("%s", e)
         return 2
     except (ValueError, OSError) as e:

@@ -21,11 +21,12 @@ class AttentionBeamSearch:
     search.memory_mask(T), search.ys, cache, search.memory_index); source =
     search.advance(logp); cache = [c[source] for c in cache]``.
 
-    Score = Σ log P(token) including the final ``<eos>``; no length normalisation.  A
-    hypothesis ends at ``<eos>`` (an ended one stays as it is, one more free ``<eos>``
-    per step) or, as in WeNet's ``attention_beam_search``, when it holds
-    ``enc_lengths[b]`` tokens (utterance ``b``'s encoder frames): it then stops as it is,
-    without an ``<eos>`` term.  The search stops when every kept hypothesis has ended, or
+    Score = Σ log P(token) including the final ``<eos>``; :meth:`best` may divide it by a
+    power of the hypothesis length (WeNet's ``length_penalty``).  A hypothesis ends at
+    ``<eos>`` (an ended one stays as it is, one more free ``<eos>`` per step) or, as in
+    WeNet's ``attention_beam_search``, when it holds ``enc_lengths[b]`` tokens (utterance
+    ``b``'s encoder frames): it then stops as it is, without an ``<eos>`` term.  The
+    search stops when every kept hypothesis has ended, or
     after ``max(enc_lengths)`` steps.  Among the candidates of a step, the ``beam`` best
     are kept (``topk`` order).
     """
@@ -80,10 +81,23 @@ class AttentionBeamSearch:
         self.step += 1
         return source
 
-    def best(self) -> Tuple[List[List[int]], List[float]]:
+    def best(self, length_penalty: float = 0.0) -> Tuple[List[List[int]], List[float]]:
         """Per utterance, the best hypothesis (tokens without ``<sos>``/``<eos>``; ties:
-        the earlier row) and its score."""
-        best = self.scores.view(self.batch, self.beam).argmax(dim=1) + self.base.view(-1)
+        the earlier row) and its score.
+
+        With ``length_penalty`` ``p`` (WeNet's ``attention_beam_search``), hypotheses are
+        ranked by ``score / n ** p``, ``n`` = its tokens (``<sos>`` and ``<eos>`` not
+        counted), and that ratio is the score returned; ``p = 0`` is the plain score.  A
+        larger ``p`` favours longer hypotheses (scores are negative).  As in WeNet, an empty
+        hypothesis (``n = 0``) with ``p > 0`` gets ``score / 0``: ``-inf`` for any
+        negative score.  ``p < 0`` raises ``ValueError``."""
+        if length_penalty < 0.0:
+            raise ValueError("length_penalty must be >= 0, got {}".format(length_penalty))
+        ranked = self.scores
+        if length_penalty > 0.0:
+            lengths = (self.ys[:, 1:] != self.eos).sum(dim=1).to(ranked.dtype)
+            ranked = ranked / lengths.pow(length_penalty)
+        best = ranked.view(self.batch, self.beam).argmax(dim=1) + self.base.view(-1)
         hyps: List[List[int]] = []
         scores: List[float] = []
         rows: List[int] = best.tolist()
@@ -95,7 +109,7 @@ class AttentionBeamSearch:
                     end = i
                     break
             hyps.append(seq[:end])
-            scores.append(float(self.scores[row]))
+            scores.append(float(ranked[row]))
         return hyps, scores
 
 

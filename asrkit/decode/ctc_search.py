@@ -9,6 +9,8 @@ same functions with ``torch.jit.script``.
   for its n-best at any point.  With ``beam_size = 1`` it equals the greedy search.
 * :func:`ctc_prefix_beam_search_nbest` -- that search over a padded batch ``[B, T, V]``;
   :func:`ctc_prefix_beam_search` returns the same as :class:`Hypothesis` lists.
+* :func:`apply_blank_penalty` -- WeNet's ``blank_penalty``, applied to the log-posteriors
+  before any of these searches.
 
 Scores are Python floats (doubles) combined with :func:`log_add`; ties between equal
 scores keep the order in which prefixes were first met (what a stable sort gives).
@@ -53,6 +55,23 @@ def ctc_greedy_search(log_probs: torch.Tensor, lengths: torch.Tensor, blank: int
         row: List[int] = best[b][keep[b]].tolist()
         out.append(row)
     return out
+
+
+def apply_blank_penalty(log_probs: torch.Tensor, blank: int, blank_penalty: float) -> torch.Tensor:
+    """WeNet's ``blank_penalty``: ``log_probs [..., V]`` (log-posteriors) with
+    ``blank_penalty`` subtracted from every frame's ``blank`` entry and each frame
+    renormalised (log-softmax again) -- the log-softmax of the CTC logits with the blank
+    logit lowered by ``blank_penalty``, which is what WeNet's ``ctc_logprobs`` computes.
+    Every CTC search then sees fewer blanks, and the CTC scores that attention rescoring
+    adds are those of the penalised posteriors, as in WeNet.  ``blank_penalty = 0``
+    returns ``log_probs`` itself; a negative one raises ``ValueError``."""
+    if blank_penalty < 0.0:
+        raise ValueError("blank_penalty must be >= 0, got {}".format(blank_penalty))
+    if blank_penalty == 0.0:
+        return log_probs
+    penalty = torch.zeros(log_probs.size(-1), dtype=torch.float32, device=log_probs.device)
+    penalty[blank] = blank_penalty
+    return torch.log_softmax(log_probs.float() - penalty, dim=-1)
 
 
 def blank_skip_log_threshold(blank_skip_threshold: float) -> float:

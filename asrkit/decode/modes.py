@@ -32,7 +32,10 @@ ATTENTION_DECODER = Requirement("an attention decoder", "trained with ctc_weight
 @dataclasses.dataclass
 class SharedOutputs:
     """What the modes of one batch share: the encoder output, and -- computed on first
-    use, then reused -- the CTC log-posteriors and the prefix-beam n-best."""
+    use, then reused -- the CTC log-posteriors (``blank_penalty`` applied: every CTC mode
+    and the CTC scores of ``attention_rescoring`` see it, as in WeNet) and the
+    prefix-beam n-best.  ``length_penalty`` ranks the ``attention`` mode's hypotheses
+    (WeNet's; ``attention_rescoring`` does not use it)."""
 
     searcher: Searcher
     encoder_out: torch.Tensor
@@ -41,12 +44,14 @@ class SharedOutputs:
     ctc_weight: float
     reverse_weight: float
     blank_skip_threshold: float
+    length_penalty: float = 0.0
+    blank_penalty: float = 0.0
     _log_probs: Optional[torch.Tensor] = None
     _nbest: Optional[Tuple[List[List[List[int]]], List[List[float]]]] = None
 
     def log_probs(self) -> torch.Tensor:
         if self._log_probs is None:
-            self._log_probs = self.searcher.ctc_log_probs(self.encoder_out)
+            self._log_probs = self.searcher.ctc_log_probs(self.encoder_out, self.blank_penalty)
         return self._log_probs
 
     def nbest(self) -> Tuple[List[List[List[int]]], List[List[float]]]:
@@ -99,8 +104,8 @@ register_mode(DecodingMode(
 register_mode(DecodingMode(
     "attention", (ATTENTION_DECODER,),
     lambda shared: shared.searcher.attention_beam(shared.encoder_out, shared.encoder_lengths,
-                                                  shared.beam_size)[0],
-    "attention-decoder beam search"))
+                                                  shared.beam_size, shared.length_penalty)[0],
+    "attention-decoder beam search (ranked with length_penalty)"))
 register_mode(DecodingMode(
     "attention_rescoring", (CTC_HEAD, ATTENTION_DECODER), _rescore,
     "the CTC prefix-beam n-best rescored by the decoder(s) plus ctc_weight x CTC score"))

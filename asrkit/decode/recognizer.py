@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
-from asrkit.decode.search import check_modes, decode
+from asrkit.decode.search import check_decoding_options, check_modes, decode
 from asrkit.io.checkpoint import load_checkpoint
 from asrkit.models import AsrModel, build_model
 from asrkit.models.state import load_weights
@@ -66,15 +66,20 @@ def duration_batches(entries: Sequence, batch_size: int) -> list[list[int]]:
 def recognize(model: AsrModel, entries: Sequence, processor, tokenizer, modes: Iterable[str], *,
               batch_size: int = 16, beam_size: int = 10, ctc_weight: float = 0.3,
               reverse_weight: float = 0.0, blank_skip_threshold: float = DEFAULT_BLANK_SKIP_THRESHOLD,
+              length_penalty: float = 0.0, blank_penalty: float = 0.0, decoding_chunk_size: int = 0,
+              num_decoding_left_chunks: int = -1, simulate_streaming: bool = False,
               device: str = "cpu", log_every_s: float = 10.0,
               progress: Optional[Progress] = None) -> dict[str, dict[str, str]]:
     """Decode ``entries`` (``asrkit.data.lists.ListEntry``) with ``processor`` (from
-    ``build_sample_processor(..., train=False, apply_filter=False)``) in every mode.
+    ``build_sample_processor(..., train=False, apply_filter=False)``) in every mode; the
+    decoding options are those of :func:`asrkit.decode.search.decode`.
 
     Returns ``{mode: {key: text}}`` in the order of ``entries``.  A skipped utterance
     (unreadable audio) is left out and counted; an utterance shorter than the
     encoder's minimum input gets the empty text in every mode, with a warning."""
     modes = check_modes(model, modes)
+    check_decoding_options(decoding_chunk_size, num_decoding_left_chunks, simulate_streaming, length_penalty,
+                           blank_penalty)
     progress = progress if progress is not None else Progress()
     texts: dict[str, list[Optional[str]]] = {m: [None] * len(entries) for m in modes}
     min_frames = model.encoder.min_input_length
@@ -102,7 +107,10 @@ def recognize(model: AsrModel, entries: Sequence, processor, tokenizer, modes: I
             feats = feats[:, : int(lengths[rows].max())]
             hyps = decode(model, feats, lengths[rows].to(device), modes, beam_size=beam_size,
                           ctc_weight=ctc_weight, reverse_weight=reverse_weight,
-                          blank_skip_threshold=blank_skip_threshold)
+                          blank_skip_threshold=blank_skip_threshold, length_penalty=length_penalty,
+                          blank_penalty=blank_penalty, decoding_chunk_size=decoding_chunk_size,
+                          num_decoding_left_chunks=num_decoding_left_chunks,
+                          simulate_streaming=simulate_streaming)
             progress.model_s += time.perf_counter() - t0
             for mode in modes:
                 for j, row in enumerate(rows.tolist()):

@@ -12,8 +12,8 @@ from torch import nn
 
 from asrkit.decode.attention_search import (AttentionBeamSearch, decoder_inputs, flatten_nbest, group_scores,
                                             pick_rescored, reversed_hypotheses, teacher_forced_scores)
-from asrkit.decode.ctc_search import (DEFAULT_BLANK_SKIP_THRESHOLD, Hypothesis, ctc_greedy_search,
-                                      ctc_prefix_beam_search_nbest)
+from asrkit.decode.ctc_search import (DEFAULT_BLANK_SKIP_THRESHOLD, Hypothesis, apply_blank_penalty,
+                                      ctc_greedy_search, ctc_prefix_beam_search_nbest)
 from asrkit.models.mask import valid_mask
 
 # (TorchScript cannot read module-level strings: messages are spelled out where raised)
@@ -47,14 +47,15 @@ class Searcher(nn.Module):
     def has_decoder(self) -> bool:
         return self.decoder is not None
 
-    def ctc_log_probs(self, encoder_out: torch.Tensor) -> torch.Tensor:
-        """CTC log-posteriors ``[B, T, V]`` (fp32)."""
+    def ctc_log_probs(self, encoder_out: torch.Tensor, blank_penalty: float = 0.0) -> torch.Tensor:
+        """CTC log-posteriors ``[B, T, V]`` (fp32), with ``blank_penalty`` applied as
+        :func:`asrkit.decode.ctc_search.apply_blank_penalty` (WeNet's; 0: none)."""
         ctc = self.ctc
         if ctc is None:
             raise RuntimeError("CTC log-probabilities need a CTC head; this model has none "
                                "(trained with ctc_weight 0)")
         else:
-            return ctc(encoder_out)
+            return apply_blank_penalty(ctc(encoder_out), self.blank, blank_penalty)
 
     def ctc_greedy(self, log_probs: torch.Tensor, lengths: torch.Tensor) -> List[List[int]]:
         """:func:`asrkit.decode.ctc_search.ctc_greedy_search` with this model's blank."""
@@ -66,10 +67,11 @@ class Searcher(nn.Module):
         """:func:`asrkit.decode.ctc_search.ctc_prefix_beam_search_nbest` with this model's blank."""
         return ctc_prefix_beam_search_nbest(log_probs, lengths, beam_size, self.blank, blank_skip_threshold)
 
-    def attention_beam(self, encoder_out: torch.Tensor, encoder_lengths: torch.Tensor, beam_size: int
-                       ) -> Tuple[List[List[int]], List[float]]:
+    def attention_beam(self, encoder_out: torch.Tensor, encoder_lengths: torch.Tensor, beam_size: int,
+                       length_penalty: float = 0.0) -> Tuple[List[List[int]], List[float]]:
         """Best hypothesis and score per utterance of
-        :class:`asrkit.decode.attention_search.AttentionBeamSearch` (incremental decoder steps)."""
+        :class:`asrkit.decode.attention_search.AttentionBeamSearch` (incremental decoder
+        steps), ranked with WeNet's ``length_penalty`` (see ``AttentionBeamSearch.best``)."""
         decoder = self.decoder
         if decoder is None:
             raise RuntimeError("mode attention needs an attention decoder; this model has none "
@@ -83,7 +85,7 @@ class Searcher(nn.Module):
                                                            search.memory_index)
                 source = search.advance(logp)
                 cache = [c[source] for c in new_cache]
-            return search.best()
+            return search.best(length_penalty)
 
     def rescoring_scores(self, encoder_out: torch.Tensor, encoder_lengths: torch.Tensor,
                          nbest: List[List[List[int]]], reverse_weight: float) -> List[List[float]]:
@@ -133,9 +135,10 @@ class Searcher(nn.Module):
 
 
 def attention_beam_search(decoder: nn.Module, enc_out: torch.Tensor, enc_lengths: torch.Tensor,
-                          beam_size: int, sos: int, eos: int) -> list[Hypothesis]:
+                          beam_size: int, sos: int, eos: int, length_penalty: float = 0.0) -> list[Hypothesis]:
     """:meth:`Searcher.attention_beam` as one :class:`Hypothesis` per utterance."""
-    hyps, scores = Searcher(None, decoder, 0, sos, eos).attention_beam(enc_out, enc_lengths, beam_size)
+    hyps, scores = Searcher(None, decoder, 0, sos, eos).attention_beam(enc_out, enc_lengths, beam_size,
+                                                                       length_penalty)
     return [Hypothesis(tuple(h), s) for h, s in zip(hyps, scores)]
 
 

@@ -246,39 +246,47 @@ class ScriptableAsr(nn.Module):
         return self.searcher.ctc_nbest(log_probs, lengths, beam_size, blank_skip_threshold)
 
     @torch.jit.export
-    def ctc_greedy_search(self, feats: torch.Tensor, feats_lengths: torch.Tensor) -> List[List[int]]:
+    def ctc_greedy_search(self, feats: torch.Tensor, feats_lengths: torch.Tensor, blank_penalty: float = 0.0
+                          ) -> List[List[int]]:
         """Token ids per utterance, best CTC path."""
-        return self.decode(feats, feats_lengths, 1, 0.0, 0.0, 1.0, ["ctc_greedy_search"])["ctc_greedy_search"]
+        return self.decode(feats, feats_lengths, 1, 0.0, 0.0, 1.0, ["ctc_greedy_search"], 0.0,
+                           blank_penalty)["ctc_greedy_search"]
 
     @torch.jit.export
     def ctc_prefix_beam_search(self, feats: torch.Tensor, feats_lengths: torch.Tensor, beam_size: int = 10,
-                               blank_skip_threshold: float = DEFAULT_BLANK_SKIP_THRESHOLD
-                               ) -> List[List[int]]:
+                               blank_skip_threshold: float = DEFAULT_BLANK_SKIP_THRESHOLD,
+                               blank_penalty: float = 0.0) -> List[List[int]]:
         """Token ids per utterance, best prefix of the CTC prefix beam search."""
         return self.decode(feats, feats_lengths, beam_size, 0.0, 0.0, blank_skip_threshold,
-                           ["ctc_prefix_beam_search"])["ctc_prefix_beam_search"]
+                           ["ctc_prefix_beam_search"], 0.0, blank_penalty)["ctc_prefix_beam_search"]
 
     @torch.jit.export
-    def attention(self, feats: torch.Tensor, feats_lengths: torch.Tensor, beam_size: int = 10) -> List[List[int]]:
+    def attention(self, feats: torch.Tensor, feats_lengths: torch.Tensor, beam_size: int = 10,
+                  length_penalty: float = 0.0) -> List[List[int]]:
         """Token ids per utterance, attention-decoder beam search."""
-        return self.decode(feats, feats_lengths, beam_size, 0.0, 0.0, 1.0, ["attention"])["attention"]
+        return self.decode(feats, feats_lengths, beam_size, 0.0, 0.0, 1.0, ["attention"], length_penalty,
+                           0.0)["attention"]
 
     @torch.jit.export
     def attention_rescoring(self, feats: torch.Tensor, feats_lengths: torch.Tensor, beam_size: int = 10,
                             ctc_weight: float = 0.3, reverse_weight: float = 0.0,
-                            blank_skip_threshold: float = DEFAULT_BLANK_SKIP_THRESHOLD) -> List[List[int]]:
+                            blank_skip_threshold: float = DEFAULT_BLANK_SKIP_THRESHOLD,
+                            blank_penalty: float = 0.0) -> List[List[int]]:
         """Token ids per utterance: the prefix-beam n-best rescored by the decoder(s)."""
         return self.decode(feats, feats_lengths, beam_size, ctc_weight, reverse_weight, blank_skip_threshold,
-                           ["attention_rescoring"])["attention_rescoring"]
+                           ["attention_rescoring"], 0.0, blank_penalty)["attention_rescoring"]
 
     @torch.jit.export
     def decode(self, feats: torch.Tensor, feats_lengths: torch.Tensor, beam_size: int = 10,
                ctc_weight: float = 0.3, reverse_weight: float = 0.0,
                blank_skip_threshold: float = DEFAULT_BLANK_SKIP_THRESHOLD,
-               modes: Optional[List[str]] = None) -> Dict[str, List[List[int]]]:
+               modes: Optional[List[str]] = None, length_penalty: float = 0.0, blank_penalty: float = 0.0
+               ) -> Dict[str, List[List[int]]]:
         """Token ids per utterance for each of ``modes`` (default: :meth:`default_modes`)
-        from one encoder pass; the CTC modes and ``attention_rescoring`` share one prefix
-        beam search.  A mode not in :meth:`supported_modes` raises."""
+        from one full-context encoder pass; the CTC modes and ``attention_rescoring`` share
+        one prefix beam search.  ``length_penalty`` and ``blank_penalty`` are WeNet's, as in
+        eager :func:`asrkit.decode.decode` (0: none).  A mode not in
+        :meth:`supported_modes` raises."""
         chosen = self.default_modes() if modes is None else modes
         supported = self.supported_modes()
         needs_ctc = False
@@ -297,7 +305,7 @@ class ScriptableAsr(nn.Module):
         nbest: List[List[List[int]]] = []
         ctc_scores: List[List[float]] = []
         if needs_ctc:
-            log_probs = self.searcher.ctc_log_probs(encoder_out)
+            log_probs = self.searcher.ctc_log_probs(encoder_out, blank_penalty)
             if "ctc_greedy_search" in chosen:
                 results["ctc_greedy_search"] = self.searcher.ctc_greedy(log_probs, encoder_lengths)
             if "ctc_prefix_beam_search" in chosen or "attention_rescoring" in chosen:
@@ -313,7 +321,8 @@ class ScriptableAsr(nn.Module):
                         best.append(torch.jit.annotate(List[int], []))
                 results[mode] = best
             elif mode == "attention":
-                results[mode] = self.searcher.attention_beam(encoder_out, encoder_lengths, beam_size)[0]
+                results[mode] = self.searcher.attention_beam(encoder_out, encoder_lengths, beam_size,
+                                                             length_penalty)[0]
             elif mode == "attention_rescoring":
                 results[mode] = self.searcher.attention_rescoring(encoder_out, encoder_lengths, nbest, ctc_scores,
                                                                   ctc_weight, reverse_weight)[0]

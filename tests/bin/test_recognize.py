@@ -11,7 +11,7 @@ from asrkit.config import load_config
 from asrkit.data.lists import read_list
 from asrkit.data.processors import build_sample_processor
 from asrkit.decode import MODES, decode
-from asrkit.models import build_model
+from asrkit.models import AsrModel, build_model
 from asrkit.text import build_tokenizer, write_units
 from tests.helpers import REPO
 from asrkit.text.vocabulary import Vocabulary
@@ -139,3 +139,70 @@ def test_recognize_decodes_a_wenet_shard_list_as_its_raw_list(experiment, tiny_c
         texts = read_text(tmp_path / "wenet" / mode / "text")
         assert len(texts) == 12 and texts == read_text(tmp_path / "raw" / mode / "text")
     assert (tmp_path / "data.list.index.json").is_file()
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--simulate_streaming"], "simulate_streaming needs decoding_chunk_size > 0, got -1"),
+    (["--decoding_chunk_size", "-2"], "decoding_chunk_size must be -1 or 0 (full context) or > 0"),
+    (["--decoding_chunk_size", "4", "--num_decoding_left_chunks", "-3"], "num_decoding_left_chunks must be -1"),
+    (["--length_penalty", "-1"], "length_penalty must be >= 0, got -1.0"),
+    (["--blank_penalty", "-0.5"], "blank_penalty must be >= 0, got -0.5"),
+])
+def test_bad_decoding_options_exit_2_in_one_line_before_anything_loads(options, message, tmp_path, caplog):
+    code = main(["--config", str(tmp_path / "absent.yaml"), "--checkpoint", str(tmp_path / "absent.pt"),
+                 "--data", str(tmp_path / "absent.list"), "--result_dir", str(tmp_path / "d"), *options])
+    assert code == 2
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and message in errors[0], errors  # (not "config not found": checked first)
+    assert not (tmp_path / "d").exists()
+
+
+def test_recognize_hands_penalties_and_chunking_to_decoding(experiment, tiny_corpus, tmp_path, monkeypatch):
+    """--length_penalty / --blank_penalty give decode()'s hypotheses with those options;
+    --decoding_chunk_size reaches the model's masked forward, --simulate_streaming the
+    encoder's chunk-by-chunk forward (stand-ins recording their arguments, returning the
+    full-context output)."""
+    root, cfg, model = experiment
+    data = tiny_corpus.splits["dev"].data_list
+    entries = read_list(data)
+    modes = ["ctc_greedy_search", "attention", "attention_rescoring"]
+    common = ["--config", str(root / "train.yaml"), "--checkpoint", str(root / "ckpt.pt"), "--data", str(data),
+              "--modes", *modes, "--beam_size", "3"]
+    assert main(common + ["--result_dir", str(tmp_path / "pen"), "--length_penalty", "1.5",
+                          "--blank_penalty", "1.0"]) == 0
+    tokenizer = build_tokenizer(cfg)
+    processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False)
+    expected = {mode: [] for mode in modes}
+    for entry in entries:  # one utterance at a time
+        batch = processor.collate([processor(entry, 0)])
+        hyps = decode(model, batch["feats"], batch["feats_lengths"], modes, beam_size=3, length_penalty=1.5,
+                      blank_penalty=1.0)
+        for mode in modes:
+            expected[mode].append(tokenizer.decode(hyps[mode][0]))
+    for mode in modes:
+        lines = read_text(tmp_path / "pen" / mode / "text")
+        assert [line[0] for line in lines] == [e.key for e in entries]
+        assert [line[1] if len(line) > 1 else "" for line in lines] == expected[mode], mode
+
+    encode_calls, chunk_calls = [], []
+    full_encode = AsrModel.encode
+
+    def encode(self, feats, feats_lengths, **chunking):
+        encode_calls.append(chunking)
+        return full_encode(self, feats, feats_lengths)
+
+    def forward_chunk_by_chunk(self, xs, decoding_chunk_size, num_decoding_left_chunks):
+        chunk_calls.append((xs.size(0), decoding_chunk_size, num_decoding_left_chunks))
+        return self(xs, torch.tensor([xs.size(1)]))
+    monkeypatch.setattr(AsrModel, "encode", encode)
+    monkeypatch.setattr(type(model.encoder), "forward_chunk_by_chunk", forward_chunk_by_chunk, raising=False)
+    runs = {"full": [], "chunk": ["--decoding_chunk_size", "4", "--num_decoding_left_chunks", "2"],
+            "stream": ["--decoding_chunk_size", "8", "--simulate_streaming", "--batch_size", "5"]}
+    for name, options in runs.items():
+        assert main(common + ["--result_dir", str(tmp_path / name), *options]) == 0
+    batches = -(-len(entries) // 16)
+    assert encode_calls == [{}] * batches + [{"chunk_size": 4, "num_left_chunks": 2}] * batches
+    assert chunk_calls == [(1, 8, -1)] * len(entries)
+    for mode in modes:
+        assert read_text(tmp_path / "chunk" / mode / "text") == read_text(tmp_path / "full" / mode / "text")
+        assert read_text(tmp_path / "stream" / mode / "text") == read_text(tmp_path / "full" / mode / "text")

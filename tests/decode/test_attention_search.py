@@ -1,6 +1,10 @@
+import math
+
+import pytest
 import torch
 
 from asrkit.decode import attention_beam_search, attention_rescoring
+from asrkit.decode.attention_search import AttentionBeamSearch
 from asrkit.decode.ctc_search import Hypothesis, ctc_prefix_beam_search
 from asrkit.models.mask import valid_mask
 from tests.models.tiny import random_batch, tiny_model
@@ -92,3 +96,53 @@ def test_attention_rescoring_picks_the_best_independently_scored_hypothesis():
             assert best[b].tokens == nbest[b][winner].tokens
             assert abs(best[b].score - totals[winner]) < 1e-3
             assert len(set(h.tokens for h in nbest[b])) > 1
+
+
+A, B, C, EOS = 1, 2, 3, 4  # a 5-unit vocabulary; <sos> = <eos> = 4 as in every asrkit layout
+NEXT = {(): {A: 0.6, B: 0.4}, (A,): {EOS: 0.7, C: 0.3}, (B,): {C: 0.9, EOS: 0.1}, (B, C): {EOS: 0.95, A: 0.05}}
+
+
+def scripted_search(frames: int = 5) -> AttentionBeamSearch:
+    """Beam 2 over the next-token table ``NEXT`` (other tokens: 1e-9): the kept
+    hypotheses end as ``a <eos>`` (0.6 · 0.7) and ``b c <eos>`` (0.4 · 0.9 · 0.95)."""
+    search = AttentionBeamSearch(torch.tensor([frames]), 2, sos=EOS, eos=EOS)
+    while not search.done():
+        rows = []
+        for seq in search.ys[:, 1:].tolist():
+            seq = tuple(t for t in seq if t != EOS)
+            probs = torch.full((5,), 1e-9)
+            for token, p in NEXT.get(seq, {EOS: 1.0}).items():
+                probs[token] = p
+            rows.append(probs.log())
+        search.advance(torch.stack(rows))
+    return search
+
+
+def test_length_penalty_divides_by_tokens_to_the_power_and_favours_the_longer_hypothesis():
+    short, long = math.log(0.6 * 0.7), math.log(0.4 * 0.9 * 0.95)  # 1 token vs 2, <eos> not counted
+    hyps, scores = scripted_search().best()
+    assert hyps == [[A]] and scores[0] == pytest.approx(short, abs=1e-5)
+    assert scripted_search().best(0.0) == (hyps, scores)
+    hyps, scores = scripted_search().best(1.0)
+    assert hyps == [[B, C]] and scores[0] == pytest.approx(long / 2, abs=1e-5)
+    hyps, scores = scripted_search().best(0.2)  # 2 ** 0.2 too small to overturn the raw scores
+    assert hyps == [[A]] and scores[0] == pytest.approx(short, abs=1e-5)
+    with pytest.raises(ValueError, match="length_penalty must be >= 0"):
+        scripted_search().best(-1.0)
+
+
+def test_length_penalty_never_shortens_the_chosen_hypothesis():
+    """The final beam does not depend on the penalty, only its ranking: a larger penalty
+    picks a hypothesis at least as long, per utterance, and here a longer one somewhere."""
+    model = tiny_model(vocab_size=9, seed=3).eval()
+    with torch.no_grad():
+        model.decoder.output_layer.bias[model.eos] += 1.0  # <eos> tempting early: short hypotheses win
+    enc_out, enc_lengths = encode(model, [60, 41, 23, 50])
+    lengths = []
+    with torch.no_grad():
+        for penalty in (0.0, 0.5, 1.0, 3.0):
+            hyps = attention_beam_search(model.decoder, enc_out, enc_lengths, 6, model.sos, model.eos, penalty)
+            lengths.append([len(h.tokens) for h in hyps])
+    for shorter, longer in zip(lengths, lengths[1:]):
+        assert all(a <= b for a, b in zip(shorter, longer)), lengths
+    assert sum(lengths[-1]) > sum(lengths[0]), lengths

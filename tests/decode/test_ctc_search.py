@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from asrkit.decode.ctc_search import ctc_greedy_search, ctc_prefix_beam_search, log_add
+from asrkit.decode.ctc_search import apply_blank_penalty, ctc_greedy_search, ctc_prefix_beam_search, log_add
 
 
 def random_log_probs(batch: int, frames: int, vocab: int, seed: int, sharpness: float = 1.0):
@@ -76,3 +76,39 @@ def test_blank_skipping_keeps_result_on_peaky_posteriors():
 def test_bad_beam_is_a_clear_error():
     with pytest.raises(ValueError, match="beam_size"):
         ctc_prefix_beam_search(random_log_probs(1, 3, 3, 0), torch.tensor([3]), beam_size=0)
+
+
+def test_blank_penalty_is_wenets_lowered_blank_logit_and_a_renormalised_log_prob_shift():
+    g = torch.Generator().manual_seed(0)
+    logits = 3.0 * torch.randn(2, 9, 6, generator=g)
+    lp = torch.log_softmax(logits, dim=-1)
+    for blank in (0, 2):
+        got = apply_blank_penalty(lp, blank, 1.5)
+        wenet = logits.clone()
+        wenet[:, :, blank] -= 1.5  # WeNet's ctc_logprobs: the logit lowered, then log-softmax
+        torch.testing.assert_close(got, torch.log_softmax(wenet, dim=-1), atol=1e-5, rtol=0)
+        shifted = lp.clone()
+        shifted[:, :, blank] -= 1.5  # the same: the log-probability lowered, renormalised
+        torch.testing.assert_close(got, shifted - shifted.logsumexp(-1, keepdim=True), atol=1e-5, rtol=0)
+        assert (got[:, :, blank] < lp[:, :, blank]).all()
+    assert apply_blank_penalty(lp, 0, 0.0) is lp
+    with pytest.raises(ValueError, match="blank_penalty must be >= 0"):
+        apply_blank_penalty(lp, 0, -0.5)
+
+
+def test_blank_penalty_turns_blank_frames_into_tokens():
+    """Frames where the blank beats the runner-up token by log(0.8/0.15): without a
+    penalty no token is emitted; a penalty above that margin makes both searches emit one
+    per run of frames."""
+    probs = torch.tensor([[0.8, 0.15, 0.05]] * 2 + [[0.9, 0.05, 0.05]] * 2 + [[0.8, 0.05, 0.15]] * 2)
+    lp = probs.log().unsqueeze(0)
+    lengths = torch.tensor([6])
+    assert ctc_greedy_search(lp, lengths) == [[]]
+    assert ctc_prefix_beam_search(lp, lengths, 3, blank_skip_threshold=1.0)[0][0].tokens == ()
+    margin = math.log(0.8 / 0.15)
+    penalised = apply_blank_penalty(lp, 0, margin + 0.1)
+    assert ctc_greedy_search(penalised, lengths) == [[1, 2]]
+    assert ctc_prefix_beam_search(penalised, lengths, 3, blank_skip_threshold=1.0)[0][0].tokens == (1, 2)
+    blanks = lambda x: int((x.argmax(-1) == 0).sum())  # noqa: E731
+    assert blanks(penalised) < blanks(lp)
+    assert ctc_greedy_search(apply_blank_penalty(lp, 0, margin - 0.1), lengths) == [[]]

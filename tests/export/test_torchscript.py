@@ -96,6 +96,29 @@ def test_random_models_match_eager(kind):
             scripted.attention_rescoring(x, lengths, 4, 0.3, 0.3, 0.999)
 
 
+def test_wenet_penalties_match_eager():
+    """length_penalty and blank_penalty through the scripted decode and per-mode methods
+    give eager decode()'s hypotheses (the same search code), and do change them here."""
+    model = tiny_model(vocab_size=9, seed=1, encoder_conf={"cnn_module_norm": "batch_norm"}).eval()
+    with torch.no_grad():
+        model.ctc.ctc_lo.bias[0] += 1.0
+        model.decoder.output_layer.bias[model.eos] += 1.0
+    scripted = script_model(model, units_for(9), **FEAT)
+    x, lengths = batch([61, 45, 30], seed=5)
+    modes = ["ctc_greedy_search", "ctc_prefix_beam_search", "attention", "attention_rescoring"]
+    plain = decode(model, x, lengths, modes, beam_size=4)
+    for lp, bp in ((1.5, 0.0), (0.0, 2.0)):
+        expected = decode(model, x, lengths, modes, beam_size=4, length_penalty=lp, blank_penalty=bp)
+        with torch.no_grad():
+            assert scripted.decode(x, lengths, 4, 0.3, 0.0, 0.999, modes, lp, bp) == expected
+            assert scripted.attention(x, lengths, 4, lp) == expected["attention"]
+            assert scripted.ctc_greedy_search(x, lengths, bp) == expected["ctc_greedy_search"]
+            assert scripted.ctc_prefix_beam_search(x, lengths, 4, 0.999, bp) == expected["ctc_prefix_beam_search"]
+            assert scripted.attention_rescoring(x, lengths, 4, 0.3, 0.0, 0.999, bp) == expected["attention_rescoring"]
+        changed = ["attention"] if lp else ["ctc_greedy_search", "ctc_prefix_beam_search"]
+        assert all(expected[m] != plain[m] for m in changed), (lp, bp)
+
+
 def test_prefix_beam_search_equals_eager_on_synthetic_posteriors():
     """Exact n-best lists and scores (doubles), with exact ties (rounded logits),
     blank-dominated frames, every skip threshold, beams wider than the vocabulary."""

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Error rates of a trained experiment over a grid of WeNet's decoding penalties, to
+choose the recipe defaults (``decode_length_penalty``, ``decode_blank_penalty`` in
+tools/recipe_defaults.sh) by measurement.
+
+    python bench/decode_penalties.py --config exp/x/train.yaml --checkpoint exp/x/avg_3.pt \\
+        --data data/test/data.list --length_penalty 0 0.5 1 1.5 2 [--blank_penalty 0 0.5 1 2] \\
+        [--score char] [--beam_size 10] [--batch_size 16] [--ctc_weight 0.3] [--reverse_weight 0.0] \\
+        [--decoding_chunk_size -1] [--num_decoding_left_chunks -1] [--json out.json]
+
+Each ``--length_penalty`` value decodes the list in mode ``attention`` (the only mode it
+affects); each ``--blank_penalty`` value in the modes it affects that the model has
+(``ctc_greedy_search``, ``ctc_prefix_beam_search``, ``attention_rescoring``; their CTC
+log-posteriors get the penalty).  Decoding is exactly ``asrkit.bin.recognize``'s (same
+feature chain, batching and search code), so a value's row is what stage 5 of a recipe
+would score with it.  Prints one row per (penalty, value, mode): the error rate and its
+insertions, deletions and substitutions -- the deletions column is where an
+end-of-utterance deletion problem shows.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from asrkit.bin.bad_input import load_text_inputs  # noqa: E402
+from asrkit.config import load_config  # noqa: E402
+from asrkit.data.lists import read_list  # noqa: E402
+from asrkit.data.processors import build_sample_processor  # noqa: E402
+from asrkit.decode import DecodingOptionError, check_decoding_options  # noqa: E402
+from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD  # noqa: E402
+from asrkit.decode.modes import check_modes  # noqa: E402
+from asrkit.decode.recognizer import load_model, recognize  # noqa: E402
+from asrkit.metrics import score  # noqa: E402
+
+BLANK_MODES = ("ctc_greedy_search", "ctc_prefix_beam_search", "attention_rescoring")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", required=True, help="the experiment's train.yaml")
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--data", required=True, help="data.list to decode (its transcripts are the reference)")
+    p.add_argument("--length_penalty", type=float, nargs="*", default=[], metavar="P",
+                   help="values to try in mode attention")
+    p.add_argument("--blank_penalty", type=float, nargs="*", default=[], metavar="P",
+                   help="values to try in the CTC modes and attention_rescoring")
+    p.add_argument("--score", choices=["word", "char"], default="char")
+    p.add_argument("--beam_size", type=int, default=10)
+    p.add_argument("--batch_size", type=int, default=16)
+    p.add_argument("--ctc_weight", type=float, default=0.3)
+    p.add_argument("--reverse_weight", type=float, default=0.0)
+    p.add_argument("--blank_skip_threshold", type=float, default=DEFAULT_BLANK_SKIP_THRESHOLD)
+    p.add_argument("--decoding_chunk_size", type=int, default=-1)
+    p.add_argument("--num_decoding_left_chunks", type=int, default=-1)
+    p.add_argument("--override", action="append", default=[], metavar="KEY.PATH=VALUE")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads (0: torch default)")
+    p.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if not args.length_penalty and not args.blank_penalty:
+        raise SystemExit("give --length_penalty and/or --blank_penalty values")
+    try:
+        for value in args.length_penalty:
+            check_decoding_options(args.decoding_chunk_size, args.num_decoding_left_chunks, length_penalty=value)
+        for value in args.blank_penalty:
+            check_decoding_options(args.decoding_chunk_size, args.num_decoding_left_chunks, blank_penalty=value)
+    except DecodingOptionError as e:
+        raise SystemExit(str(e))
+    logging.basicConfig(level=logging.WARNING)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    cfg = load_config(args.config, args.override)
+    tokenizer = load_text_inputs(cfg, model_cmvn=False)
+    entries = read_list(args.data)
+    processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False)
+    model = load_model(cfg, args.checkpoint, tokenizer.vocabulary, args.device)
+    refs = {e.key: e.txt for e in entries}
+    blank_modes = [m for m in BLANK_MODES if m != "attention_rescoring" or model.decoder is not None]
+    grid = [("length_penalty", v, ["attention"]) for v in args.length_penalty]
+    grid += [("blank_penalty", v, blank_modes) for v in args.blank_penalty]
+    label = "CER" if args.score == "char" else "WER"
+    rows = []
+    print(f"{'penalty':<15} {'value':>6}  {'mode':<23} {label:>7} {'ins':>5} {'del':>5} {'sub':>5}")
+    for name, value, modes in grid:
+        check_modes(model, modes)
+        results = recognize(model, entries, processor, tokenizer, modes, batch_size=args.batch_size,
+                            beam_size=args.beam_size, ctc_weight=args.ctc_weight,
+                            reverse_weight=args.reverse_weight, blank_skip_threshold=args.blank_skip_threshold,
+                            decoding_chunk_size=args.decoding_chunk_size,
+                            num_decoding_left_chunks=args.num_decoding_left_chunks,
+                            device=args.device, **{name: value})
+        for mode in modes:
+            totals, _ = score(refs, results[mode], args.score)
+            row = {"penalty": name, "value": value, "mode": mode, label.lower(): round(100 * totals.rate, 2),
+                   "ins": totals.ins, "del": totals.dels, "sub": totals.sub, "ref_len": totals.ref_len}
+            rows.append(row)
+            print(f"{name:<15} {value:>6g}  {mode:<23} {100 * totals.rate:>7.2f} {totals.ins:>5} "
+                  f"{totals.dels:>5} {totals.sub:>5}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
