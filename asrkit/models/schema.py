@@ -90,8 +90,9 @@ class EncoderConf:
         return errors
 
     def _chunk_errors(self) -> list[str]:
-        """The streaming keys: the combinations WeNet silently ignores are refused, and so is
-        the positional encoding that does not stream."""
+        """The streaming keys: the combinations WeNet silently ignores are refused.  (Every
+        positional encoding streams: ``rel_pos_xl`` scores depend only on distances, which
+        chunks with a cache keep -- ``tests/models/test_encoder_chunk.py``.)"""
         errors = []
         if self.use_dynamic_left_chunk and not self.use_dynamic_chunk:
             errors.append("use_dynamic_left_chunk: true needs use_dynamic_chunk: true "
@@ -99,12 +100,6 @@ class EncoderConf:
         if self.static_chunk_size > 0 and self.use_dynamic_chunk:
             errors.append(f"static_chunk_size: {self.static_chunk_size} with use_dynamic_chunk: true "
                           "(WeNet ignores the static chunk then); set one of them")
-        streaming = ("use_dynamic_chunk: true" if self.use_dynamic_chunk else
-                     f"static_chunk_size: {self.static_chunk_size}" if self.static_chunk_size > 0 else None)
-        if streaming is not None and self.pos_enc_layer_type == "rel_pos_xl":
-            errors.append(f"pos_enc_layer_type: rel_pos_xl with {streaming}: asrkit's Transformer-XL "
-                          "positional variant does not stream (no chunk-by-chunk forward); use "
-                          "pos_enc_layer_type: rel_pos (WeNet's) for a streaming model")
         return errors
 
 

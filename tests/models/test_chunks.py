@@ -102,14 +102,12 @@ def test_streaming_keys_are_fields_with_wenets_meaning():
 
 
 @pytest.mark.parametrize("streaming", [{"use_dynamic_chunk": True}, {"static_chunk_size": 16}])
-def test_transformer_xl_positions_refused_with_streaming_naming_both_keys(streaming):
-    (key, value), = streaming.items()
-    errors = check_all(TrainConfig, {"encoder_conf": {"pos_enc_layer_type": "rel_pos_xl", **streaming}})
-    assert len(errors) == 1, errors
-    assert errors[0].startswith("encoder_conf.pos_enc_layer_type: rel_pos_xl with "
-                                f"{key}: {'true' if value is True else value}: ")
-    assert "does not stream" in errors[0] and "rel_pos" in errors[0]
-    assert check_all(TrainConfig, {"encoder_conf": {"pos_enc_layer_type": "rel_pos", **streaming}}) == []
+def test_every_positional_encoding_may_stream(streaming):
+    """Transformer-XL positions stream exactly (tests/models/test_encoder_chunk.py), so no
+    positional encoding is refused with the streaming keys."""
+    for pos in ("rel_pos", "rel_pos_xl", "abs_pos"):
+        attention = {} if pos == "abs_pos" else {"selfattention_layer_type": "rel_selfattn"}
+        assert check_all(TrainConfig, {"encoder_conf": {"pos_enc_layer_type": pos, **attention, **streaming}}) == []
 
 
 def test_combinations_wenet_ignores_are_refused():

@@ -34,9 +34,6 @@ from asrkit.text.vocabulary import Vocabulary
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "wenet"
 MODES = ("ctc_greedy_search", "ctc_prefix_beam_search", "attention", "attention_rescoring")
 REFERENCES = {"offline": "reference.pt", "u2pp": "reference_chunk4.pt"}
-# dynamic-chunk training arrives with streaming (issue 4/7); full-context decoding of a U2++
-# model does not depend on it
-OVERRIDES = {"offline": [], "u2pp": ["encoder_conf.use_dynamic_chunk=false"]}
 # the chunk size (encoder frames, all left chunks; 0 = full context) each wav's encoder_out
 # reference was computed with: see the module docstring
 ENCODER_REF_CHUNK = {"offline": [0, 0, 0], "u2pp": [0, 7, 11]}
@@ -49,7 +46,7 @@ def load_wenet_model(name: str):
     cwd = os.getcwd()
     os.chdir(folder)
     try:
-        cfg = load_config("train.yaml", OVERRIDES[name])
+        cfg = load_config("train.yaml")  # as WeNet saved it
         vocabulary = Vocabulary.from_symbols(read_units(cfg.tokenizer_conf.symbol_table_path))
         model = build_model(cfg, cfg.input_dim, vocabulary, load_cmvn_stats=False)
         load_weights(model, load_checkpoint("epoch_5.pt"), "epoch_5.pt")

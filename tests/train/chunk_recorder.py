@@ -14,7 +14,6 @@ weights show the chunks; with the features alone when it does not yet.
 """
 from __future__ import annotations
 
-import inspect
 import json
 import sys
 from pathlib import Path
@@ -28,7 +27,6 @@ def recording_encode(path: Path):
     """A replacement for ``AsrModel.encode`` that records each call to ``path`` (replacing a
     recorder already installed, not recording through it)."""
     original = getattr(AsrModel.encode, "recorded_original", AsrModel.encode)
-    takes_chunks = "chunk_size" in inspect.signature(original).parameters
 
     def encode(self, feats: torch.Tensor, feats_lengths: torch.Tensor, chunk_size: int = 0,
                num_left_chunks: int = -1):
@@ -38,9 +36,7 @@ def recording_encode(path: Path):
         with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps({"rank": rank, "training": self.training, "chunk": [chunk_size, num_left_chunks],
                                 "utts": utts}) + "\n")
-        if takes_chunks:
-            return original(self, feats, feats_lengths, chunk_size=chunk_size, num_left_chunks=num_left_chunks)
-        return original(self, feats, feats_lengths)
+        return original(self, feats, feats_lengths, chunk_size=chunk_size, num_left_chunks=num_left_chunks)
 
     encode.recorded_original = original
     return encode
