@@ -31,6 +31,7 @@ decode_modes="ctc_greedy_search ctc_prefix_beam_search attention attention_resco
 beam_size=10
 decode_batch_size=16
 decode_ctc_weight=0.3         # CTC weight in attention_rescoring
+decode_reverse_weight=0.0     # right-to-left decoder weight in attention_rescoring (decoder: bitransformer)
 decode_length_penalty=0.0     # attention: rank by score / tokens^length_penalty (WeNet's; 0: none)
 decode_blank_penalty=0.0      # CTC modes, attention_rescoring's n-best: blank logit lowered by this (0: none)
 decode_chunk_size=-1          # -1: full context; N > 0: chunks of N encoder frames (streaming models)

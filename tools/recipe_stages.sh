@@ -31,7 +31,8 @@ launch=(nodes="$num_nodes" node_rank="$node_rank" master_addr="$master_addr" mas
         host_node_addr="${HOST_NODE_ADDR:-}" nproc="${nproc_per_node:-}" cpu_nproc="$cpu_nproc_per_node"
         max_restarts="$max_restarts")
 decoding=(average_num="$average_num" average_mode="$average_mode" modes="$decode_modes" beam="$beam_size"
-          batch="$decode_batch_size" ctc_weight="$decode_ctc_weight" device="$decode_device"
+          batch="$decode_batch_size" ctc_weight="$decode_ctc_weight" reverse_weight="$decode_reverse_weight"
+          device="$decode_device"
           length_penalty="$decode_length_penalty" blank_penalty="$decode_blank_penalty"
           chunk="$decode_chunk_size" left_chunks="$decode_left_chunks" streaming="$decode_simulate_streaming")
 
@@ -150,10 +151,11 @@ stage_train() {
 # (an epoch_N.pt chosen by hand) is decoded as it is.
 stage_average_decode_score() {
   local n=$1 dir="" checkpoint="" type="" average_num="" average_mode=best modes="" beam=10 batch=16
-  local ctc_weight=0.3 device=cpu length_penalty=0.0 blank_penalty=0.0 chunk=-1 left_chunks=-1 streaming=false
+  local ctc_weight=0.3 reverse_weight=0.0 device=cpu length_penalty=0.0 blank_penalty=0.0 chunk=-1 left_chunks=-1
+  local streaming=false
   local rest s; shift
-  bind "dir checkpoint type average_num average_mode modes beam batch ctc_weight device length_penalty
-        blank_penalty chunk left_chunks streaming" "$@" \
+  bind "dir checkpoint type average_num average_mode modes beam batch ctc_weight reverse_weight device
+        length_penalty blank_penalty chunk left_chunks streaming" "$@" \
     && need dir checkpoint type average_num modes || return 2
   local suffix="" chunk_opts=(--decoding_chunk_size "$chunk" --num_decoding_left_chunks "$left_chunks")
   if [ "$chunk" -gt 0 ]; then suffix="_chunk$chunk"; fi
@@ -178,7 +180,8 @@ stage_average_decode_score() {
     # shellcheck disable=SC2086  # modes is a word list
     python -m asrkit.bin.recognize --config "$dir/train.yaml" --checkpoint "$checkpoint" \
       --data "data/$s/$lst" --modes $modes --beam_size "$beam" --batch_size "$batch" \
-      --ctc_weight "$ctc_weight" --length_penalty "$length_penalty" --blank_penalty "$blank_penalty" \
+      --ctc_weight "$ctc_weight" --reverse_weight "$reverse_weight" --length_penalty "$length_penalty" \
+      --blank_penalty "$blank_penalty" \
       "${chunk_opts[@]}" --device "$device" --result_dir "$result_dir"
     python tools/score_decodes.py --ref "data/$s/text" --decode_dir "$result_dir"
   done

@@ -133,15 +133,16 @@ def test_stage_5_hands_the_decoding_options_to_recognize_and_keeps_chunked_resul
     run_stages(tmp_path, f"{AVERAGE} -- test")
     recognize = [c for c in calls(tmp_path) if "bin.recognize" in c]
     assert len(recognize) == 1 and recognize[0].endswith(
-        "--ctc_weight 0.3 --length_penalty 0.0 --blank_penalty 0.0 --decoding_chunk_size -1 "
+        "--ctc_weight 0.3 --reverse_weight 0.0 --length_penalty 0.0 --blank_penalty 0.0 --decoding_chunk_size -1 "
         "--num_decoding_left_chunks -1 --device cpu --result_dir exp/decode_test"), recognize
     options = ("decode_length_penalty=0.5; decode_blank_penalty=1.5; decode_chunk_size=16; decode_left_chunks=4; "
+               "decode_reverse_weight=0.3; "
                f"decode_simulate_streaming=true\n. '{REPO}/tools/recipe_stages.sh'\n")
     run_stages(tmp_path, options + f"{AVERAGE} -- test")
     assert [c for c in calls(tmp_path) if "recognize" in c or "score" in c] == [
         "python -m asrkit.bin.recognize --config exp/train.yaml --checkpoint exp/avg_2.pt "
         "--data data/test/data.list --modes ctc_greedy_search ctc_prefix_beam_search attention "
-        "attention_rescoring --beam_size 10 --batch_size 16 --ctc_weight 0.3 --length_penalty 0.5 "
+        "attention_rescoring --beam_size 10 --batch_size 16 --ctc_weight 0.3 --reverse_weight 0.3 --length_penalty 0.5 "
         "--blank_penalty 1.5 --decoding_chunk_size 16 --num_decoding_left_chunks 4 --simulate_streaming "
         "--device cpu --result_dir exp/decode_test_chunk16_left4",
         "python tools/score_decodes.py --ref data/test/text --decode_dir exp/decode_test_chunk16_left4"]

@@ -19,9 +19,17 @@ num_workers=1
 cpu_nproc_per_node=2          # without GPUs: 2 processes x 1 thread (docs/performance.md)
 # decoding
 average_num=3
+# streaming: true trains and decodes the U2++ model instead (conf/train_u2pp_conformer_cpu.yaml
+# -> exp/u2pp_cpu): stage 5 decodes with full context and then in chunks of each of
+# $streaming_chunks encoder frames (decode_test_chunkN)
+streaming=false
+streaming_chunks="16 8 4"
 
 . tools/parse_options.sh || exit 1
 set -euo pipefail
+if [ "$streaming" = true ]; then
+  train_config=conf/train_u2pp_conformer_cpu.yaml; dir=exp/u2pp_cpu; decode_reverse_weight=0.3
+fi
 . tools/recipe_stages.sh
 
 if run_stage 0; then
@@ -42,8 +50,16 @@ run_stage 4 && stage_train 4 "${launch[@]}" config="$train_config" dir="$dir" ty
 
 decode_checkpoint=${decode_checkpoint:-$dir/avg_${average_num}.pt}
 
-# shellcheck disable=SC2086  # test_sets is a word list
-run_stage 5 && stage_average_decode_score 5 "${decoding[@]}" dir="$dir" checkpoint="$decode_checkpoint" \
-  type="$data_type" -- $test_sets
+# shellcheck disable=SC2086  # test_sets and streaming_chunks are word lists
+if run_stage 5; then
+  stage_average_decode_score 5 "${decoding[@]}" dir="$dir" checkpoint="$decode_checkpoint" type="$data_type" \
+    -- $test_sets
+  if [ "$streaming" = true ]; then
+    for chunk in $streaming_chunks; do
+      stage_average_decode_score 5 "${decoding[@]}" dir="$dir" checkpoint="$decode_checkpoint" \
+        type="$data_type" chunk="$chunk" -- $test_sets
+    done
+  fi
+fi
 run_stage 6 && stage_export 6 config="$dir/train.yaml" checkpoint="$decode_checkpoint" out="$dir/final.zip"
 exit 0
