@@ -19,6 +19,7 @@ num_workers=1
 cpu_nproc_per_node=2          # without GPUs: 2 processes x 1 thread (docs/performance.md)
 # decoding
 average_num=3
+decode_length_penalty=1.5     # attention mode: chosen on the dev set (bench/decode_penalties.py; docs/recipes.md)
 # streaming: true trains and decodes the U2++ model instead (conf/train_u2pp_conformer_cpu.yaml
 # -> exp/u2pp_cpu): stage 5 decodes with full context and then in chunks of each of
 # $streaming_chunks encoder frames (decode_test_chunkN)
