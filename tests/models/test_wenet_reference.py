@@ -78,15 +78,17 @@ def test_encoder_and_ctc_match_wenet(wenet):
 def assert_four_modes_match(model, enc: torch.Tensor, lengths: torch.Tensor, want: dict,
                             reverse_weight: float, wav: str) -> None:
     """WeNet's tokens (and scores where WeNet reports one) in all four modes, decoding
-    ``enc`` as WeNet's reference did (beam 4, ctc_weight 0.3, no blank skip)."""
+    ``enc`` as WeNet's reference did (beam 4, ctc_weight 0.3, no blank skip, length and blank
+    penalties 0)."""
     searcher = Searcher.of_model(model)
     shared = SharedOutputs(searcher, enc, lengths, beam_size=4, ctc_weight=0.3,
-                           reverse_weight=reverse_weight, blank_skip_threshold=1.0)
+                           reverse_weight=reverse_weight, blank_skip_threshold=1.0,
+                           length_penalty=0.0, blank_penalty=0.0)
     assert searcher.ctc_greedy(shared.log_probs(), lengths)[0] == want["ctc_greedy_search"]["tokens"], wav
     nbest, ctc_scores = shared.nbest()
     assert nbest[0][0] == want["ctc_prefix_beam_search"]["tokens"], wav
     assert ctc_scores[0][0] == pytest.approx(want["ctc_prefix_beam_search"]["score"], abs=1e-3), wav
-    hyps, _ = searcher.attention_beam(enc, lengths, 4)
+    hyps, _ = searcher.attention_beam(enc, lengths, 4, length_penalty=0.0)
     assert hyps[0] == want["attention"]["tokens"], wav
     hyps, totals = searcher.attention_rescoring(enc, lengths, nbest, ctc_scores, 0.3, reverse_weight)
     assert hyps[0] == want["attention_rescoring"]["tokens"], wav
