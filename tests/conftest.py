@@ -142,6 +142,17 @@ class TinyExperiment:
         return path
 
 
+@pytest.fixture(scope="module")
+def restore_threads():
+    """The in-process tools set this process's intra-op threads (``--num_threads``): a module
+    that runs them takes this (``pytestmark = pytest.mark.usefixtures("restore_threads")``)
+    and the count is put back when the module ends."""
+    import torch
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def tiny_experiment(tiny_corpus, tmp_path_factory) -> TinyExperiment:
     root = tmp_path_factory.mktemp("tiny_experiment")

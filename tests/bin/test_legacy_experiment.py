@@ -14,7 +14,6 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 
 from asrkit.bin import recognize
 from asrkit.config import load_config
@@ -24,15 +23,10 @@ from asrkit.models.state import load_weights
 from asrkit.text import read_units
 from asrkit.text.vocabulary import Vocabulary
 
+pytestmark = pytest.mark.usefixtures("restore_threads")  # (tests/conftest.py)
+
 LEGACY = Path(__file__).resolve().parents[1] / "fixtures" / "legacy_v1"
 MODES = ["ctc_greedy_search", "ctc_prefix_beam_search", "attention", "attention_rescoring"]
-
-
-@pytest.fixture(autouse=True)
-def restore_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
 
 
 def recognize_in(folder: Path, result_dir: Path, *extra: str) -> None:

@@ -5,7 +5,6 @@ tiny (lower-case) corpus and decodes -- tokenized as WeNet does: upper-cased."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 from asrkit.bin import recognize
 from asrkit.bin.bad_input import load_text_inputs
@@ -14,16 +13,10 @@ from asrkit.data.lists import read_list
 from asrkit.text import WenetBpeTokenizer, read_units
 from tests.helpers import run_tool, train_here
 
+pytestmark = pytest.mark.usefixtures("restore_threads")  # (tests/conftest.py)
+
 WENET_SPECIAL = {"<blank>": 0, "<unk>": 1, "<sos>": 2, "<eos>": 2}
 MODES = ["ctc_prefix_beam_search", "attention"]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def restore_threads():
-    """The tools set this process's intra-op threads (--num_threads); restore them afterwards."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -20,17 +20,11 @@ from asrkit.export import load_exported
 from asrkit.text import read_units
 from tests.helpers import train_here
 
+pytestmark = pytest.mark.usefixtures("restore_threads")  # (tests/conftest.py)
+
 WENET_UNITS = Path(__file__).resolve().parents[1] / "fixtures" / "wenet" / "offline" / "units.txt"
 WENET_SPECIAL = {"<blank>": 0, "<unk>": 1, "<sos>": 2, "<eos>": 2}
 SOS_EOS, LAST = 2, 18
-
-
-@pytest.fixture(autouse=True, scope="module")
-def restore_threads():
-    """The tools set this process's intra-op threads (--num_threads); restore them afterwards."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

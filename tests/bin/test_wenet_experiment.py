@@ -16,14 +16,9 @@ from asrkit.text import read_units
 from tests.helpers import train_here
 from tests.models.test_wenet_reference import FIXTURES, MODES
 
+pytestmark = pytest.mark.usefixtures("restore_threads")  # (tests/conftest.py)
+
 REFERENCE = torch.load(FIXTURES / "offline" / "reference.pt", weights_only=True)
-
-
-@pytest.fixture(autouse=True)
-def restore_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture

@@ -12,6 +12,8 @@ from asrkit.text import read_units
 from tests.helpers import REPO
 from tests.models.test_wenet_reference import FIXTURES
 
+pytestmark = pytest.mark.usefixtures("restore_threads")  # (tests/conftest.py: the tool sets --num_threads)
+
 
 @pytest.fixture
 def stream_wav(monkeypatch):
@@ -19,9 +21,7 @@ def stream_wav(monkeypatch):
     spec = importlib.util.spec_from_file_location("stream_wav", REPO / "tools" / "stream_wav.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    threads = torch.get_num_threads()
-    yield module.main
-    torch.set_num_threads(threads)
+    return module.main
 
 
 def test_partials_then_wenets_final_transcript(stream_wav, capsys):
