@@ -18,13 +18,15 @@ setup(
         "pyyaml>=6.0",
         "numpy>=1.24",
     ],
-    extras_require={"test": ["pytest>=7.4", "pytest-xdist>=3.5"]},
+    extras_require={"test": ["pytest>=7.4", "pytest-xdist>=3.5", "sherpa-onnx>=1.12"],
+                    "export": ["onnx>=1.16", "onnxruntime>=1.18"]},
     entry_points={
         "console_scripts": [
             "asrkit-train = asrkit.bin.train:main",
             "asrkit-average-model = asrkit.bin.average_model:main",
             "asrkit-recognize = asrkit.bin.recognize:main",
             "asrkit-export = asrkit.bin.export:main",
+            "asrkit-export-onnx = asrkit.bin.export_onnx:main",
         ],
     },
 )

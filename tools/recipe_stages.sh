@@ -18,7 +18,9 @@
 #                                                       into DIR/decode_SET (full context) or
 #                                                       DIR/decode_SET_chunkC[_leftL] (chunk=C > 0,
 #                                                       left_chunks=L >= 0)
-#   stage_export N config=YAML checkpoint=PT out=ZIP    TorchScript archive
+#   stage_export N config=YAML checkpoint=PT out=ZIP [onnx_dir=DIR]
+#                                                       TorchScript archive; with onnx_dir also the
+#                                                       sherpa-onnx models (asrkit.bin.export_onnx)
 #
 # Two arrays carry the shared launch and decoding variables of tools/recipe_defaults.sh (after
 # the command-line options) to those stages: `launch` and `decoding`, built below.
@@ -187,13 +189,20 @@ stage_average_decode_score() {
   done
 }
 
-# The archive is redone when the checkpoint is newer than it.
+# Each export is redone when the checkpoint is newer than it.
 stage_export() {
-  local n=$1 config="" checkpoint="" out="" rest; shift
-  bind "config checkpoint out" "$@" && need config checkpoint out || return 2
+  local n=$1 config="" checkpoint="" out="" onnx_dir="" rest; shift
+  bind "config checkpoint out onnx_dir" "$@" && need config checkpoint out || return 2
   if ! stale "$out" "$checkpoint"; then
-    say "$n: $out exists and is newer than $checkpoint, skipped"; return
+    say "$n: $out exists and is newer than $checkpoint, skipped"
+  else
+    say "$n: export TorchScript -> $out"
+    python -m asrkit.bin.export --config "$config" --checkpoint "$checkpoint" --output "$out" || return 1
   fi
-  say "$n: export TorchScript -> $out"
-  python -m asrkit.bin.export --config "$config" --checkpoint "$checkpoint" --output "$out"
+  [ -n "$onnx_dir" ] || return 0
+  if ! stale "$onnx_dir/model.onnx" "$checkpoint"; then
+    say "$n: $onnx_dir/model.onnx exists and is newer than $checkpoint, skipped"; return
+  fi
+  say "$n: export ONNX for sherpa-onnx -> $onnx_dir"
+  python -m asrkit.bin.export_onnx --config "$config" --checkpoint "$checkpoint" --output_dir "$onnx_dir"
 }

@@ -17,10 +17,9 @@ def sinusoid_table(positions: torch.Tensor, d_model: int) -> torch.Tensor:
         raise ValueError(f"positional encoding needs an even dimension, got {d_model}")
     inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
     angles = positions.to(torch.float32).unsqueeze(1) * inv_freq.unsqueeze(0)
-    table = torch.empty(positions.numel(), d_model, dtype=torch.float32)
-    table[:, 0::2] = torch.sin(angles)
-    table[:, 1::2] = torch.cos(angles)
-    return table
+    # [N, d/2, 2] -> [N, d]: sin and cos interleaved; no in-place writes, so an ONNX trace
+    # computes the rows in the graph for any (dynamic) positions
+    return torch.stack([torch.sin(angles), torch.cos(angles)], dim=-1).flatten(1)
 
 
 class PositionalEncoding(nn.Module):
@@ -38,6 +37,8 @@ class PositionalEncoding(nn.Module):
         self.register_buffer("pe", sinusoid_table(torch.arange(max_len), d_model).unsqueeze(0), persistent=False)
 
     def _table(self, length: int) -> torch.Tensor:
+        if torch.jit.is_tracing():  # ONNX export: rows computed in the graph, no length limit
+            return sinusoid_table(torch.arange(length), self.d_model).unsqueeze(0)
         if length > self.pe.size(1):
             self.pe = sinusoid_table(torch.arange(length), self.d_model).unsqueeze(0).to(self.pe.device)
         return self.pe[:, :length]
@@ -63,6 +64,26 @@ class PositionalEncoding(nn.Module):
         self-attention ignores it."""
         return self.key_rows(offset, cache_frames, chunk_frames)
 
+    @torch.jit.unused
+    def chunk_at(self, x: torch.Tensor, start: torch.Tensor, cache_frames: int
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ONNX-export form of a chunk's encoding, the chunk's position being a tensor
+        (a graph input): ``x [1, T, D]`` (subsampled, before scaling), ``start`` int64
+        ``[1]`` the encoder-frame position of its first frame.  Returns ``(x · sqrt(d) +
+        PE(start .. start+T−1), key rows)`` where the key rows are ``PE`` of the positions
+        ``start − cache_frames .. start + T − 1`` computed in the graph (rows of negative
+        positions belong to cache padding, which the mask excludes) -- what
+        ``forward(x, offset)`` and :meth:`chunk_table` give for ``offset = start``."""
+        rows = self.rows_at(start, cache_frames, x.size(1)).to(x.dtype)
+        return self.dropout(x * self.xscale + rows[:, cache_frames:]), rows
+
+    @torch.jit.unused
+    def rows_at(self, start: torch.Tensor, cache_frames: int, chunk_frames: int) -> torch.Tensor:
+        """``[1, cache_frames + chunk_frames, d_model]``: sinusoid rows of the positions
+        ``start − cache_frames .. start + chunk_frames − 1`` (``start`` a tensor)."""
+        positions = start.reshape(1) + torch.arange(-cache_frames, chunk_frames, dtype=start.dtype)
+        return sinusoid_table(positions, self.d_model).unsqueeze(0)
+
 
 class RelPositionalEncoding(PositionalEncoding):
     """WeNet's relative encoding (``pos_enc_layer_type: rel_pos``): returns
@@ -81,6 +102,14 @@ class RelPositionalEncoding(PositionalEncoding):
         """``dropout(key_rows(...))``: the table rows of a chunk's keys, cache rows first
         (WeNet's ``position_encoding(offset − cache_t, cache_t + chunk)``)."""
         return self.dropout(self.key_rows(offset, cache_frames, chunk_frames))
+
+    @torch.jit.unused
+    def chunk_at(self, x: torch.Tensor, start: torch.Tensor, cache_frames: int
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """ONNX-export form (see :meth:`PositionalEncoding.chunk_at`): ``(x · sqrt(d),
+        key rows)``; nothing is added to ``x``."""
+        rows = self.rows_at(start, cache_frames, x.size(1)).to(x.dtype)
+        return self.dropout(x * self.xscale), self.dropout(rows)
 
 
 class XLRelPositionalEncoding(nn.Module):
@@ -103,6 +132,8 @@ class XLRelPositionalEncoding(nn.Module):
     def distance_table(self, longest: int, shortest: int) -> torch.Tensor:
         """``[1, longest + shortest + 1, d_model]``: ``PE`` of the distances ``longest``
         down to ``−shortest``."""
+        if torch.jit.is_tracing():  # ONNX export: rows computed in the graph, no length limit
+            return sinusoid_table(torch.arange(longest, -shortest - 1, -1), self.d_model).unsqueeze(0)
         needed = max(longest, shortest) + 1
         if needed > self.max_len:
             self.max_len = needed
@@ -126,3 +157,10 @@ class XLRelPositionalEncoding(nn.Module):
         what :class:`~asrkit.models.attention.XLRelPositionMultiHeadedAttention` reads.
         ``offset`` is unused (only distances matter)."""
         return self.dropout(self.distance_table(cache_frames + chunk_frames - 1, chunk_frames - 1))
+
+    @torch.jit.unused
+    def chunk_at(self, x: torch.Tensor, start: torch.Tensor, cache_frames: int
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """ONNX-export form (see :meth:`PositionalEncoding.chunk_at`); ``start`` is unused:
+        only distances matter."""
+        return self.dropout(x * self.xscale), self.chunk_table(0, cache_frames, x.size(1)).to(x.dtype)

@@ -154,17 +154,42 @@ class BaseEncoder(nn.Module):
             keep_from = 0
         else:
             keep_from = max(keys - required_cache_size, 0)
+        x, new_att, new_cnn = self.chunk_layers(x, att_mask, pos_emb, att_cache, cnn_cache)
+        return x, new_att[:, :, keep_from:], new_cnn
+
+    def chunk_layers(self, x: torch.Tensor, att_mask: Optional[torch.Tensor], pos_emb: torch.Tensor,
+                     att_cache: torch.Tensor, cnn_cache: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The blocks and the final norm over one embedded chunk ``x [1, T, D]`` (caches,
+        mask and ``pos_emb`` as in :meth:`forward_chunk`).  Returns ``(ys [1, T, D],
+        att [num_blocks, H, C + T, 2·d_k]`` (untrimmed: the cache rows and the chunk's)``,
+        new_cnn_cache)``."""
         new_att: list[torch.Tensor] = []
         new_cnn: list[torch.Tensor] = []
         for i, layer in enumerate(self.encoders):
             layer_att = att_cache[i:i + 1] if att_cache.size(0) > 0 else att_cache
             layer_cnn = cnn_cache[i] if cnn_cache.size(0) > 0 else cnn_cache
             x, att, cnn = layer.forward_chunk(x, att_mask, pos_emb, layer_att, layer_cnn)
-            new_att.append(att[:, :, keep_from:])
+            new_att.append(att)
             new_cnn.append(cnn.unsqueeze(0))
         if self.after_norm is not None:
             x = self.after_norm(x)
         return x, torch.cat(new_att, dim=0), torch.cat(new_cnn, dim=0)
+
+    @torch.jit.unused
+    def forward_chunk_at(self, xs: torch.Tensor, start: torch.Tensor, att_cache: torch.Tensor,
+                         cnn_cache: torch.Tensor, att_mask: torch.Tensor
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`forward_chunk` in the form an ONNX trace keeps general (the streaming
+        export, :mod:`asrkit.export.onnx_graphs`): the chunk's position ``start`` (int64
+        ``[1]``, the encoder-frame index of its first frame) is a tensor, the attention
+        cache has a fixed ``C >= 1`` rows (zero padding at a stream's start, excluded by
+        ``att_mask [1, 1, C + T]``) and is returned untrimmed (``C + T`` rows: the caller
+        keeps the last ``C``).  Same numbers as :meth:`forward_chunk` with
+        ``offset = start``."""
+        x = self.embed.subsample(xs)
+        x, pos_emb = self.embed.pos_enc.chunk_at(x, start, att_cache.size(2))
+        return self.chunk_layers(x, att_mask, pos_emb, att_cache, cnn_cache)
 
     def forward_chunk_by_chunk(self, xs: torch.Tensor, decoding_chunk_size: int,
                                num_decoding_left_chunks: int = -1, fixed_cache: bool = False

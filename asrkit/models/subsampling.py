@@ -145,6 +145,12 @@ class Conv2dSubsampling(nn.Module):
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Returns ``(x [B, T', odim], pos_emb, out_lengths [B])``; ``offset``: the index
         of the first output frame in its stream (the positional encoding's offset)."""
+        x, pos_emb = self.pos_enc(self.subsample(x), offset)
+        return x, pos_emb, self.output_lengths(lengths)
+
+    def subsample(self, x: torch.Tensor) -> torch.Tensor:
+        """``[B, T, idim] -> [B, T', odim]``: the convolutions and the output projection,
+        before the positional encoding."""
         # channels-last activations let oneDNN run the later convolutions near the
         # machine's matmul rate on CPU (the second conv is half the small conformer's FLOPs)
         x = self.first_layer(x)
@@ -155,6 +161,4 @@ class Conv2dSubsampling(nn.Module):
         else:
             x = self.later_layers(x)
         b, c, t, f = x.size()
-        x = self.out(x.transpose(1, 2).reshape(b, t, c * f))
-        x, pos_emb = self.pos_enc(x, offset)
-        return x, pos_emb, self.output_lengths(lengths)
+        return self.out(x.transpose(1, 2).reshape(b, t, c * f))

@@ -40,6 +40,8 @@ def test_stages_0_to_6_then_idempotent_reruns(recipe):
     table = (exp / "decode_test" / "results.md").read_text()
     assert all(f"| {m} |" in table for m in MODES) and table in proc.stdout
     assert (exp / "final.zip").is_file() and (exp / "avg_2.pt").is_file()
+    onnx = sorted(p.name for p in (exp / "onnx").iterdir())
+    assert onnx == ["model.int8.onnx", "model.onnx", "tokens.txt"]  # full-context model: no streaming one
 
     prepared = [*(recipe / "data").rglob("*.list"), recipe / "data" / "dict" / "units.txt",
                 recipe / "data" / "train" / "global_cmvn"]
@@ -68,3 +70,6 @@ def test_streaming_path_trains_u2pp_and_decodes_full_context_and_in_chunks(recip
         table = (exp / folder / "results.md").read_text()
         assert all(f"| {m} |" in table for m in MODES), folder
     assert (exp / "final.zip").is_file()
+    onnx = sorted(p.name for p in (exp / "onnx").iterdir())
+    assert onnx == ["model-streaming.int8.onnx", "model-streaming.onnx", "model.int8.onnx", "model.onnx",
+                    "tokens.txt"]

@@ -57,5 +57,5 @@ decode_checkpoint=${decode_checkpoint:-$dir/avg_${average_num}.pt}
 # shellcheck disable=SC2086  # test_sets is a word list
 run_stage 5 && stage_average_decode_score 5 "${decoding[@]}" dir="$dir" checkpoint="$decode_checkpoint" \
   type="$data_type" -- $test_sets
-run_stage 6 && stage_export 6 config="$dir/train.yaml" checkpoint="$decode_checkpoint" out="$dir/final.zip"
+run_stage 6 && stage_export 6 config="$dir/train.yaml" checkpoint="$decode_checkpoint" out="$dir/final.zip" onnx_dir="$dir/onnx"
 exit 0

@@ -1,0 +1,92 @@
+"""Export a trained CTC model as ONNX for sherpa-onnx.
+
+    python -m asrkit.bin.export_onnx --config exp/x/train.yaml \\
+        --checkpoint exp/x/avg_5.pt --output_dir exp/x/onnx
+
+writes into ``--output_dir``: ``model.onnx`` (offline, for
+``sherpa_onnx.OfflineRecognizer.from_wenet_ctc``), for a streaming model (dynamic-chunk
+or static-chunk training) ``model-streaming.onnx`` (for
+``sherpa_onnx.OnlineRecognizer.from_wenet_ctc``; the chunk size and number of left chunks
+are the recognizer's arguments), ``*.int8.onnx`` (dynamic int8 quantization; ``--int8
+false`` skips it) and ``tokens.txt``.  CMVN is inside the models: they take raw fbank.
+Each fp32 file is checked against eager asrkit under onnxruntime before it is kept
+(``--no_verify`` skips that).  A model without a CTC head is refused.
+Exit status 0 on success, 1 on a clear error, 2 on bad usage.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from asrkit.bin.bad_input import BAD_INPUT
+from asrkit.bin.export import load_for_export
+
+log = logging.getLogger("asrkit.export_onnx")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", required=True, help="the experiment's train.yaml")
+    p.add_argument("--checkpoint", required=True, help="checkpoint (training checkpoint or bare state_dict)")
+    p.add_argument("--output_dir", required=True, help="folder for model*.onnx and tokens.txt")
+    p.add_argument("--override", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="override a config value (repeatable)")
+    p.add_argument("--streaming", choices=["auto", "true", "false"], default="auto",
+                   help="also write model-streaming.onnx; auto: when the model was trained with chunks "
+                        "(use_dynamic_chunk or static_chunk_size)")
+    p.add_argument("--int8", choices=["true", "false"], default="true",
+                   help="also write int8 dynamically quantized copies (*.int8.onnx)")
+    p.add_argument("--num_threads", type=int, default=1, help="intra-op threads for export and its check")
+    p.add_argument("--no_verify", action="store_true", help="skip the check against eager asrkit")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from asrkit.export.onnx import export_onnx
+
+    cfg, tokenizer, model, feature_cmvn = load_for_export(args)
+    if model.ctc is None:
+        log.error("the model has no CTC head (ctc_weight 0): sherpa-onnx's WeNet CTC models are CTC "
+                  "log-posteriors, so there is nothing to export; use the TorchScript export")
+        return 2
+    enc = cfg.encoder_conf
+    chunked = bool(enc.use_dynamic_chunk or enc.static_chunk_size > 0)
+    if args.streaming == "true" and not chunked:
+        log.error("--streaming true: the model was trained with full context only (encoder_conf."
+                  "use_dynamic_chunk false, static_chunk_size 0); it would stream badly. Train a U2++ "
+                  "model or export with --streaming false")
+        return 2
+    streaming = chunked if args.streaming == "auto" else args.streaming == "true"
+    fbank = cfg.dataset_conf.fbank_conf
+    summary = export_onnx(model, list(tokenizer.symbols), Path(args.output_dir),
+                          num_mel_bins=fbank.num_mel_bins, sample_rate=cfg.dataset_conf.resample_conf.resample_rate,
+                          frame_length=fbank.frame_length, frame_shift=fbank.frame_shift, feature_cmvn=feature_cmvn,
+                          streaming=streaming, int8=args.int8 == "true", verify=not args.no_verify)
+    files = ", ".join(f"{name} ({size / 1e6:.1f} MB)" for name, size in summary["files"].items())
+    checks = ", ".join(f"{name} {diff:.2g}" for name, diff in summary["max_abs_diff"].items())
+    print(f"exported to {args.output_dir}: {files}, tokens.txt in {summary['seconds']:.1f} s"
+          + (f"; max |log-prob diff| vs eager under onnxruntime: {checks}" if checks else ""))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+    try:
+        return run(args)
+    except BAD_INPUT as e:  # the config, units or checkpoint handed in: one line, status 2
+        log.error("%s", e)
+        return 2
+    except ImportError as e:
+        log.error("%s: ONNX export needs onnx and onnxruntime (pip install -r requirements.txt)", e)
+        return 1
+    except (ValueError, OSError, RuntimeError) as e:
+        log.error("%s", e)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
