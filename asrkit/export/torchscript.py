@@ -14,8 +14,18 @@ Which methods a model supports depends on its heads: ``ctc_greedy_search`` and
 ``attention_rescoring`` both; ``supported_modes()`` lists them and a method whose head is
 missing raises "... needs a CTC head ..." / "... needs an attention decoder ...".
 
+WeNet's C++ runtime (``TorchAsrModel``) loads the archive as it loads WeNet's own
+``final.zip``: at load time it reads ``subsampling_rate()``, ``right_context()``,
+``sos_symbol()``, ``eos_symbol()`` and ``is_bidirectional_decoder()``; per chunk it calls
+``forward_encoder_chunk(xs, offset, required_cache_size, att_cache, cnn_cache)`` on raw
+fbank (CMVN is applied inside, as WeNet's encoder carries its ``global_cmvn``) and
+``ctc_activation(y)``; at the end ``forward_attention_decoder(hyps, hyps_lens,
+encoder_out, reverse_weight)`` for attention rescoring.  All of them have WeNet's
+signatures and semantics (``tests/export/test_wenet_runtime.py`` drives the module the
+way the runtime does).
+
 The wrapper reaches the model only through its submodules' ``forward`` methods
-(``cmvn(x)``, ``encoder(feats, lengths)``, ``ctc(enc_out)``,
+(``cmvn(x)``, ``encoder(feats, lengths)``, ``encoder.forward_chunk``, ``ctc(enc_out)``,
 ``decoder(memory, memory_mask, ys_in, ys_in_lengths, r_ys_in, memory_index)``,
 ``decoder.forward_one_step``), so it follows refactors inside them.
 """
@@ -108,7 +118,8 @@ class ScriptableAsr(nn.Module):
 
     @torch.jit.export
     def right_context(self) -> int:
-        """Input frames an output frame sees beyond its first one (subsampling context)."""
+        """Input frames an output frame sees beyond its first one (the subsampling's
+        context: 6 for 4x, 10 for 6x, 14 for 8x; WeNet's ``embed.right_context``)."""
         return self.context
 
     @torch.jit.export
@@ -182,14 +193,39 @@ class ScriptableAsr(nn.Module):
         return 0.0
 
     # ------------------------------------------------------------------ network
-    def forward(self, feats: torch.Tensor, feats_lengths: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Raw Kaldi fbank ``[B, T, F]`` (zero-padded) and lengths ``[B]`` ->
-        ``(encoder_out [B, T', D], encoder_lengths [B])``, CMVN included."""
+    def normalize(self, feats: torch.Tensor) -> torch.Tensor:
+        """Raw fbank -> what the encoder reads: the feature CMVN, then the model's own."""
         if self.feature_cmvn is not None:
             feats = self.feature_cmvn(feats)
         if self.cmvn is not None:
             feats = self.cmvn(feats)
-        return self.encoder(feats, feats_lengths)
+        return feats
+
+    def forward(self, feats: torch.Tensor, feats_lengths: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Raw Kaldi fbank ``[B, T, F]`` (zero-padded) and lengths ``[B]`` ->
+        ``(encoder_out [B, T', D], encoder_lengths [B])``, CMVN included."""
+        return self.encoder(self.normalize(feats), feats_lengths)
+
+    @torch.jit.export
+    def forward_encoder_chunk(self, xs: torch.Tensor, offset: int, required_cache_size: int,
+                              att_cache: torch.Tensor = torch.zeros(0, 0, 0, 0),
+                              cnn_cache: torch.Tensor = torch.zeros(0, 0, 0, 0)
+                              ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One chunk of a stream, WeNet's streaming interface (what its C++ runtime calls
+        per chunk): the encoder's ``forward_chunk`` on raw fbank, CMVN included.
+
+        ``xs [1, T_in, F]``: raw fbank of the chunk, ``(chunk − 1)·subsampling_rate() +
+        right_context() + 1`` frames (the last one may be shorter: WeNet's runtime sends
+        more than ``right_context() + 1``), consecutive chunks overlapping by
+        ``right_context() + 1 − subsampling_rate()`` frames; the whole utterance for full
+        context.  ``offset``:
+        encoder frames returned so far in this stream.  ``required_cache_size``: attention
+        cache frames to keep for the next chunk (``chunk · num_left_chunks``; < 0 keeps
+        all).  ``att_cache [num_blocks, H, C, 2·d_k]`` and ``cnn_cache [num_blocks, 1, D,
+        kernel − 1]``: what the previous call returned, ``torch.zeros(0, 0, 0, 0)`` at the
+        start.  Returns ``(y [1, T, D], new_att_cache, new_cnn_cache)``; the caller
+        advances ``offset`` by ``T`` and passes ``y`` to :meth:`ctc_activation`."""
+        return self.encoder.forward_chunk(self.normalize(xs), offset, required_cache_size, att_cache, cnn_cache)
 
     @torch.jit.export
     def ctc_log_probs(self, encoder_out: torch.Tensor) -> torch.Tensor:
@@ -198,7 +234,8 @@ class ScriptableAsr(nn.Module):
 
     @torch.jit.export
     def ctc_activation(self, encoder_out: torch.Tensor) -> torch.Tensor:
-        """WeNet's name for :meth:`ctc_log_probs`."""
+        """WeNet's name for :meth:`ctc_log_probs`: ``[1, T, D]`` of a chunk (or any
+        ``[B, T, D]``) -> CTC log-posteriors ``[B, T, V]`` (fp32, contiguous)."""
         return self.searcher.ctc_log_probs(encoder_out)
 
     @torch.jit.export
@@ -206,10 +243,13 @@ class ScriptableAsr(nn.Module):
                                   encoder_out: torch.Tensor, reverse_weight: float = 0.0
                                   ) -> Tuple[torch.Tensor, torch.Tensor]:
         """WeNet's rescoring interface for one utterance: ``hyps [N, L]`` start with
-        ``<sos>`` (padding any id), ``hyps_lens [N]`` count the ``<sos>``,
-        ``encoder_out [1, T', D]`` (all frames valid).  Returns decoder log-probabilities
-        ``[N, L, V]`` left-to-right and, when ``reverse_weight > 0`` and the decoder is
-        bidirectional, right-to-left over ``<sos>`` + the reversed tokens (else zeros)."""
+        ``<sos>`` (padding any id; WeNet's runtime pads with 0), ``hyps_lens [N]`` count
+        the ``<sos>``, ``encoder_out [1, T', D]`` (all frames valid: the runtime's
+        concatenated chunk outputs).  Returns decoder log-probabilities ``[N, L, V]``
+        left-to-right and, when ``reverse_weight > 0`` and the decoder is bidirectional,
+        ``[N, L, V]`` right-to-left over ``<sos>`` + the reversed tokens (row ``j`` scores
+        the ``j``-th token of the reversed hypothesis, row ``len`` its ``<eos>``); else
+        zeros of that shape (WeNet returns a scalar there, which nobody reads)."""
         decoder = self.searcher.decoder
         if decoder is None:
             raise RuntimeError("this model has no attention decoder (it was trained with ctc_weight 1)")
