@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""One model, every way out of asrkit: CER and real-time factor of asrkit eager,
+TorchScript (final.zip), ONNX fp32/int8 under onnxruntime and sherpa-onnx offline and
+streaming, on one thread, one utterance at a time, plus the file sizes.
+
+    bench/deploy_compare.py --exp exp/u2pp_cpu --checkpoint exp/u2pp_cpu/avg_3.pt \
+        --data data/test/data.list [--chunk 16 --left_chunks 4] [--max_utts 0] [--json out.json]
+
+``--exp`` holds ``train.yaml``, ``final.zip`` and ``onnx/`` (stage 6 of a recipe).  RTF =
+wall time per utterance (audio already in memory; features, model and search included)
+/ audio seconds.  The greedy CTC rows are what sherpa-onnx can do; asrkit's
+``attention_rescoring`` is there for what that costs.  ``sherpa ... (default fbank)``
+rows keep sherpa-onnx's ``from_wenet_ctc`` filterbank defaults (``snip_edges`` false,
+top mel bin at Nyquist − 400 Hz) instead of the training filterbank
+(:mod:`asrkit.export.sherpa`).  Streaming rows (chunk and left chunks as given) appear for
+a model with ``onnx/model-streaming.onnx``; the asrkit row at the same chunk is the masked
+forward over the whole utterance.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from asrkit.bin.bad_input import load_text_inputs  # noqa: E402
+from asrkit.config import load_config  # noqa: E402
+from asrkit.data.features import compute_fbank  # noqa: E402
+from asrkit.data.lists import read_list  # noqa: E402
+from asrkit.decode import decode  # noqa: E402
+from asrkit.decode.recognizer import load_model  # noqa: E402
+from asrkit.export import load_exported  # noqa: E402
+from asrkit.export.onnx import OFFLINE_FILE, STREAMING_FILE, int8_name, ort_session, session_runner  # noqa: E402
+from asrkit.export.sherpa import (decode_offline, decode_streaming, offline_recognizer,  # noqa: E402
+                                  online_recognizer)
+from asrkit.metrics import score  # noqa: E402
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--exp", required=True, help="experiment dir with train.yaml, final.zip and onnx/")
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--data", required=True, help="raw data.list (wav, txt, duration)")
+    p.add_argument("--override", action="append", default=[], metavar="KEY.PATH=VALUE")
+    p.add_argument("--chunk", type=int, default=16, help="streaming chunk (encoder frames)")
+    p.add_argument("--left_chunks", type=int, default=4)
+    p.add_argument("--beam_size", type=int, default=10)
+    p.add_argument("--ctc_weight", type=float, default=0.3)
+    p.add_argument("--reverse_weight", type=float, default=0.0)
+    p.add_argument("--max_utts", type=int, default=0)
+    p.add_argument("--json", default=None, help="also write the rows as JSON here")
+    return p.parse_args(argv)
+
+
+def timed(fn: Callable[[np.ndarray, int], str], audio, rate: int) -> tuple[dict, float]:
+    """Texts by key and total seconds; three warm-up calls first (not counted: TorchScript's
+    profiling executor optimises after its first calls)."""
+    for _, samples in audio[:3]:
+        fn(samples, rate)
+    texts, seconds = {}, 0.0
+    for key, samples in audio:
+        t0 = time.perf_counter()
+        texts[key] = fn(samples, rate)
+        seconds += time.perf_counter() - t0
+    return texts, seconds
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    exp = Path(args.exp)
+    cfg = load_config(exp / "train.yaml", args.override)
+    tokenizer = load_text_inputs(cfg, model_cmvn=False)
+    model = load_model(cfg, args.checkpoint, tokenizer.vocabulary)
+    fb = cfg.dataset_conf.fbank_conf
+    rate = cfg.dataset_conf.resample_conf.resample_rate
+    import soundfile as sf
+    entries = read_list(args.data)
+    if args.max_utts:
+        entries = entries[:args.max_utts]
+    audio = [(e.key, sf.read(e.wav, dtype="float32")[0]) for e in entries]
+    refs = {e.key: e.txt for e in entries}
+    audio_s = sum(len(a) for _, a in audio) / rate
+
+    def feats_of(samples):
+        return compute_fbank(torch.from_numpy(samples).unsqueeze(0), rate, num_mel_bins=fb.num_mel_bins,
+                             frame_length=fb.frame_length, frame_shift=fb.frame_shift)
+
+    def eager(mode, chunk=0, left=-1):
+        def run(samples, _rate):
+            with torch.inference_mode():
+                f = feats_of(samples).unsqueeze(0)
+                ids = decode(model, f, torch.tensor([f.size(1)]), [mode], beam_size=args.beam_size,
+                             ctc_weight=args.ctc_weight, reverse_weight=args.reverse_weight,
+                             decoding_chunk_size=chunk, num_decoding_left_chunks=left)[mode][0]
+            return tokenizer.decode(ids)
+        return run
+
+    scripted, _ = load_exported(exp / "final.zip")
+
+    def torchscript(mode):
+        def run(samples, _rate):
+            with torch.inference_mode():
+                f = feats_of(samples).unsqueeze(0)
+                ids = scripted.decode(f, torch.tensor([f.size(1)]), args.beam_size, args.ctc_weight,
+                                      args.reverse_weight, modes=[mode])[mode][0]
+            return tokenizer.decode(ids)
+        return run
+
+    blank = int(model.blank_id)
+
+    def onnxruntime(path):
+        ort_run = session_runner(ort_session(path))
+
+        def run(samples, _rate):
+            f = feats_of(samples).unsqueeze(0)
+            log_probs, _ = ort_run(f, torch.tensor([f.size(1)]))
+            ids = [i for i in torch.unique_consecutive(torch.from_numpy(log_probs[0]).argmax(-1)).tolist()
+                   if i != blank]
+            return tokenizer.decode(ids)
+        return run
+
+    onnx = exp / "onnx"
+    streaming = (onnx / STREAMING_FILE).is_file()
+    chunk_note = f"chunk {args.chunk}, {args.left_chunks} left"
+    engines = [
+        ("asrkit eager", "attention_rescoring", eager("attention_rescoring"), "final.zip"),
+        ("asrkit eager", "ctc_greedy_search", eager("ctc_greedy_search"), None),
+        ("TorchScript final.zip", "attention_rescoring", torchscript("attention_rescoring"), "final.zip"),
+        ("TorchScript final.zip", "ctc_greedy_search", torchscript("ctc_greedy_search"), None),
+        ("onnxruntime fp32", "ctc_greedy_search", onnxruntime(onnx / OFFLINE_FILE), OFFLINE_FILE),
+        ("onnxruntime int8", "ctc_greedy_search", onnxruntime(int8_name(onnx / OFFLINE_FILE)),
+         int8_name(onnx / OFFLINE_FILE).name),
+    ]
+    for label, model_file, matched in (("sherpa-onnx offline fp32", OFFLINE_FILE, True),
+                                       ("sherpa-onnx offline int8", int8_name(onnx / OFFLINE_FILE).name, True),
+                                       ("sherpa-onnx offline fp32 (default fbank)", OFFLINE_FILE, False)):
+        rec = offline_recognizer(onnx, model=model_file, matched_features=matched)
+        engines.append((label, "ctc_greedy_search", lambda s, r, rec=rec: decode_offline(rec, s, r).text, None))
+    if streaming:
+        engines.append((f"asrkit eager, {chunk_note}", "ctc_greedy_search",
+                        eager("ctc_greedy_search", args.chunk, args.left_chunks), None))
+        engines.append((f"asrkit eager, {chunk_note}", "attention_rescoring",
+                        eager("attention_rescoring", args.chunk, args.left_chunks), None))
+        for label, model_file, matched in (("fp32", STREAMING_FILE, True),
+                                           ("int8", int8_name(onnx / STREAMING_FILE).name, True),
+                                           ("fp32 (default fbank)", STREAMING_FILE, False)):
+            rec = online_recognizer(onnx, model=model_file, chunk_size=args.chunk, num_left_chunks=args.left_chunks,
+                                    matched_features=matched)
+            engines.append((f"sherpa-onnx streaming {label}, {chunk_note}", "ctc_greedy_search",
+                            lambda s, r, rec=rec: decode_streaming(rec, s, r), model_file))
+    rows = []
+    print(f"{len(audio)} utterances, {audio_s:.1f} s of audio, 1 thread\n")
+    print("| engine | search | CER % | RTF | file (MB) |\n| --- | --- | --- | --- | --- |")
+    for label, search, fn, file in engines:
+        texts, seconds = timed(fn, audio, rate)
+        totals, _ = score(refs, texts, mode="char")
+        size = ((exp / file) if file == "final.zip" else onnx / file).stat().st_size / 1e6 if file else None
+        row = {"engine": label, "search": search, "cer": 100.0 * totals.rate,
+               "rtf": seconds / audio_s, "mb": size}
+        rows.append(row)
+        print(f"| {label} | {search} | {row['cer']:.2f} | {row['rtf']:.4f} | "
+              f"{'' if size is None else f'{size:.1f}'} |", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""bench/deploy_compare.py runs as documented on an experiment laid out as stage 6 leaves
+it (train.yaml, final.zip, onnx/ with a streaming model) and reports a row per engine
+whose CER agrees with what the test computes itself and whose time lies inside the run."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+
+from asrkit.bin.export import main as export_main
+from asrkit.bin.export_onnx import main as export_onnx_main
+from asrkit.config import load_config
+from asrkit.models import build_model
+from asrkit.text import build_tokenizer
+from tests.helpers import REPO
+
+pytestmark = [pytest.mark.usefixtures("restore_threads"), pytest.mark.slow]  # (exports and 14 decodes: ~20 s)
+
+
+def test_deploy_compare_reports_every_engine(tiny_experiment, tmp_path, capsys):
+    import sys
+    sys.path.insert(0, str(REPO))
+    import bench.deploy_compare as bench
+
+    config = tiny_experiment.config(tmp_path / "train.yaml", encoder_conf={"use_dynamic_chunk": True,
+                                                                            "causal": True})
+    cfg = load_config(config)
+    torch.manual_seed(0)
+    model = build_model(cfg, 40, build_tokenizer(cfg).vocabulary)
+    with torch.no_grad():
+        model.ctc.ctc_lo.bias[0] += 1.5
+    torch.save({"model": model.state_dict()}, tmp_path / "avg.pt")
+    common = ["--config", str(config), "--checkpoint", str(tmp_path / "avg.pt")]
+    assert export_main([*common, "--output", str(tmp_path / "final.zip")]) == 0
+    assert export_onnx_main([*common, "--output_dir", str(tmp_path / "onnx")]) == 0
+    capsys.readouterr()
+    start = time.perf_counter()
+    assert bench.main(["--exp", str(tmp_path), "--checkpoint", str(tmp_path / "avg.pt"), "--data",
+                       str(tiny_experiment.corpus.splits["test"].data_list), "--max_utts", "4", "--chunk", "4",
+                       "--left_chunks", "2", "--beam_size", "3", "--json", str(tmp_path / "rows.json")]) == 0
+    wall = time.perf_counter() - start
+    printed = capsys.readouterr().out
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    engines = [(r["engine"], r["search"]) for r in rows]
+    assert ("sherpa-onnx streaming fp32, chunk 4, 2 left", "ctc_greedy_search") in engines
+    assert len(engines) == 14 and all(f"| {r['engine']} | {r['search']} |" in printed for r in rows)
+    cer = {(r["engine"], r["search"]): r["cer"] for r in rows}
+    greedy = cer[("asrkit eager", "ctc_greedy_search")]
+    # the same greedy search over the same numbers: the same transcripts
+    for engine in ("TorchScript final.zip", "onnxruntime fp32", "sherpa-onnx offline fp32"):
+        assert cer[(engine, "ctc_greedy_search")] == greedy, engine
+    assert cer[("TorchScript final.zip", "attention_rescoring")] == cer[("asrkit eager", "attention_rescoring")]
+    assert all(0 < r["rtf"] for r in rows)
+    audio = 4 * 0.5  # (lower bound: the tiny corpus' utterances are longer than 0.5 s)
+    assert sum(r["rtf"] for r in rows) * audio < wall
+    sizes = {r["engine"]: r["mb"] for r in rows if r["mb"]}
+    assert sizes["onnxruntime int8"] < sizes["onnxruntime fp32"]
