@@ -48,9 +48,13 @@ def test_deploy_compare_reports_every_engine(tiny_experiment, tmp_path, capsys):
     assert len(engines) == 14 and all(f"| {r['engine']} | {r['search']} |" in printed for r in rows)
     cer = {(r["engine"], r["search"]): r["cer"] for r in rows}
     greedy = cer[("asrkit eager", "ctc_greedy_search")]
-    # the same greedy search over the same numbers: the same transcripts
-    for engine in ("TorchScript final.zip", "onnxruntime fp32", "sherpa-onnx offline fp32"):
+    # the same greedy search over the same fbank and numbers: the same transcripts
+    for engine in ("TorchScript final.zip", "onnxruntime fp32"):
         assert cer[(engine, "ctc_greedy_search")] == greedy, engine
+    # sherpa-onnx computes its own fbank (equal to ~1e-5): on this random model, whose
+    # posteriors are near ties, a character may flip (the exact equality on trained models
+    # and fixed wavs is tests/export/test_onnx.py's); a row of another engine would be far off
+    assert abs(cer[("sherpa-onnx offline fp32", "ctc_greedy_search")] - greedy) < 5.0
     assert cer[("TorchScript final.zip", "attention_rescoring")] == cer[("asrkit eager", "attention_rescoring")]
     assert all(0 < r["rtf"] for r in rows)
     audio = 4 * 0.5  # (lower bound: the tiny corpus' utterances are longer than 0.5 s)
