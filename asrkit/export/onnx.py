@@ -15,7 +15,6 @@ export check, the tests and the benchmarks all use it.
 from __future__ import annotations
 
 import logging
-import os
 import time
 import warnings
 from pathlib import Path
@@ -26,6 +25,7 @@ from torch import nn
 
 from asrkit.export.archive import ExportCheckError, inference_copy
 from asrkit.export.onnx_graphs import OfflineCtcGraph, StreamingCtcGraph
+from asrkit.io.files import atomic_write_bytes, atomic_write_text
 
 OPSET = 17
 OFFLINE_FILE = "model.onnx"
@@ -82,9 +82,7 @@ def write_tokens(units: Sequence[str], blank_id: int, path: Path) -> None:
         if i == blank_id and unit not in BLANK_NAMES:
             unit = "<blank>"
         lines.append(f"{unit} {i}\n")
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(lines), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, "".join(lines))
 
 
 def _example_streaming_inputs(model: nn.Module, num_mel_bins: int, chunk: int, left: int
@@ -117,9 +115,7 @@ def _save_with_metadata(src: Path, dst: Path, meta: Dict[str, str]) -> None:
     for key, value in meta.items():
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, value
-    tmp = dst.with_name(dst.name + ".tmp")
-    onnx.save(proto, str(tmp))
-    os.replace(tmp, dst)
+    atomic_write_bytes(dst, proto.SerializeToString())
 
 
 def _trace_to_onnx(graph: nn.Module, args: Tuple[torch.Tensor, ...], path: Path, input_names: List[str],
