@@ -25,6 +25,7 @@ setup(
             "asrkit-average-model = asrkit.bin.average_model:main",
             "asrkit-recognize = asrkit.bin.recognize:main",
             "asrkit-export = asrkit.bin.export:main",
+            "asrkit = asrkit.bin.cli:main",
         ],
     },
 )
