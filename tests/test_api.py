@@ -29,7 +29,8 @@ from asrkit.data.audio import resample
 from asrkit.decode.alignment import best_path_spans
 from asrkit.decode.modes import ModeError
 from asrkit.transcribe import AudioError, ModelLoadError, Segmentation, find_checkpoint, load_model
-from asrkit.transcribe.segments import blank_probabilities
+from asrkit.transcribe import TokenTime, group_words
+from asrkit.transcribe.segments import Segment, blank_probabilities, segment_features
 from tests.helpers import REPO
 from tests.models.test_wenet_reference import FIXTURES, MODES
 
@@ -200,6 +201,29 @@ def test_the_windowed_ctc_pass_covers_every_frame(u2pp):
     assert torch.equal(one, want)
     small = blank_probabilities(u2pp.backend, feats, 0, -1, window_s=0.5, context_s=0.5)
     assert small.shape == want.shape and (small - want).abs().mean() < 0.1
+
+
+def test_segment_features_give_exactly_the_segments_encoder_frames(u2pp):
+    samples, rate = sf.read(MIKE, dtype="float32")
+    feats = u2pp.features(torch.from_numpy(samples).unsqueeze(0), rate)
+    total = (feats.size(0) - 7) // 4 + 1
+    for start, end in [(0, 1), (0, 10), (3, 17), (5, total)]:
+        x = segment_features(feats, Segment(start, end, True), 4, 6)
+        assert x.size(0) >= 7 and x.size(0) - 4 < 7 + 4 * (end - start - 1)  # no frame to spare
+        _, lengths = u2pp.backend.encode(x.unsqueeze(0), torch.tensor([x.size(0)]), 0, -1)
+        assert int(lengths[0]) == end - start
+        assert torch.equal(x, feats[4 * start: 4 * start + x.size(0)])
+
+
+def test_words_from_char_bpe_cjk_and_space_separated_units():
+    def words(units, space_separated=False):
+        times = [TokenTime(u, float(i), i + 0.5) for i, u in enumerate(units)]
+        return [(w.word, w.start, w.end) for w in group_words(times, space_separated)]
+    assert words(["a", "b", "\u2581", "c"]) == [("ab", 0.0, 1.5), ("c", 3.0, 3.5)]
+    assert words(["\u2581he", "llo", "\u2581wor", "ld"]) == [("hello", 0.0, 1.5), ("world", 2.0, 3.5)]
+    assert words(["\u4f60", "\u597d", "ok"]) == [("\u4f60", 0.0, 0.5), ("\u597d", 1.0, 1.5), ("ok", 2.0, 2.5)]
+    assert words(["\u2581", "a", "\u2581", "\u2581", "b", "\u2581"]) == [("a", 1.0, 1.5), ("b", 4.0, 4.5)]
+    assert words(["sil", "a"], space_separated=True) == [("sil", 0.0, 0.5), ("a", 1.0, 1.5)]
 
 
 def test_the_checkpoint_rule(tmp_path):

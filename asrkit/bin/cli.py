@@ -65,7 +65,7 @@ def configure_transcribe(p: argparse.ArgumentParser) -> None:
                    help="audio longer than this is cut at endpoints and decoded part by part")
     p.add_argument("--json", action="store_true", help="one JSON object per line, with times")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--num_threads", type=int, default=1, help="intra-op threads (0: torch default)")
+    p.add_argument("--num_threads", type=int, default=0, help="intra-op threads (0: torch default)")
 
 
 def run_transcribe(args: argparse.Namespace) -> int:

@@ -68,22 +68,23 @@ def group_words(times: Sequence[TokenTime], space_separated: bool = False) -> li
     word), a unit starting with ``▁`` (a sentencepiece word start) begins a new word
     without its ``▁``, and a CJK character is a word by itself."""
     words: list[WordTime] = []
-    open_word = False
+    current: Optional[WordTime] = None  # the word being built
     for t in times:
         if space_separated:
             words.append(WordTime(t.token, t.start, t.end))
             continue
-        if t.token == SPACE:
-            open_word = False
+        text = t.token.lstrip(SPACE)  # ("▁" alone: nothing left)
+        cjk = bool(text) and all(is_cjk(ch) for ch in text)
+        if current is not None and (t.token.startswith(SPACE) or cjk):
+            words.append(current)
+            current = None
+        if not text:
             continue
-        text = t.token
-        starts = not open_word or text.startswith(SPACE)
-        text = text.lstrip(SPACE)
-        alone = bool(text) and all(is_cjk(ch) for ch in text)
-        if starts or alone or (words and all(is_cjk(ch) for ch in words[-1].word)):
-            words.append(WordTime(text, t.start, t.end))
-        else:
-            last = words[-1]
-            words[-1] = WordTime(last.word + text, last.start, t.end)
-        open_word = not alone
-    return [w for w in words if w.word]
+        current = (WordTime(text, t.start, t.end) if current is None
+                   else WordTime(current.word + text, current.start, t.end))
+        if cjk:
+            words.append(current)
+            current = None
+    if current is not None:
+        words.append(current)
+    return words

@@ -148,8 +148,9 @@ class Transcriber:
         out_frames = (feats.size(0) - b.right_context - 1) // b.subsampling + 1
         segments = [Segment(0, out_frames, True)]
         if duration > segmentation.threshold_s:
-            probs = blank_probabilities(b, feats, chunk, left_chunks, segmentation.window_s,
-                                        segmentation.context_s, self.device)
+            probs = (blank_probabilities(b, feats, chunk, left_chunks, segmentation.window_s,
+                                         segmentation.context_s, self.device)
+                     if b.has_ctc else torch.zeros(out_frames))  # (no CTC head: only the length rules cut)
             segments = endpoint_segments(probs, b.subsampling * b.frame_shift / 1000.0, segmentation.rules,
                                          segmentation.blank_threshold)
         options = dict(beam_size=beam_size, ctc_weight=ctc_weight, reverse_weight=reverse_weight,

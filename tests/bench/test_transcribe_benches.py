@@ -49,6 +49,8 @@ def test_scoring_counts_words_on_time():
     # two words merged into one (a missing word boundary): by first character both are on time
     row = score_mode([transcript([("onetwo", 0.3)]), ], [{"words": ["one", "two"], "starts": [0.3, 0.3]}], 0.2)
     assert row["on_time_first_char_pct"] == 100.0 and row["on_time_pct"] == 50.0
+    row = score_mode([transcript([("onedwo", 0.3)]), ], [{"words": ["one", "two"], "starts": [0.3, 0.3]}], 0.2)
+    assert row["on_time_first_char_pct"] == 50.0  # "t" is not on time as a "d"
 
 
 def test_the_timestamp_bench_runs_and_reports_every_mode(tmp_path):
@@ -70,11 +72,12 @@ def test_the_long_file_bench_runs_one_process_per_length(tmp_path):
     out = tmp_path / "long.json"
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "transcribe_long.py"), "--model",
                            str(FIXTURES / "u2pp"), "--minutes", "0.1", "0.2", "--utterances", "2",
-                           "--long_audio_s", "3", "--json", str(out)], capture_output=True, text=True, timeout=240)
+                           "--long_audio_s", "3", "--gap_s", "2", "2", "--json", str(out)], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads(out.read_text())
     assert [r["minutes"] for r in rows] == [0.1, 0.2]
     for r in rows:
         assert abs(r["audio_s"] - 60 * r["minutes"]) < 0.01
         assert r["wall_s"] > 0 and r["peak_rss_mb"] >= r["rss_loaded_mb"] > 0 and r["segments"] >= 1
+    assert rows[1]["segments"] > 1  # 12 s over the 3 s threshold: cut at the 2 s gaps
     assert "peak RSS MiB" in proc.stdout
