@@ -5,8 +5,8 @@ at endpoints and decoded part by part, docs/transcribe.md).
 
     python bench/transcribe_long.py --model exp/conformer [--override KEY=VALUE ...] \\
         [--minutes 1 2 5 10] [--mode attention_rescoring] [--utterances 40] \\
-        [--gap_s 0.5 1.5] [--long_audio_s 30] [--repeats 1] [--num_threads 1] [--seed 5] \\
-        [--json out.json]
+        [--gap_s 0.5 1.5] [--long_audio_s 30] [--blank_threshold 0.8] [--repeats 1] \\
+        [--num_threads 1] [--seed 5] [--json out.json]
 
 The files: ``--utterances`` connected-digit utterances of the digits corpus's *test*
 split (``tools/synthesize_corpus.py``: test-split voices, random rate and pitch, silence
@@ -101,7 +101,8 @@ def child(args) -> int:
     model = load_model(args.model, args.checkpoint, overrides=args.override)
     loaded = rss_mb()
     start = time.perf_counter()
-    result = model.transcribe(args.child, mode=args.mode, segmentation=Segmentation(threshold_s=args.long_audio_s))
+    segmentation = Segmentation(threshold_s=args.long_audio_s, blank_threshold=args.blank_threshold)
+    result = model.transcribe(args.child, mode=args.mode, segmentation=segmentation)
     wall = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
     ref = Path(args.child).with_suffix(".txt").read_text().replace(" ", "")
@@ -121,6 +122,7 @@ def main(argv=None) -> int:
     p.add_argument("--utterances", type=int, default=40, help="distinct test utterances the files repeat")
     p.add_argument("--gap_s", type=float, nargs=2, default=[0.5, 1.5], help="silence between utterances")
     p.add_argument("--long_audio_s", type=float, default=30.0, help="Segmentation.threshold_s")
+    p.add_argument("--blank_threshold", type=float, default=0.8, help="Segmentation.blank_threshold")
     p.add_argument("--repeats", type=int, default=1, help="processes per file (fastest wall time reported)")
     p.add_argument("--num_threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=5)
@@ -140,7 +142,8 @@ def main(argv=None) -> int:
             sf.write(str(wav), samples, SAMPLE_RATE, subtype="PCM_16")
             wav.with_suffix(".txt").write_text(text)
             cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(wav), "--model", args.model,
-                   "--mode", args.mode, "--long_audio_s", str(args.long_audio_s), "--num_threads",
+                   "--mode", args.mode, "--long_audio_s", str(args.long_audio_s), "--blank_threshold",
+                   str(args.blank_threshold), "--num_threads",
                    str(args.num_threads)]
             cmd += ["--checkpoint", args.checkpoint] if args.checkpoint else []
             for item in args.override:
