@@ -27,8 +27,8 @@ of the hypothesis starting within the tolerance.
 
 Each mode runs twice: with the API's defaults (an utterance this short is decoded whole),
 and with ``--pause_s``: every utterance cut at pauses of that length
-(``Segmentation(threshold_s=0)`` with the endpoint rule "``pause_s`` of silence after
-speech" added to the default rules) and decoded part by part -- models trained on
+(``Segmentation.at_pauses(pause_s)``: the endpoint rule "``pause_s`` of silence after
+speech" added to the default rules, for audio of any length) and decoded part by part -- models trained on
 connected digits (no pauses inside an utterance) lose words and word boundaries across
 pauses this long, and cutting there removes the pauses from what they decode.
 """
@@ -146,7 +146,6 @@ def main(argv=None) -> int:
     import torch
 
     from asrkit.bin.bad_input import BAD_INPUT
-    from asrkit.stream.endpoint import DEFAULT_RULES, EndpointRule
     from asrkit.transcribe import ModelLoadError, Segmentation, load_model
     torch.set_num_threads(args.num_threads)
     try:
@@ -157,8 +156,7 @@ def main(argv=None) -> int:
     utterances = make_utterances(args.utterances, args.seed)
     setups = [("whole", Segmentation())]
     if args.pause_s > 0:
-        pause = EndpointRule(must_contain_speech=True, min_trailing_silence_s=args.pause_s, min_utterance_s=0.0)
-        setups.append((f"cut at {args.pause_s:g} s pauses", Segmentation(threshold_s=0.0, rules=(pause, *DEFAULT_RULES))))
+        setups.append((f"cut at {args.pause_s:g} s pauses", Segmentation.at_pauses(args.pause_s)))
     rows = []
     for mode in args.modes:
         for name, segmentation in setups:

@@ -4,9 +4,9 @@ Subcommands live in :data:`SUBCOMMANDS`; a new one is one :func:`register` call 
 argument set-up and its ``run(args) -> exit status`` (import heavy modules inside
 ``run``, so that ``asrkit --help`` stays fast).
 
-``asrkit transcribe WAV... --model EXP_DIR_OR_FINAL_ZIP [--mode M] [--chunk N] [--json]``
-prints ``path<TAB>text`` per file, or with ``--json`` one JSON object per line (path,
-text, tokens, token times, word times, segments; docs/transcribe.md).  A file that cannot
+``asrkit transcribe WAV... --model EXP_DIR_OR_FINAL_ZIP [--mode M] [--chunk N] [--json]
+[--cut_at_pauses S]`` prints ``path<TAB>text`` per file, or with ``--json`` one JSON object
+per line (path, text, tokens, token times, word times, segments; docs/transcribe.md).  A file that cannot
 be transcribed (missing, not audio, empty, too short) is one ``error: PATH: reason`` line
 on stderr and the other files are still transcribed; the exit status is then 2.  A model
 that cannot be loaded or an option it cannot run is one line and status 2 before any file.
@@ -63,6 +63,9 @@ def configure_transcribe(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reverse_weight", type=float, default=0.0)
     p.add_argument("--long_audio_s", type=float, default=30.0,
                    help="audio longer than this is cut at endpoints and decoded part by part")
+    p.add_argument("--cut_at_pauses", type=float, default=None, metavar="S",
+                   help="cut audio of any length at S seconds of silence after speech and decode the parts "
+                        "one by one (models trained on connected speech lose words across pauses)")
     p.add_argument("--json", action="store_true", help="one JSON object per line, with times")
     p.add_argument("--device", default="cpu")
     p.add_argument("--num_threads", type=int, default=0, help="intra-op threads (0: torch default)")
@@ -95,7 +98,8 @@ def run_transcribe(args: argparse.Namespace) -> int:
         return 2
     options = dict(mode=args.mode, chunk=args.chunk, left_chunks=args.left_chunks, beam_size=args.beam_size,
                    ctc_weight=args.ctc_weight, reverse_weight=args.reverse_weight,
-                   segmentation=Segmentation(threshold_s=args.long_audio_s))
+                   segmentation=(Segmentation(threshold_s=args.long_audio_s) if args.cut_at_pauses is None
+                                 else Segmentation.at_pauses(args.cut_at_pauses)))
     failed = 0
     for wav in args.wavs:
         try:

@@ -38,6 +38,14 @@ class Segmentation:
     window_s: float = 20.0
     context_s: float = 1.0
 
+    @classmethod
+    def at_pauses(cls, pause_s: float, **kwargs) -> "Segmentation":
+        """Cut audio of any length wherever ``pause_s`` of silence follows speech (the
+        default rules too): for models that lose words or word boundaries across pauses
+        inside an utterance (trained on connected speech).  ``kwargs``: the other fields."""
+        pause = EndpointRule(must_contain_speech=True, min_trailing_silence_s=pause_s, min_utterance_s=0.0)
+        return cls(threshold_s=0.0, rules=(pause, *DEFAULT_RULES), **kwargs)
+
 
 class Segment(NamedTuple):
     start: int  # first encoder frame

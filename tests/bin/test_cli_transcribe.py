@@ -61,6 +61,19 @@ def test_json_lines_hold_tokens_token_times_and_word_times(model, capsys):
         assert all(t["start"] < t["end"] for t in row["token_times"])
 
 
+def test_cut_at_pauses_decodes_the_parts_one_by_one(model, tmp_path, capsys):
+    from asrkit.transcribe import Segmentation
+    gap = np.zeros(24000, np.float32)
+    audio = np.concatenate([sf.read(GOOD[0], dtype="float32")[0], gap, sf.read(GOOD[1], dtype="float32")[0]])
+    sf.write(tmp_path / "two.wav", audio, 16000)
+    assert cli.main(["transcribe", "--model", MODEL, "--json", "--cut_at_pauses", "1.0", str(tmp_path / "two.wav")]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert len(row["segments"]) == 2  # a 4.2 s file: whole without the option
+    row.pop("path")
+    assert row == model.transcribe(tmp_path / "two.wav", segmentation=Segmentation.at_pauses(1.0)).to_dict()
+    assert len(model.transcribe(tmp_path / "two.wav").segments) == 1
+
+
 def test_a_bad_model_or_mode_is_one_line_and_status_2(bad_files, capsys):
     assert cli.main(["transcribe", "--model", str(FIXTURES / "nowhere"), *GOOD]) == 2
     assert cli.main(["transcribe", "--model", bad_files[1], *GOOD]) == 2  # a text file is no archive
