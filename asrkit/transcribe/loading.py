@@ -26,6 +26,7 @@ from asrkit.decode.searcher import Searcher
 CONFIG_PATH_KEYS = ("tokenizer_conf.symbol_table_path", "tokenizer_conf.bpe_path",
                     "tokenizer_conf.non_lang_syms_path", "dataset_conf.cmvn_file", "cmvn_conf.cmvn_file")
 _AVG = re.compile(r"avg_(\d+)\.pt$")
+_TRAINED = re.compile(r"^(epoch|step)_\d+\.pt$")
 
 
 class ModelLoadError(ValueError):
@@ -168,16 +169,15 @@ class ScriptBackend(Backend):
 def find_checkpoint(exp_dir: Path) -> Path:
     """The checkpoint an experiment decodes with when none is named: the newest
     ``avg_*.pt`` (modification time; equal times: the larger N), else ``final.pt``, else
-    the newest training checkpoint (``epoch_*.pt``/``step_*.pt`` by training step)."""
+    the newest training checkpoint ``epoch_*.pt``/``step_*.pt`` (modification time)."""
     averaged = [p for p in exp_dir.glob("avg_*.pt") if _AVG.search(p.name) and p.is_file()]
     if averaged:
         return max(averaged, key=lambda p: (p.stat().st_mtime, int(_AVG.search(p.name).group(1))))
     if (exp_dir / "final.pt").is_file():
         return exp_dir / "final.pt"
-    from asrkit.train.checkpoint import list_checkpoints
-    found = list_checkpoints(exp_dir)
-    if found:
-        return found[-1]
+    trained = [p for p in exp_dir.glob("*.pt") if _TRAINED.match(p.name) and p.is_file()]
+    if trained:
+        return max(trained, key=lambda p: p.stat().st_mtime)
     raise ModelLoadError(f"{exp_dir}: no checkpoint (avg_*.pt, final.pt, epoch_*.pt or step_*.pt); "
                          f"name one with checkpoint=")
 

@@ -218,7 +218,7 @@ def load_model(source: Union[str, os.PathLike], checkpoint: Optional[Union[str, 
       as recognize's ``--override``; relative file paths resolved as
       :func:`asrkit.transcribe.loading.resolve_config_paths` says) and ``checkpoint``, or
       by default the one :func:`asrkit.transcribe.loading.find_checkpoint` picks (newest
-      ``avg_*.pt``, else ``final.pt``, else the newest training checkpoint);
+      ``avg_*.pt``, else ``final.pt``, else the newest ``epoch_*``/``step_*`` checkpoint);
     * an exported archive (``final.zip`` of ``asrkit.bin.export``; takes neither
       ``checkpoint`` nor ``overrides``).
 
