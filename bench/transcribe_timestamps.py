@@ -121,7 +121,8 @@ def score_mode(results: list, utterances: list[dict], tolerance: float) -> dict:
             j += hyp_word is not None
     first_chars = first_char_hits(results, utterances, tolerance)
     deviations.sort()
-    return {"words": total, "on_time_first_char_pct": 100.0 * first_chars / max(total, 1), "on_time_pct": 100.0 * on_time / max(total, 1),
+    return {"words": total, "on_time_first_char_pct": 100.0 * first_chars / max(total, 1),
+            "on_time_pct": 100.0 * on_time / max(total, 1),
             "on_time_correct_pct": 100.0 * on_time_correct / max(correct, 1),
             "median_abs_error_s": statistics.median(deviations) if deviations else None,
             "p90_abs_error_s": deviations[int(0.9 * (len(deviations) - 1))] if deviations else None,
@@ -169,7 +170,8 @@ def main(argv=None) -> int:
     print("mode                     decoding              on time %  (of correct words)  (by first char)  "
           "|error| median / p90 (s)   WER %")
     for r in rows:
-        med = "n/a" if r["median_abs_error_s"] is None else f"{r['median_abs_error_s']:.3f} / {r['p90_abs_error_s']:.3f}"
+        med = ("n/a" if r["median_abs_error_s"] is None
+               else f"{r['median_abs_error_s']:.3f} / {r['p90_abs_error_s']:.3f}")
         print(f"{r['mode']:24s} {r['decoding']:20s} {r['on_time_pct']:9.1f}  {r['on_time_correct_pct']:18.1f}  "
               f"{r['on_time_first_char_pct']:15.1f}  {med:>24}  {r['wer']:6.2f}")
     if args.json:

@@ -53,7 +53,8 @@ def ids(model, result) -> list[int]:
 
 
 def test_import_asrkit_stays_light_and_exports_load_model():
-    code = "import sys, asrkit; assert 'torch' not in sys.modules, 'torch imported'; assert 'load_model' in asrkit.__all__"
+    code = ("import sys, asrkit; assert 'torch' not in sys.modules, 'torch imported'; "
+            "assert 'load_model' in asrkit.__all__")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert asrkit.load_model is load_model  # (attribute access imports it)

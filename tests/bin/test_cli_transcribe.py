@@ -66,7 +66,8 @@ def test_cut_at_pauses_decodes_the_parts_one_by_one(model, tmp_path, capsys):
     gap = np.zeros(24000, np.float32)
     audio = np.concatenate([sf.read(GOOD[0], dtype="float32")[0], gap, sf.read(GOOD[1], dtype="float32")[0]])
     sf.write(tmp_path / "two.wav", audio, 16000)
-    assert cli.main(["transcribe", "--model", MODEL, "--json", "--cut_at_pauses", "1.0", str(tmp_path / "two.wav")]) == 0
+    assert cli.main(["transcribe", "--model", MODEL, "--json", "--cut_at_pauses", "1.0",
+                     str(tmp_path / "two.wav")]) == 0
     row = json.loads(capsys.readouterr().out)
     assert len(row["segments"]) == 2  # a 4.2 s file: whole without the option
     row.pop("path")
