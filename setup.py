@@ -27,6 +27,7 @@ setup(
             "asrkit-recognize = asrkit.bin.recognize:main",
             "asrkit-export = asrkit.bin.export:main",
             "asrkit-export-onnx = asrkit.bin.export_onnx:main",
+            "asrkit = asrkit.bin.cli:main",
         ],
     },
 )

@@ -1,0 +1,254 @@
+"""The two kinds of model :func:`asrkit.load_model` takes, behind one interface
+(:class:`Backend`): features in, encoder output and a searcher out.
+
+* an **experiment directory** (:class:`EagerBackend`): ``train.yaml`` and a checkpoint,
+  built and loaded as ``asrkit.bin.recognize`` does (:func:`asrkit.decode.recognizer.load_model`);
+  features go through the config's data-pipeline CMVN (``dataset_conf.cmvn_file``) when set;
+* an **exported archive** ``final.zip`` (:class:`ScriptBackend`): the TorchScript module of
+  ``asrkit.bin.export`` (:func:`asrkit.export.load_exported`), which takes raw fbank.
+
+Both then decode with the same code: the searcher's methods, through the mode registry.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Optional, Sequence
+
+import torch
+
+from asrkit.decode.modes import ModeError, check_modes
+from asrkit.decode.search import DecodingOptionError, encoder_output
+from asrkit.decode.searcher import Searcher
+
+# the config keys naming files a transcription reads, resolved by resolve_config_paths
+CONFIG_PATH_KEYS = ("tokenizer_conf.symbol_table_path", "tokenizer_conf.bpe_path",
+                    "tokenizer_conf.non_lang_syms_path", "dataset_conf.cmvn_file", "cmvn_conf.cmvn_file")
+_AVG = re.compile(r"avg_(\d+)\.pt$")
+_TRAINED = re.compile(r"^(epoch|step)_\d+\.pt$")
+
+
+class ModelLoadError(ValueError):
+    """The model source is missing or not usable (one line naming it)."""
+
+
+class Backend:
+    """What transcription needs of a model.  Attributes: ``sample_rate``, ``num_mel_bins``,
+    ``frame_length``/``frame_shift`` (ms), ``subsampling``, ``right_context`` (input frames
+    an encoder frame sees beyond its first), ``min_input_length``, ``units`` (symbols by
+    id), ``blank``, ``has_ctc``, ``searcher`` (a :class:`Searcher` or its scripted copy),
+    ``bidirectional``, ``description``."""
+
+    def normalise(self, feats: torch.Tensor) -> torch.Tensor:
+        """``feats [T, F]`` (raw fbank) as :meth:`encode` takes them."""
+        return feats
+
+    def encode(self, feats: torch.Tensor, lengths: torch.Tensor, chunk: int,
+               left_chunks: int) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def check_mode(self, mode: str) -> None:
+        raise NotImplementedError
+
+    def text(self, ids: Sequence[int]) -> str:
+        raise NotImplementedError
+
+
+class EagerBackend(Backend):
+    def __init__(self, model, cfg, tokenizer, description: str):
+        from asrkit.data.features import load_cmvn
+
+        fbank = cfg.dataset_conf.fbank_conf
+        self.model, self.tokenizer, self.description = model, tokenizer, description
+        self.sample_rate = int(cfg.dataset_conf.resample_conf.resample_rate)
+        self.num_mel_bins = int(fbank.num_mel_bins)
+        self.frame_length, self.frame_shift = float(fbank.frame_length), float(fbank.frame_shift)
+        self.feature_cmvn = (load_cmvn(cfg.dataset_conf.cmvn_file, self.num_mel_bins)
+                             if cfg.dataset_conf.cmvn_file else None)
+        self.subsampling = int(model.encoder.subsampling_rate)
+        self.min_input_length = int(model.encoder.min_input_length)
+        self.right_context = self.min_input_length - 1
+        self.units = list(tokenizer.symbols)
+        self.blank = int(model.blank_id)
+        self.searcher = Searcher.of_model(model)
+        self.has_ctc = model.ctc is not None
+        self.bidirectional = self.searcher.bidirectional
+        self.space_separated = bool(getattr(tokenizer, "split_with_space", False))
+
+    def normalise(self, feats: torch.Tensor) -> torch.Tensor:
+        from asrkit.data.features import apply_cmvn
+        return feats if self.feature_cmvn is None else apply_cmvn(feats, *self.feature_cmvn)
+
+    def encode(self, feats, lengths, chunk, left_chunks):
+        return encoder_output(self.model, feats, lengths, chunk, left_chunks)
+
+    def check_mode(self, mode: str) -> None:
+        check_modes(self.model, [mode])
+
+    def text(self, ids) -> str:
+        return self.tokenizer.decode(ids)
+
+
+class ArchiveSearcher:
+    """An archive's scripted :class:`Searcher` as :class:`asrkit.decode.modes.SharedOutputs`
+    calls it, also for archives exported before ``blank_penalty`` and ``length_penalty``
+    were arguments of its methods: the penalty is applied here with the function the
+    scripted code runs (:func:`asrkit.decode.ctc_search.apply_blank_penalty`), and a
+    ``length_penalty`` the archive cannot take is refused."""
+
+    def __init__(self, scripted):
+        self.scripted = scripted
+        self.blank = int(scripted.blank)
+        self.takes_length_penalty = "length_penalty" in str(scripted.attention_beam.schema)
+
+    def __getattr__(self, name: str):
+        return getattr(self.scripted, name)
+
+    def ctc_log_probs(self, encoder_out: torch.Tensor, blank_penalty: float = 0.0) -> torch.Tensor:
+        from asrkit.decode.ctc_search import apply_blank_penalty
+        return apply_blank_penalty(self.scripted.ctc_log_probs(encoder_out), self.blank, blank_penalty)
+
+    def attention_beam(self, encoder_out, encoder_lengths, beam_size: int, length_penalty: float = 0.0):
+        if self.takes_length_penalty:
+            return self.scripted.attention_beam(encoder_out, encoder_lengths, beam_size, length_penalty)
+        if length_penalty != 0.0:
+            raise DecodingOptionError("this archive was exported before length_penalty existed; "
+                                      "export it again to use it")
+        return self.scripted.attention_beam(encoder_out, encoder_lengths, beam_size)
+
+
+class ScriptBackend(Backend):
+    def __init__(self, module, extra: dict, description: str):
+        self.module, self.description = module, description
+        self.sample_rate = int(module.sample_rate())
+        self.num_mel_bins = int(module.num_mel_bins())
+        self.frame_length, self.frame_shift = float(module.frame_length()), float(module.frame_shift())
+        self.subsampling = int(module.subsampling_rate())
+        self.min_input_length = int(module.min_input_length())
+        self.right_context = int(module.right_context())
+        self.units = list(module.units())
+        self.blank = int(module.blank_id())
+        self.searcher = ArchiveSearcher(module.searcher)
+        self.has_ctc = bool(module.has_ctc())
+        self.bidirectional = bool(module.is_bidirectional_decoder())
+        self.separator = str(module.unit_separator())
+        self.space_separated = self.separator == " "
+        self.modes = list(module.supported_modes())
+        self.chunks = "chunk_size" in str(module.encoder.forward.schema)  # (older archives: full context only)
+
+    def encode(self, feats, lengths, chunk, left_chunks):
+        if chunk <= 0:
+            return self.module(feats, lengths)
+        if not self.chunks:
+            raise DecodingOptionError(f"{self.description}: this archive's encoder takes no chunk size "
+                                      f"(exported before chunked decoding); decode with full context")
+        module = self.module  # the module's own forward with the encoder's chunk arguments
+        if module.feature_cmvn is not None:
+            feats = module.feature_cmvn(feats)
+        if module.cmvn is not None:
+            feats = module.cmvn(feats)
+        return module.encoder(feats, lengths, chunk, left_chunks)
+
+    def check_mode(self, mode: str) -> None:
+        if mode not in self.modes:
+            raise ModeError(f"mode {mode!r}: this archive runs {', '.join(self.modes)}")
+
+    def text(self, ids) -> str:
+        """The archive's rule (``unit_separator()``): units joined by the separator; with
+        ``""`` the ``▁`` become spaces and the ends are stripped."""
+        units = [self.units[i] for i in ids]
+        if self.separator:
+            return self.separator.join(units)
+        return "".join(units).replace("\u2581", " ").strip()
+
+
+# ----------------------------------------------------------------------------- experiments
+
+
+def find_checkpoint(exp_dir: Path) -> Path:
+    """The checkpoint an experiment decodes with when none is named: the newest
+    ``avg_*.pt`` (modification time; equal times: the larger N), else ``final.pt``, else
+    the newest training checkpoint ``epoch_*.pt``/``step_*.pt`` (modification time)."""
+    averaged = [p for p in exp_dir.glob("avg_*.pt") if _AVG.search(p.name) and p.is_file()]
+    if averaged:
+        return max(averaged, key=lambda p: (p.stat().st_mtime, int(_AVG.search(p.name).group(1))))
+    if (exp_dir / "final.pt").is_file():
+        return exp_dir / "final.pt"
+    trained = [p for p in exp_dir.glob("*.pt") if _TRAINED.match(p.name) and p.is_file()]
+    if trained:
+        return max(trained, key=lambda p: p.stat().st_mtime)
+    raise ModelLoadError(f"{exp_dir}: no checkpoint (avg_*.pt, final.pt, epoch_*.pt or step_*.pt); "
+                         f"name one with checkpoint=")
+
+
+def _get(cfg, dotted: str):
+    node = cfg
+    for part in dotted.split("."):
+        node = getattr(node, part, None)
+        if node is None:
+            return None
+    return node
+
+
+def resolve_config_paths(cfg, exp_dir: Path) -> list[str]:
+    """Overrides making the relative file paths of ``cfg`` (:data:`CONFIG_PATH_KEYS`)
+    absolute: each is looked up relative to the recipe directory (the experiment's
+    grandparent: ``exp/<name>/`` of the recipe whose ``run.sh`` ran recognize from there),
+    then the experiment directory (a WeNet experiment, whose paths are relative to where
+    it was trained), then the working directory; the first that exists wins.  A path found
+    nowhere is left as it is (the loader names it)."""
+    bases = [exp_dir.parent.parent, exp_dir, Path.cwd()]
+    overrides = []
+    for key in CONFIG_PATH_KEYS:
+        value = _get(cfg, key)
+        if not value or Path(value).is_absolute():
+            continue
+        for base in bases:
+            candidate = (base / value).resolve()
+            if candidate.exists():
+                overrides.append(f"{key}={json.dumps(str(candidate))}")
+                break
+    return overrides
+
+
+def load_experiment(exp_dir: Path, checkpoint: Optional[str | Path], device: str,
+                    overrides: Sequence[str]) -> EagerBackend:
+    from asrkit.bin.bad_input import load_text_inputs
+    from asrkit.config import load_config
+    from asrkit.data.features import CmvnError
+    from asrkit.text.tokenizer import BpeModelError
+    from asrkit.text.units import UnitsError
+    from asrkit.text.wenet import NonLangSymsError
+    from asrkit.decode.recognizer import load_model as load_weights
+
+    config = exp_dir / "train.yaml"
+    if not config.is_file():
+        raise ModelLoadError(f"{exp_dir}: no train.yaml (an experiment directory holds the training config)")
+    cfg = load_config(config, overrides)
+    cfg = load_config(config, [*overrides, *resolve_config_paths(cfg, exp_dir)])
+    if checkpoint is None:
+        path = find_checkpoint(exp_dir)
+    else:
+        path = Path(checkpoint)
+        if not path.is_absolute() and not path.exists() and (exp_dir / path).exists():
+            path = exp_dir / path
+        if not path.is_file():
+            raise ModelLoadError(f"checkpoint not found: {checkpoint}")
+    try:
+        tokenizer = load_text_inputs(cfg, model_cmvn=False)
+    except (UnitsError, BpeModelError, NonLangSymsError, CmvnError) as e:
+        raise type(e)(f"{e} (relative paths of train.yaml are looked up in {exp_dir.parent.parent}, {exp_dir} "
+                      f"and the working directory; pass overrides=['KEY.PATH=/absolute/path'])") from None
+    model = load_weights(cfg, path, tokenizer.vocabulary, device)
+    return EagerBackend(model, cfg, tokenizer, f"{exp_dir} ({path.name})")
+
+
+def load_archive(path: Path, device: str) -> ScriptBackend:
+    from asrkit.export import load_exported
+    try:
+        module, extra = load_exported(path)
+    except (RuntimeError, ValueError, OSError) as e:
+        first = str(e).strip().splitlines()[0].split(". ")[0] if str(e).strip() else type(e).__name__
+        raise ModelLoadError(f"{path}: not an exported asrkit archive ({first})") from None
+    return ScriptBackend(module.to(device), extra, str(path))

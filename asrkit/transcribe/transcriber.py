@@ -1,0 +1,239 @@
+"""``asrkit.load_model(...).transcribe(...)``: a file or samples in, a
+:class:`~asrkit.transcribe.result.Transcript` with token and word times out.
+
+Audio is read with :func:`asrkit.data.audio.load_audio` (any sample rate and channel count
+soundfile reads: WAV, FLAC, ...; channels averaged), resampled to the model's rate with
+:func:`asrkit.data.audio.resample`, turned into fbank features by
+:class:`asrkit.stream.features.StreamingFbank` in 30 s pieces (equal to the whole-file
+fbank, without its memory peak) and normalised as the model expects (the data-pipeline
+CMVN of the config, when set).  Decoding is :mod:`asrkit.decode`'s: the encoder output of
+:func:`asrkit.decode.search.encoder_output` (or the archive's encoder), the mode from
+:data:`asrkit.decode.modes.REGISTRY`; token times come from :mod:`asrkit.decode.alignment`.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from asrkit.data.audio import DataFault, load_audio, resample
+from asrkit.data.lists import ListEntry
+from asrkit.decode.alignment import AlignmentError, best_path_spans, forced_alignment
+from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
+from asrkit.decode.modes import REGISTRY, SharedOutputs
+from asrkit.decode.search import DecodingOptionError, check_decoding_options
+from asrkit.stream.features import StreamingFbank
+from asrkit.transcribe.result import TokenTime, Transcript, group_words
+from asrkit.transcribe.segments import (Segment, Segmentation, blank_probabilities, endpoint_segments,
+                                        segment_features)
+
+FBANK_PIECE_S = 30.0
+_FAULTS = {"missing_file": "no such file", "unreadable_audio": "not a readable audio file",
+           "truncated_audio": "truncated audio file", "empty_audio": "no audio samples",
+           "too_short": "too short"}
+
+
+class AudioError(ValueError):
+    """Input that cannot be transcribed: ``reason`` is ``missing_file``,
+    ``unreadable_audio``, ``truncated_audio``, ``empty_audio`` or ``too_short``; the
+    message is one line naming the input."""
+
+    def __init__(self, source: str, reason: str, detail: str = ""):
+        self.source, self.reason, self.detail = source, reason, detail
+        text = _FAULTS.get(reason, reason)
+        super().__init__(f"{source}: {text}" + (f" ({detail})" if detail else ""))
+
+
+def _fault_detail(fault: DataFault, source: str) -> str:
+    detail = fault.detail
+    for prefix in (f"{source}: ", f"{source} "):
+        if detail.startswith(prefix):
+            detail = detail[len(prefix):]
+    detail = re.sub(r"^Error opening <[^>]*>: ", "", detail.splitlines()[0] if detail else "")
+    return "" if detail in ("does not exist", "no samples") else detail
+
+
+def read_samples(audio, sample_rate: Optional[int]) -> tuple[torch.Tensor, int, str]:
+    """``(samples [1, T] float32, rate, name)`` of a path or an array of samples."""
+    if isinstance(audio, (str, os.PathLike)):
+        if sample_rate is not None:
+            raise ValueError("sample_rate is read from the file; pass it only with an array of samples")
+        name = str(audio)
+        try:
+            wav, rate = load_audio(ListEntry(key=name, txt="", duration=0.0, wav=name))
+        except DataFault as fault:
+            raise AudioError(name, fault.reason, _fault_detail(fault, name)) from None
+        return wav, rate, name
+    if sample_rate is None or int(sample_rate) <= 0:
+        raise ValueError("an array of samples needs its sample_rate (Hz)")
+    samples = audio if isinstance(audio, torch.Tensor) else torch.from_numpy(np.asarray(audio))
+    if samples.dtype == torch.int16:
+        samples = samples.float() / 32768.0
+    elif not samples.is_floating_point():
+        raise ValueError(f"samples must be floats in [-1, 1) (or int16), got {samples.dtype}")
+    if samples.dim() == 1:
+        samples = samples.unsqueeze(0)
+    elif samples.dim() == 2:  # [channels, T]
+        samples = samples.mean(dim=0, keepdim=True)
+    else:
+        raise ValueError(f"samples must be [T] or [channels, T], got shape {tuple(samples.shape)}")
+    if samples.numel() == 0:
+        raise AudioError("<samples>", "empty_audio")
+    return samples.detach().to("cpu", torch.float32), int(sample_rate), "<samples>"
+
+
+class Transcriber:
+    """A loaded model (see :func:`asrkit.transcribe.load_model`).  ``sample_rate``: the
+    model's; ``units``: its unit symbols; ``description``: where it came from."""
+
+    def __init__(self, backend, device: str = "cpu"):
+        self.backend = backend
+        self.device = device
+        self.sample_rate = backend.sample_rate
+        self.units = backend.units
+        self.description = backend.description
+
+    def check_mode(self, mode: str) -> None:
+        """:class:`asrkit.decode.ModeError` unless this model runs decoding mode ``mode``."""
+        self.backend.check_mode(mode)
+
+    def features(self, samples: torch.Tensor, rate: int) -> torch.Tensor:
+        """Normalised fbank ``[T, F]`` of ``samples [1, T]`` at ``rate`` Hz (resampled first)."""
+        b = self.backend
+        wav = resample(samples, rate, b.sample_rate)[0]
+        fbank = StreamingFbank(b.sample_rate, b.num_mel_bins, b.frame_length, b.frame_shift)
+        piece = int(FBANK_PIECE_S * b.sample_rate)
+        feats = [fbank.accept(wav[i:i + piece]) for i in range(0, wav.numel(), piece)]
+        return b.normalise(torch.cat(feats) if feats else torch.zeros(0, b.num_mel_bins))
+
+    def transcribe(self, audio: Union[str, os.PathLike, np.ndarray, torch.Tensor],
+                   sample_rate: Optional[int] = None, mode: str = "attention_rescoring",
+                   chunk: Optional[int] = None, left_chunks: int = -1, beam_size: int = 10,
+                   ctc_weight: float = 0.3, reverse_weight: float = 0.0, blank_penalty: float = 0.0,
+                   length_penalty: float = 0.0, blank_skip_threshold: float = DEFAULT_BLANK_SKIP_THRESHOLD,
+                   segmentation: Segmentation = Segmentation()) -> Transcript:
+        """Transcribe ``audio``: a path (a WAV/FLAC file at any sample rate), or samples
+        (a numpy array or tensor ``[T]`` or ``[channels, T]``, floats in [-1, 1) or int16)
+        with their ``sample_rate``.
+
+        ``mode``: a decoding mode (:data:`asrkit.decode.MODES`); ``chunk``: decode as a
+        streaming model with chunks of that many encoder frames and ``left_chunks`` left
+        chunks (-1: all; recognize's ``--decoding_chunk_size`` /
+        ``--num_decoding_left_chunks``); ``None`` or 0: full context.  The other options
+        are those of :func:`asrkit.decode.decode`.  Audio longer than
+        ``segmentation.threshold_s`` is cut at endpoints and decoded part by part
+        (:mod:`asrkit.transcribe.segments`).
+
+        Raises :class:`AudioError` for input that cannot be transcribed (missing, not
+        audio, empty, shorter than the model's shortest input),
+        :class:`asrkit.decode.ModeError` / :class:`asrkit.decode.DecodingOptionError` for
+        a mode or option this model cannot run."""
+        chunk = 0 if chunk is None or chunk < 0 else int(chunk)
+        check_decoding_options(chunk, left_chunks, False, length_penalty, blank_penalty)
+        b = self.backend
+        self.check_mode(mode)
+        if reverse_weight > 0.0 and not b.bidirectional:
+            raise DecodingOptionError("reverse_weight > 0 needs a model with decoder bitransformer")
+        samples, rate, name = read_samples(audio, sample_rate)
+        feats = self.features(samples, rate)
+        duration = samples.size(1) / rate
+        if feats.size(0) < b.min_input_length:
+            raise AudioError(name, "too_short", f"{duration:.3f} s; the model needs "
+                             f"{b.min_input_length} feature frames, "
+                             f"{(b.min_input_length - 1) * b.frame_shift + b.frame_length:g} ms")
+        out_frames = (feats.size(0) - b.right_context - 1) // b.subsampling + 1
+        segments = [Segment(0, out_frames, True)]
+        if duration > segmentation.threshold_s:
+            probs = (blank_probabilities(b, feats, chunk, left_chunks, segmentation.window_s,
+                                         segmentation.context_s, self.device)
+                     if b.has_ctc else torch.zeros(out_frames))  # (no CTC head: only the length rules cut)
+            segments = endpoint_segments(probs, b.subsampling * b.frame_shift / 1000.0, segmentation.rules,
+                                         segmentation.blank_threshold)
+        options = dict(beam_size=beam_size, ctc_weight=ctc_weight, reverse_weight=reverse_weight,
+                       blank_skip_threshold=blank_skip_threshold, length_penalty=length_penalty,
+                       blank_penalty=blank_penalty)
+        decoded = []
+        for segment in segments:
+            if segment.speech:
+                x = segment_features(feats, segment, b.subsampling, b.right_context)
+                decoded.append((segment, *self._decode(x, mode, chunk, left_chunks, options)))
+        return self._transcript(decoded, duration, mode)
+
+    @torch.inference_mode()
+    def _decode(self, feats: torch.Tensor, mode: str, chunk: int, left_chunks: int, options: dict
+                ) -> tuple[list[int], Optional[list[tuple[int, int]]]]:
+        """Token ids of one segment and their spans in its encoder frames (``None``: no
+        CTC head, or tokens the CTC frames cannot hold)."""
+        b = self.backend
+        x = feats.unsqueeze(0).to(self.device)
+        enc, lengths = b.encode(x, torch.tensor([x.size(1)], device=self.device), chunk, left_chunks)
+        shared = SharedOutputs(b.searcher, enc, lengths, **options)
+        ids = [int(t) for t in REGISTRY[mode].run(shared)[0]]
+        if not b.has_ctc:
+            return ids, None
+        log_probs = shared.log_probs()[0, :int(lengths[0])].cpu()
+        try:
+            found = (best_path_spans(log_probs, b.blank) if mode == "ctc_greedy_search"
+                     else forced_alignment(log_probs, ids, b.blank))
+        except AlignmentError:
+            return ids, None
+        return ids, [(s.start, s.end) for s in found]
+
+    def _transcript(self, decoded: Sequence[tuple[Segment, list[int], Optional[list[tuple[int, int]]]]],
+                    duration: float, mode: str) -> Transcript:
+        """Segment results joined: tokens and times concatenated (times offset by the
+        segment start), texts joined with a space, words grouped per segment (a segment
+        boundary is a word boundary); times ``None`` if any segment has none."""
+        b = self.backend
+        frame_s = b.subsampling * b.frame_shift / 1000.0
+        tokens: list[str] = []
+        times: Optional[list[TokenTime]] = [] if b.has_ctc else None
+        words: list = []
+        texts: list[str] = []
+        for segment, ids, spans in decoded:
+            seg_tokens = [b.units[i] for i in ids]
+            tokens += seg_tokens
+            texts.append(b.text(ids))
+            if times is not None and spans is not None:
+                seg_times = [TokenTime(tok, (segment.start + s) * frame_s, (segment.start + e) * frame_s)
+                             for tok, (s, e) in zip(seg_tokens, spans)]
+                times += seg_times
+                words += group_words(seg_times, b.space_separated)
+            else:
+                times = None
+        parts = [(s.start * frame_s, min(duration, s.end * frame_s)) for s, _, _ in decoded]
+        return Transcript(" ".join(t for t in texts if t), tokens, times, None if times is None else words,
+                          parts, duration, mode)
+
+
+def load_model(source: Union[str, os.PathLike], checkpoint: Optional[Union[str, os.PathLike]] = None,
+               device: str = "cpu", overrides: Sequence[str] = ()) -> Transcriber:
+    """A :class:`Transcriber` for ``source``:
+
+    * an experiment directory: its ``train.yaml`` (with ``overrides``, ``KEY.PATH=VALUE``
+      as recognize's ``--override``; relative file paths resolved as
+      :func:`asrkit.transcribe.loading.resolve_config_paths` says) and ``checkpoint``, or
+      by default the one :func:`asrkit.transcribe.loading.find_checkpoint` picks (newest
+      ``avg_*.pt``, else ``final.pt``, else the newest ``epoch_*``/``step_*`` checkpoint);
+    * an exported archive (``final.zip`` of ``asrkit.bin.export``; takes neither
+      ``checkpoint`` nor ``overrides``).
+
+    ``device``: where the model runs (``cpu``, ``cuda``, ...).  Raises
+    :class:`asrkit.transcribe.loading.ModelLoadError` (or the config/units/checkpoint
+    loaders' own errors, all ``ValueError``/``RuntimeError`` with one-line messages)."""
+    from asrkit.transcribe.loading import ModelLoadError, load_archive, load_experiment
+
+    path = Path(source)
+    if path.is_dir():
+        backend = load_experiment(path, checkpoint, device, list(overrides))
+    elif path.is_file():
+        if checkpoint is not None or overrides:
+            raise ModelLoadError(f"{path}: an exported archive takes no checkpoint or overrides")
+        backend = load_archive(path, device)
+    else:
+        raise ModelLoadError(f"no experiment directory or exported archive at {path}")
+    return Transcriber(backend, device)
