@@ -25,12 +25,14 @@ token's start) are aligned to the reference characters, and a reference word's s
 **on time by its first character** when that character is aligned to the same character
 of the hypothesis starting within the tolerance.
 
-Each mode runs twice: with the API's defaults (an utterance this short is decoded whole),
-and with ``--pause_s``: every utterance cut at pauses of that length
+Each mode runs twice: decoded whole (``Segmentation()``: the default of a full-context
+model for audio this short), and with ``--pause_s``: every utterance cut at pauses of that length
 (``Segmentation.at_pauses(pause_s)``: the endpoint rule "``pause_s`` of silence after
 speech" added to the default rules, for audio of any length) and decoded part by part -- models trained on
 connected digits (no pauses inside an utterance) lose words and word boundaries across
-pauses this long, and cutting there removes the pauses from what they decode.
+pauses this long, and cutting there removes the pauses from what they decode.  (0.25 s
+pauses are the default of a model trained with chunks, ``Segmentation.for_model``; rows with
+the model's default are marked ``*`` and ``"default": true`` in the JSON.)
 """
 from __future__ import annotations
 
@@ -164,15 +166,18 @@ def main(argv=None) -> int:
             results = [model.transcribe(u["samples"], SAMPLE_RATE, mode=mode, chunk=args.chunk,
                                         segmentation=segmentation) for u in utterances]
             rows.append({"mode": mode, "decoding": name, "chunk": args.chunk,
+                         "default": segmentation == model.default_segmentation(),
                          **score_mode(results, utterances, args.tolerance)})
     print(f"{model.description}: {len(utterances)} utterances, {rows[0]['words']} words, "
-          f"tolerance {args.tolerance:g} s, chunk {args.chunk or 'full context'}")
+          f"tolerance {args.tolerance:g} s, chunk {args.chunk or 'full context'}; "
+          f"* = the model's default segmentation (asrkit transcribe without --cut_at_pauses)")
     print("mode                     decoding              on time %  (of correct words)  (by first char)  "
           "|error| median / p90 (s)   WER %")
     for r in rows:
         med = ("n/a" if r["median_abs_error_s"] is None
                else f"{r['median_abs_error_s']:.3f} / {r['p90_abs_error_s']:.3f}")
-        print(f"{r['mode']:24s} {r['decoding']:20s} {r['on_time_pct']:9.1f}  {r['on_time_correct_pct']:18.1f}  "
+        decoding = r["decoding"] + (" *" if r["default"] else "")
+        print(f"{r['mode']:24s} {decoding:20s} {r['on_time_pct']:9.1f}  {r['on_time_correct_pct']:18.1f}  "
               f"{r['on_time_first_char_pct']:15.1f}  {med:>24}  {r['wer']:6.2f}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))

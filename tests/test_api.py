@@ -72,7 +72,8 @@ def test_wenets_tokens_in_every_mode_from_the_wav_files(name, reference, key, of
     chunk, left = (ref["chunk"], ref["left"]) if key == "decode_chunk" else (None, -1)
     for utt in ref["utts"]:
         for mode in MODES:
-            got = model.transcribe(WAVS / utt["wav"], mode=mode, chunk=chunk, left_chunks=left, **WENET)
+            got = model.transcribe(WAVS / utt["wav"], mode=mode, chunk=chunk, left_chunks=left,
+                                   segmentation=Segmentation(), **WENET)  # (decoded whole, as WeNet does)
             assert ids(model, got) == utt[key][mode]["tokens"], (utt["wav"], mode)
     if key == "decode_chunk":  # (the chunked references differ from full context: the option reaches the encoder)
         assert any(u[key][m]["tokens"] != u["decode_full"][m]["tokens"] for u in ref["utts"] for m in MODES)
@@ -181,13 +182,26 @@ def test_a_long_concatenation_is_decoded_segment_by_segment(u2pp):
             # up to the last input frame of the segment's last encoder frame e - 1: frame 4(e - 1) + 6,
             # whose window ends 6 * 160 + 400 samples after sample 640(e - 1), i.e. 720 after the end
             last = first + int(round((end - start) * 16000)) + 720
-            alone = u2pp.transcribe(audio[first:last], 16000, mode=mode)
+            alone = u2pp.transcribe(audio[first:last], 16000, mode=mode, segmentation=Segmentation())
             tokens += alone.tokens
             times += [(round(t.start + start, 6), round(t.end + start, 6)) for t in alone.token_times]
         assert whole.tokens == tokens
         assert [(round(t.start, 6), round(t.end, 6)) for t in whole.token_times] == times
-    default = u2pp.transcribe(audio, 16000)  # 6.5 s: below the default threshold, one segment
-    assert default.segments == [(0.0, pytest.approx(default.duration, abs=0.1))]
+    whole = u2pp.transcribe(audio, 16000, segmentation=Segmentation())  # 6.5 s: below the threshold
+    assert whole.segments == [(0.0, pytest.approx(whole.duration, abs=0.1))]
+
+
+def test_by_default_only_chunk_trained_models_are_cut_at_pauses(u2pp, offline, exported_u2pp):
+    pieces = [sf.read(w, dtype="float32")[0] for w in sorted(WAVS.glob("*.wav"))]
+    gap = np.zeros(int(1.5 * 16000), np.float32)
+    audio = np.concatenate([pieces[0], gap, pieces[1], gap, pieces[2]])
+    assert u2pp.backend.chunk_trained and exported_u2pp.backend.chunk_trained and not offline.backend.chunk_trained
+    assert u2pp.default_segmentation() == exported_u2pp.default_segmentation() == Segmentation.at_pauses(0.25)
+    assert offline.default_segmentation() == Segmentation()
+    cut = u2pp.transcribe(audio, 16000)  # U2++: cut at the two 1.5 s gaps although only 6.5 s long
+    assert len(cut.segments) == 3 and cut == u2pp.transcribe(audio, 16000, segmentation=Segmentation.at_pauses(0.25))
+    whole = offline.transcribe(audio, 16000)  # full context: decoded whole
+    assert whole.segments == [(0.0, pytest.approx(whole.duration, abs=0.1))]
 
 
 def test_the_windowed_ctc_pass_covers_every_frame(u2pp):

@@ -65,10 +65,21 @@ def configure_transcribe(p: argparse.ArgumentParser) -> None:
                    help="audio longer than this is cut at endpoints and decoded part by part")
     p.add_argument("--cut_at_pauses", type=float, default=None, metavar="S",
                    help="cut audio of any length at S seconds of silence after speech and decode the parts "
-                        "one by one (models trained on connected speech lose words across pauses)")
+                        "one by one; 0: never (only audio longer than --long_audio_s, at endpoints); "
+                        "default: 0.25 for a model trained with chunks (U2/U2++) and a CTC head, else 0")
     p.add_argument("--json", action="store_true", help="one JSON object per line, with times")
     p.add_argument("--device", default="cpu")
     p.add_argument("--num_threads", type=int, default=0, help="intra-op threads (0: torch default)")
+
+
+def _segmentation(model, cut_at_pauses, long_audio_s: float):
+    """``--cut_at_pauses``: ``None`` the model's default, ``0`` only long audio, ``S`` at ``S`` s pauses."""
+    from asrkit.transcribe import Segmentation
+    if cut_at_pauses is None:
+        return model.default_segmentation(long_audio_s)
+    if cut_at_pauses <= 0:
+        return Segmentation(threshold_s=long_audio_s)
+    return Segmentation.at_pauses(cut_at_pauses)
 
 
 def run_transcribe(args: argparse.Namespace) -> int:
@@ -77,7 +88,7 @@ def run_transcribe(args: argparse.Namespace) -> int:
     from asrkit.bin.bad_input import BAD_INPUT
     from asrkit.decode.modes import ModeError
     from asrkit.decode.search import DecodingOptionError, check_decoding_options
-    from asrkit.transcribe import AudioError, ModelLoadError, Segmentation, load_model
+    from asrkit.transcribe import AudioError, ModelLoadError, load_model
 
     if not args.model:
         print("error: no model: pass --model EXP_DIR_OR_FINAL_ZIP (or set ASRKIT_MODEL)", file=sys.stderr)
@@ -98,8 +109,7 @@ def run_transcribe(args: argparse.Namespace) -> int:
         return 2
     options = dict(mode=args.mode, chunk=args.chunk, left_chunks=args.left_chunks, beam_size=args.beam_size,
                    ctc_weight=args.ctc_weight, reverse_weight=args.reverse_weight,
-                   segmentation=(Segmentation(threshold_s=args.long_audio_s) if args.cut_at_pauses is None
-                                 else Segmentation.at_pauses(args.cut_at_pauses)))
+                   segmentation=_segmentation(model, args.cut_at_pauses, args.long_audio_s))
     failed = 0
     for wav in args.wavs:
         try:

@@ -45,14 +45,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from asrkit.export.onnx import export_onnx
+    from asrkit.models.chunks import ChunkTraining
 
     cfg, tokenizer, model, feature_cmvn = load_for_export(args)
     if model.ctc is None:
         log.error("the model has no CTC head (ctc_weight 0): sherpa-onnx's WeNet CTC models are CTC "
                   "log-posteriors, so there is nothing to export; use the TorchScript export")
         return 2
-    enc = cfg.encoder_conf
-    chunked = bool(enc.use_dynamic_chunk or enc.static_chunk_size > 0)
+    chunked = ChunkTraining.from_config(cfg).chunked
     if args.streaming == "true" and not chunked:
         log.error("--streaming true: the model was trained with full context only (encoder_conf."
                   "use_dynamic_chunk false, static_chunk_size 0); it would stream badly. Train a U2++ "

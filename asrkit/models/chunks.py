@@ -100,6 +100,12 @@ class ChunkTraining:
         conf = cfg.encoder_conf
         return cls(conf.use_dynamic_chunk, conf.use_dynamic_left_chunk, conf.static_chunk_size, cfg.seed)
 
+    @property
+    def chunked(self) -> bool:
+        """Trained with chunks (dynamic or static): the model's attention was limited to
+        chunks, so it can stream and its CTC spikes stay near the sound they emit."""
+        return bool(self.use_dynamic_chunk or self.static_chunk_size > 0)
+
     def for_training(self, step: int, index: int) -> tuple[int, int]:
         """The chunk choice of the training micro-batch ``index`` (:func:`micro_batch_index`)
         of the group that optimizer step ``step`` will apply."""

@@ -21,6 +21,8 @@ import torch
 from asrkit.decode.modes import ModeError, check_modes
 from asrkit.decode.search import DecodingOptionError, encoder_output
 from asrkit.decode.searcher import Searcher
+from asrkit.export.archive import EXTRA_CONFIG
+from asrkit.models.chunks import ChunkTraining
 
 # the config keys naming files a transcription reads, resolved by resolve_config_paths
 CONFIG_PATH_KEYS = ("tokenizer_conf.symbol_table_path", "tokenizer_conf.bpe_path",
@@ -38,7 +40,8 @@ class Backend:
     ``frame_length``/``frame_shift`` (ms), ``subsampling``, ``right_context`` (input frames
     an encoder frame sees beyond its first), ``min_input_length``, ``units`` (symbols by
     id), ``blank``, ``has_ctc``, ``searcher`` (a :class:`Searcher` or its scripted copy),
-    ``bidirectional``, ``description``."""
+    ``bidirectional``, ``chunk_trained`` (trained with dynamic or static chunks),
+    ``description``."""
 
     def normalise(self, feats: torch.Tensor) -> torch.Tensor:
         """``feats [T, F]`` (raw fbank) as :meth:`encode` takes them."""
@@ -75,6 +78,7 @@ class EagerBackend(Backend):
         self.has_ctc = model.ctc is not None
         self.bidirectional = self.searcher.bidirectional
         self.space_separated = bool(getattr(tokenizer, "split_with_space", False))
+        self.chunk_trained = ChunkTraining.from_config(cfg).chunked
 
     def normalise(self, feats: torch.Tensor) -> torch.Tensor:
         from asrkit.data.features import apply_cmvn
@@ -118,6 +122,18 @@ class ArchiveSearcher:
         return self.scripted.attention_beam(encoder_out, encoder_lengths, beam_size)
 
 
+def _archive_chunk_trained(config_text: str) -> bool:
+    """Whether the ``train.yaml`` an archive carries trained with chunks (``encoder_conf``
+    ``use_dynamic_chunk`` or ``static_chunk_size > 0``); ``False`` when it says nothing."""
+    import yaml
+    try:
+        conf = (yaml.safe_load(config_text) or {}).get("encoder_conf") or {}
+    except (yaml.YAMLError, AttributeError):
+        return False
+    return ChunkTraining(bool(conf.get("use_dynamic_chunk", False)),
+                         static_chunk_size=int(conf.get("static_chunk_size", 0) or 0)).chunked
+
+
 class ScriptBackend(Backend):
     def __init__(self, module, extra: dict, description: str):
         self.module, self.description = module, description
@@ -136,6 +152,7 @@ class ScriptBackend(Backend):
         self.space_separated = self.separator == " "
         self.modes = list(module.supported_modes())
         self.chunks = "chunk_size" in str(module.encoder.forward.schema)  # (older archives: full context only)
+        self.chunk_trained = self.chunks and _archive_chunk_trained(extra.get(EXTRA_CONFIG, ""))
 
     def encode(self, feats, lengths, chunk, left_chunks):
         if chunk <= 0:

@@ -27,6 +27,9 @@ import torch
 from asrkit.stream.endpoint import DEFAULT_RULES, EndpointDetector, EndpointRule
 
 
+DEFAULT_PAUSE_S = 0.25  # seconds of silence after speech at which chunk-trained models' audio is cut
+
+
 @dataclasses.dataclass(frozen=True)
 class Segmentation:
     """When and how audio is cut (see the module docstring).  ``threshold_s``: audio up to
@@ -37,6 +40,20 @@ class Segmentation:
     blank_threshold: float = 0.8
     window_s: float = 20.0
     context_s: float = 1.0
+
+    @classmethod
+    def for_model(cls, chunk_trained: bool, has_ctc: bool, threshold_s: float = 30.0) -> "Segmentation":
+        """``transcribe``'s default for a model.  Trained with chunks (U2/U2++: dynamic or
+        static chunks) and with a CTC head: cut at :data:`DEFAULT_PAUSE_S` pauses
+        (:meth:`at_pauses`) -- such a model's CTC spikes stay near their sound, so its runs of
+        blank frames are pauses, and decoding between pauses keeps word boundaries and word
+        times that models trained on connected speech lose across pauses.  Otherwise
+        (full context, or no CTC head) audio up to ``threshold_s`` is decoded whole: a
+        full-context model may put its spikes far from their sound (docs/transcribe.md),
+        so its blank runs are not pauses and cutting there loses words."""
+        if chunk_trained and has_ctc:
+            return cls.at_pauses(DEFAULT_PAUSE_S)
+        return cls(threshold_s=threshold_s)
 
     @classmethod
     def at_pauses(cls, pause_s: float, **kwargs) -> "Segmentation":

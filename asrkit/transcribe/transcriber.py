@@ -101,6 +101,11 @@ class Transcriber:
         """:class:`asrkit.decode.ModeError` unless this model runs decoding mode ``mode``."""
         self.backend.check_mode(mode)
 
+    def default_segmentation(self, threshold_s: float = 30.0) -> Segmentation:
+        """:meth:`Segmentation.for_model` of this model (``threshold_s``: how long audio
+        a model that is not cut at pauses decodes whole)."""
+        return Segmentation.for_model(self.backend.chunk_trained, self.backend.has_ctc, threshold_s)
+
     def features(self, samples: torch.Tensor, rate: int) -> torch.Tensor:
         """Normalised fbank ``[T, F]`` of ``samples [1, T]`` at ``rate`` Hz (resampled first)."""
         b = self.backend
@@ -115,7 +120,7 @@ class Transcriber:
                    chunk: Optional[int] = None, left_chunks: int = -1, beam_size: int = 10,
                    ctc_weight: float = 0.3, reverse_weight: float = 0.0, blank_penalty: float = 0.0,
                    length_penalty: float = 0.0, blank_skip_threshold: float = DEFAULT_BLANK_SKIP_THRESHOLD,
-                   segmentation: Segmentation = Segmentation()) -> Transcript:
+                   segmentation: Optional[Segmentation] = None) -> Transcript:
         """Transcribe ``audio``: a path (a WAV/FLAC file at any sample rate), or samples
         (a numpy array or tensor ``[T]`` or ``[channels, T]``, floats in [-1, 1) or int16)
         with their ``sample_rate``.
@@ -124,9 +129,10 @@ class Transcriber:
         streaming model with chunks of that many encoder frames and ``left_chunks`` left
         chunks (-1: all; recognize's ``--decoding_chunk_size`` /
         ``--num_decoding_left_chunks``); ``None`` or 0: full context.  The other options
-        are those of :func:`asrkit.decode.decode`.  Audio longer than
-        ``segmentation.threshold_s`` is cut at endpoints and decoded part by part
-        (:mod:`asrkit.transcribe.segments`).
+        are those of :func:`asrkit.decode.decode`.  ``segmentation``: where audio is cut
+        into parts decoded one by one (:mod:`asrkit.transcribe.segments`); ``None``:
+        :meth:`default_segmentation` (a chunk-trained model with a CTC head: at 0.25 s
+        pauses; any other: only audio longer than 30 s, at endpoints).
 
         Raises :class:`AudioError` for input that cannot be transcribed (missing, not
         audio, empty, shorter than the model's shortest input),
@@ -147,6 +153,7 @@ class Transcriber:
                              f"{(b.min_input_length - 1) * b.frame_shift + b.frame_length:g} ms")
         out_frames = (feats.size(0) - b.right_context - 1) // b.subsampling + 1
         segments = [Segment(0, out_frames, True)]
+        segmentation = segmentation or self.default_segmentation()
         if duration > segmentation.threshold_s:
             probs = (blank_probabilities(b, feats, chunk, left_chunks, segmentation.window_s,
                                          segmentation.context_s, self.device)

@@ -63,6 +63,7 @@ def test_the_timestamp_bench_runs_and_reports_every_mode(tmp_path):
     assert [(r["mode"], r["decoding"]) for r in rows] == [
         ("ctc_greedy_search", "whole"), ("ctc_greedy_search", "cut at 0.25 s pauses"),
         ("attention", "whole"), ("attention", "cut at 0.25 s pauses")]
+    assert [r["default"] for r in rows] == [False, True, False, True]  # U2++: cut at 0.25 s pauses by default
     for r in rows:
         assert 6 <= r["words"] <= 12 and 0.0 <= r["on_time_pct"] <= 100.0 and r["wer"] >= 0.0
     assert "on time %" in proc.stdout

@@ -72,7 +72,10 @@ def test_cut_at_pauses_decodes_the_parts_one_by_one(model, tmp_path, capsys):
     assert len(row["segments"]) == 2  # a 4.2 s file: whole without the option
     row.pop("path")
     assert row == model.transcribe(tmp_path / "two.wav", segmentation=Segmentation.at_pauses(1.0)).to_dict()
-    assert len(model.transcribe(tmp_path / "two.wav").segments) == 1
+    assert cli.main(["transcribe", "--model", MODEL, "--json", "--cut_at_pauses", "0", str(tmp_path / "two.wav")]) == 0
+    assert len(json.loads(capsys.readouterr().out)["segments"]) == 1  # 0: whole, up to --long_audio_s
+    assert cli.main(["transcribe", "--model", MODEL, "--json", str(tmp_path / "two.wav")]) == 0
+    assert len(json.loads(capsys.readouterr().out)["segments"]) == 2  # U2++: cut at pauses by default
 
 
 def test_a_bad_model_or_mode_is_one_line_and_status_2(bad_files, capsys):
