@@ -163,3 +163,16 @@ def tiny_experiment(tiny_corpus, tmp_path_factory) -> TinyExperiment:
     run_tool("compute_cmvn_stats.py", "--train_config", cfg, "--data_list",
              tiny_corpus.splits["train"].data_list, "--out_cmvn", cmvn)
     return exp
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op thread for a module's tests, restored afterwards: small models run
+    fastest on one thread and are then immune to a busy machine; the export CLIs and
+    WeNet's runtime default to one, too.  Take it with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

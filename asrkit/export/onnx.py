@@ -244,7 +244,7 @@ def _check_streaming(path: Path, graph: StreamingCtcGraph, model: nn.Module, met
     worst = 0.0
     for chunk, left in ((16, 4), (4, 2), (8, 1)):
         got = stream_log_probs(run, feats, meta, chunk, left)
-        want = eager_stream_reference(model, feats, graph.normalize, chunk, left, got.size(1))
+        want = eager_stream_reference(model, feats, graph.normalizer, chunk, left, got.size(1))
         if got.shape != want.shape:
             raise ExportCheckError(f"{path.name}: chunk {chunk}: {tuple(got.shape)} frames, eager {tuple(want.shape)}")
         worst = max(worst, float((got - want).abs().max()))

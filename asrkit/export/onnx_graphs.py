@@ -44,7 +44,7 @@ from typing import Optional, Tuple
 import torch
 from torch import nn
 
-from asrkit.models.cmvn import GlobalCMVN
+from asrkit.models.cmvn import RawFbankNormalization
 
 
 class _CtcGraph(nn.Module):
@@ -55,26 +55,16 @@ class _CtcGraph(nn.Module):
         if model.ctc is None:
             raise ValueError("the model has no CTC head (trained with ctc_weight 0); sherpa-onnx's WeNet "
                              "CTC models are CTC log-posteriors: nothing to export")
-        if model.cmvn is not None and feature_cmvn is not None:
-            raise ValueError("CMVN given twice: the model has a CMVN layer and a feature CMVN was passed")
-        self.cmvn = model.cmvn
-        self.feature_cmvn = None if feature_cmvn is None else GlobalCMVN(*feature_cmvn)
+        self.normalizer = RawFbankNormalization(model.cmvn, feature_cmvn)
         self.encoder = model.encoder
         self.ctc = model.ctc
-
-    def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        if self.feature_cmvn is not None:
-            x = self.feature_cmvn(x)
-        if self.cmvn is not None:
-            x = self.cmvn(x)
-        return x
 
 
 class OfflineCtcGraph(_CtcGraph):
     """Full-context CTC log-posteriors of a padded batch (see the module docstring)."""
 
     def forward(self, x: torch.Tensor, x_lens: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        out, lengths = self.encoder(self.normalize(x), x_lens)
+        out, lengths = self.encoder(self.normalizer(x), x_lens)
         return self.ctc(out), lengths
 
 
@@ -101,7 +91,7 @@ class StreamingCtcGraph(_CtcGraph):
         row_positions = start - cache_rows + torch.arange(cache_rows, dtype=start.dtype)
         cache_valid = (row_positions >= 0).view(1, 1, -1) & attn_mask[:, :, :cache_rows]
         mask = torch.cat([cache_valid, attn_mask[:, :, cache_rows:]], dim=-1)
-        ys, att, cnn = self.encoder.forward_chunk_at(self.normalize(x), start, attn_cache, conv_cache, mask)
+        ys, att, cnn = self.encoder.forward_chunk_at(self.normalizer(x), start, attn_cache, conv_cache, mask)
         next_att_cache = att[:, :, ys.size(1):]
         next_conv_cache = cnn if self.has_conv else conv_cache
         return self.ctc(ys), next_att_cache, next_conv_cache

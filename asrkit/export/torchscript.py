@@ -38,7 +38,7 @@ from torch import nn
 
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
 from asrkit.decode.searcher import Searcher
-from asrkit.models.cmvn import GlobalCMVN
+from asrkit.models.cmvn import RawFbankNormalization
 
 
 class ScriptableAsr(nn.Module):
@@ -60,10 +60,7 @@ class ScriptableAsr(nn.Module):
             raise ValueError("the model has neither a CTC head nor an attention decoder: nothing to decode with")
         if len(units) != model.vocab_size:
             raise ValueError(f"{len(units)} units, the model has {model.vocab_size} outputs")
-        if model.cmvn is not None and feature_cmvn is not None:
-            raise ValueError("CMVN given twice: the model has a CMVN layer and a feature CMVN was passed")
-        self.cmvn = model.cmvn
-        self.feature_cmvn = None if feature_cmvn is None else GlobalCMVN(*feature_cmvn)
+        self.normalizer = RawFbankNormalization(model.cmvn, feature_cmvn)
         self.encoder = model.encoder
         self.searcher = Searcher.of_model(model)
         self.vocab = int(model.vocab_size)
@@ -193,13 +190,10 @@ class ScriptableAsr(nn.Module):
         return 0.0
 
     # ------------------------------------------------------------------ network
+    @torch.jit.export
     def normalize(self, feats: torch.Tensor) -> torch.Tensor:
-        """Raw fbank -> what the encoder reads: the feature CMVN, then the model's own."""
-        if self.feature_cmvn is not None:
-            feats = self.feature_cmvn(feats)
-        if self.cmvn is not None:
-            feats = self.cmvn(feats)
-        return feats
+        """Raw fbank -> what the encoder reads (:class:`RawFbankNormalization`)."""
+        return self.normalizer(feats)
 
     def forward(self, feats: torch.Tensor, feats_lengths: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """Raw Kaldi fbank ``[B, T, F]`` (zero-padded) and lengths ``[B]`` ->

@@ -161,10 +161,11 @@ class ScriptBackend(Backend):
             raise DecodingOptionError(f"{self.description}: this archive's encoder takes no chunk size "
                                       f"(exported before chunked decoding); decode with full context")
         module = self.module  # the module's own forward with the encoder's chunk arguments
-        if module.feature_cmvn is not None:
-            feats = module.feature_cmvn(feats)
-        if module.cmvn is not None:
-            feats = module.cmvn(feats)
+        if hasattr(module, "normalizer"):
+            feats = module.normalizer(feats)
+        else:  # (archives exported before RawFbankNormalization held the two CMVNs themselves)
+            for cmvn in (module.feature_cmvn, module.cmvn):
+                feats = feats if cmvn is None else cmvn(feats)
         return module.encoder(feats, lengths, chunk, left_chunks)
 
     def check_mode(self, mode: str) -> None:

@@ -21,13 +21,7 @@ from tests.helpers import REPO
 MODES = ["ctc_greedy_search", "ctc_prefix_beam_search", "attention_rescoring"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The CLI sets one intra-op thread (its default --num_threads); restore afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +57,7 @@ def test_export_cli_writes_a_verified_archive(exported, capsys):
     assert meta["num_mel_bins"] == 40 and meta["sample_rate"] == 16000 and not meta["feature_cmvn_included"]
     assert module.eos_symbol() == tokenizer.vocab_size - 1
     # the CMVN statistics travel inside the module: it takes raw fbank
-    torch.testing.assert_close(module.cmvn.mean, model.cmvn.mean, rtol=0, atol=0)
+    torch.testing.assert_close(module.normalizer.cmvn.mean, model.cmvn.mean, rtol=0, atol=0)
 
 
 def test_export_cli_takes_a_data_pipeline_cmvn_into_the_model(tiny_experiment, tmp_path):
@@ -77,7 +71,7 @@ def test_export_cli_takes_a_data_pipeline_cmvn_into_the_model(tiny_experiment, t
                  "--output", str(tmp_path / "final.zip")]) == 0  # verified with the CMVN applied eagerly
     module, extra = load_exported(tmp_path / "final.zip")
     assert json.loads(extra["meta.json"])["feature_cmvn_included"]
-    assert module.feature_cmvn is not None and module.cmvn is None
+    assert module.normalizer.feature_cmvn is not None and module.normalizer.cmvn is None
 
 
 def test_export_cli_errors(exported, tmp_path, caplog):

@@ -18,13 +18,7 @@ from asrkit.decode.ctc_search import Hypothesis, ctc_prefix_beam_search
 from asrkit.export import ExportCheckError, check_against_eager, export_model, load_exported, script_model
 from tests.models.tiny import tiny_model
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models: one intra-op thread is fastest, and immune to a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 FEAT = dict(sample_rate=16000, num_mel_bins=20, frame_length=25.0, frame_shift=10.0)

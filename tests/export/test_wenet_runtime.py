@@ -42,13 +42,7 @@ WENET_FBANK = dict(sample_rate=16000, num_mel_bins=80, frame_length=25.0, frame_
 INT_MAX = 2 ** 31 - 1  # what num_frames_for_chunk asks for with --chunk_size -1 (read everything)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small models: one intra-op thread is fastest (the runtime's default, too)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
