@@ -24,23 +24,30 @@ from pathlib import Path
 import torch
 
 from asrkit.config import load_config, to_dict
-from asrkit.bin.bad_input import BAD_INPUT, load_text_inputs
+from asrkit.bin.bad_input import load_text_inputs, run_tool
 
 log = logging.getLogger("asrkit.export")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_args(p)
+    p.add_argument("--output", required=True, help="TorchScript archive to write, e.g. exp/x/final.zip")
+    return p
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """The options of the export tools that name the model and how it is checked (read by
+    :func:`load_for_export`): ``--config``, ``--checkpoint``, ``--override``,
+    ``--num_threads``, ``--no_verify``."""
     p.add_argument("--config", required=True, help="the experiment's train.yaml")
     p.add_argument("--checkpoint", required=True, help="checkpoint (training checkpoint or bare state_dict)")
-    p.add_argument("--output", required=True, help="TorchScript archive to write, e.g. exp/x/final.zip")
     p.add_argument("--override", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a config value (repeatable), e.g. tokenizer_conf.symbol_table_path=...")
     p.add_argument("--num_threads", type=int, default=1,
                    help="intra-op threads (0: torch default); one is plenty for export and its check")
     p.add_argument("--no_verify", action="store_true",
                    help="skip the check of the exported model against eager decoding")
-    return p
 
 
 def load_for_export(args: argparse.Namespace):
@@ -84,17 +91,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S")
-    try:
-        return run(args)
-    except BAD_INPUT as e:  # the config, units or checkpoint handed in: one line, status 2
-        log.error("%s", e)
-        return 2
-    except (ValueError, OSError, RuntimeError) as e:
-        log.error("%s", e)
-        return 1
+    return run_tool(run, build_parser().parse_args(argv), log)
 
 
 if __name__ == "__main__":

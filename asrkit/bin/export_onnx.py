@@ -20,26 +20,21 @@ import logging
 import sys
 from pathlib import Path
 
-from asrkit.bin.bad_input import BAD_INPUT
-from asrkit.bin.export import load_for_export
+from asrkit.bin.bad_input import run_tool
+from asrkit.bin.export import add_model_args, load_for_export
 
 log = logging.getLogger("asrkit.export_onnx")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", required=True, help="the experiment's train.yaml")
-    p.add_argument("--checkpoint", required=True, help="checkpoint (training checkpoint or bare state_dict)")
+    add_model_args(p)
     p.add_argument("--output_dir", required=True, help="folder for model*.onnx and tokens.txt")
-    p.add_argument("--override", action="append", default=[], metavar="KEY.PATH=VALUE",
-                   help="override a config value (repeatable)")
     p.add_argument("--streaming", choices=["auto", "true", "false"], default="auto",
                    help="also write model-streaming.onnx; auto: when the model was trained with chunks "
                         "(use_dynamic_chunk or static_chunk_size)")
     p.add_argument("--int8", choices=["true", "false"], default="true",
                    help="also write int8 dynamically quantized copies (*.int8.onnx)")
-    p.add_argument("--num_threads", type=int, default=1, help="intra-op threads for export and its check")
-    p.add_argument("--no_verify", action="store_true", help="skip the check against eager asrkit")
     return p
 
 
@@ -72,20 +67,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S")
-    try:
-        return run(args)
-    except BAD_INPUT as e:  # the config, units or checkpoint handed in: one line, status 2
-        log.error("%s", e)
-        return 2
-    except ImportError as e:
-        log.error("%s: ONNX export needs onnx and onnxruntime (pip install -r requirements.txt)", e)
-        return 1
-    except (ValueError, OSError, RuntimeError) as e:
-        log.error("%s", e)
-        return 1
+    hint = "ONNX export needs onnx and onnxruntime (pip install -r requirements.txt)"
+    return run_tool(run, build_parser().parse_args(argv), log, hints={ImportError: hint})
 
 
 if __name__ == "__main__":

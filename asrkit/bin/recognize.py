@@ -35,7 +35,7 @@ from asrkit.decode import MODES, DecodingOptionError, ModeError, check_decoding_
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
 from asrkit.decode.recognizer import Progress, load_model, recognize, write_text
 from asrkit.metrics import format_alignment, score
-from asrkit.bin.bad_input import BAD_INPUT, load_text_inputs
+from asrkit.bin.bad_input import load_text_inputs, run_tool
 
 log = logging.getLogger("asrkit.recognize")
 
@@ -126,17 +126,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S")
-    try:
-        return run(args)
-    except (ModeError, DecodingOptionError, *BAD_INPUT) as e:  # what was handed in: one line, status 2
-        log.error("%s", e)
-        return 2
-    except (ValueError, OSError) as e:
-        log.error("%s", e)
-        return 1
+    return run_tool(run, build_parser().parse_args(argv), log, bad_input=(ModeError, DecodingOptionError))
 
 
 if __name__ == "__main__":
