@@ -172,9 +172,21 @@ class Host:
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
     def kill_started(self) -> None:
+        """SIGKILL the process groups this host started (see :meth:`popen`)."""
         for proc in self._procs:
             _kill_group(proc)
         self._procs.clear()
+
+    def kill_all(self) -> None:
+        """SIGKILL every process inside this host's namespace, including those that left
+        the process groups :meth:`popen` made (e.g. torchrun's workers, in sessions of
+        their own), then reap the groups this host started."""
+        for pid in namespace_pids(self.name):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.kill_started()
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -288,7 +300,7 @@ class Hosts:
             if self.index is None:
                 return
             for host in self.hosts:
-                host.kill_started()
+                host.kill_all()
             names = [f"{self.prefix}{self.index}h{i}" for i in range(self.n)] + [self.switch_ns]
             for ns in names:
                 _remove_namespace(ns)

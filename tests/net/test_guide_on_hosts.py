@@ -8,18 +8,18 @@ import re
 
 import pytest
 
-from tests.net.nodes import node_script, start_node, toy_opts, wait_nodes
+from tests.net.nodes import Node, node_script, toy_opts, wait_nodes
 
 # ~15 s alone (two torchrun agents and two trainers each import torch on 2 cores), ~30 s
 # when other tests share the cores.
 pytestmark = pytest.mark.slow
 
 
-def test_guide_launch_on_two_namespaced_hosts(hosts2, net_recipe):
+def test_guide_launch_on_two_namespaced_hosts(hosts2, net_recipe, tmp_path):
     h0, h1 = hosts2.hosts
     exp = "exp/on hosts"
     opts = toy_opts(exp, "--cpu_nproc_per_node", "1", "--train_overrides", "max_epoch=1")
-    procs = [start_node(h, node_script("interface", f"node{k}", master_addr=h0.addr, opts=opts), net_recipe)
+    procs = [Node(h, node_script("interface", f"node{k}", master_addr=h0.addr, opts=opts), net_recipe, tmp_path)
              for k, h in enumerate((h0, h1))]
     results = wait_nodes(procs, timeout=120)
     for k, (code, out, err) in enumerate(results):
