@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from tests.examples.test_multinode_guide import run_env
+from tests.helpers import REPO
 
 
 def add_stray_bridge(host) -> None:
@@ -28,8 +29,11 @@ def train_as_node1(host, master, net_recipe, **env):
     torchrun_env = dict(RANK="1", WORLD_SIZE="2", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", MASTER_ADDR=master,
                         MASTER_PORT="29500", TORCHELASTIC_RESTART_COUNT="0", **env)
     argv = [sys.executable, "-m", "asrkit.bin.train", "--config", "conf/train_toy.yaml", "--train_data",
-            "data/train/data.list", "--cv_data", "data/dev/data.list", "--model_dir", "exp/wrong interface"]
-    return host.run(argv, env=run_env(**torchrun_env), cwd=net_recipe, timeout=60)
+            "data/train/data.list", "--cv_data", "data/dev/data.list", "--model_dir", "exp/wrong interface",
+            "--override", "launch.timeout_s=10"]  # (were the check missing: a join that fails, not a hang)
+    env = run_env(PYTHONPATH=str(REPO))  # (without the launch variables of this process)
+    env.update(torchrun_env)
+    return host.run(argv, env=env, cwd=net_recipe, timeout=60)
 
 
 @pytest.mark.parametrize("ifname, complaint", [
