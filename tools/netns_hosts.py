@@ -29,16 +29,19 @@ CLI::
 
     python tools/netns_hosts.py up [--hosts N] [--rate 1gbit]   # create, print, keep
     python tools/netns_hosts.py list                           # what exists
-    python tools/netns_hosts.py down [--force]                 # remove leftovers
+    python tools/netns_hosts.py down [--force]                 # remove leftovers and kept hosts
 
 ``up`` prints one line per host (``name addr iface``); run a command on a host with
-``ip netns exec <name> <command>``.  ``down`` leaves alone the instances whose lock a
-live process holds (a running test) unless ``--force``.
+``ip netns exec <name> <command>``.  Hosts made by ``up`` are marked kept
+(``/tmp/ak_netns/<prefix><k>.kept``): the tests' leak check does not count them, ``down``
+removes them.  ``down`` leaves alone the instances whose lock a live process holds (a
+running test) unless ``--force``.
 """
 from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import fcntl
 import os
 import re
@@ -255,6 +258,8 @@ class Hosts:
             except OSError:
                 os.close(fd)
                 continue
+            with contextlib.suppress(FileNotFoundError):  # (a stale mark: its namespaces are gone)
+                os.unlink(os.path.join(LOCK_DIR, f"{base}.kept"))
             self.index, self._lock_fd, self.switch_ns = k, fd, f"{base}br"
             return
         raise NetnsError(f"no free instance index: {MAX_INSTANCES} '{self.prefix}<k>' instances in use")
@@ -359,11 +364,13 @@ def _instance_of(name: str, prefix: str) -> Optional[str]:
     return m.group(1) if m else None
 
 
-def _held_by_live_other(base: str) -> bool:
-    """The lock of instance ``base`` is held by a process other than this one's open
-    instances (so the instance is in use, not a leftover)."""
+def _in_use(base: str, kept_too: bool) -> bool:
+    """Instance ``base`` is in use, not a leftover: its lock is held by a process other
+    than this one's open instances, or (``kept_too``) ``up`` kept it until ``down``."""
     if any(f"{h.prefix}{h.index}" == base for h in _OPEN):
         return False
+    if kept_too and os.path.exists(os.path.join(LOCK_DIR, f"{base}.kept")):
+        return True
     path = os.path.join(LOCK_DIR, f"{base}.lock")
     if not os.path.exists(path):
         return False
@@ -377,19 +384,21 @@ def _held_by_live_other(base: str) -> bool:
     return False
 
 
-def leftovers(prefix: str = "ak", ignore_live: bool = False) -> list[str]:
+def leftovers(prefix: str = "ak", ignore_live: bool = False, ignore_kept: Optional[bool] = None) -> list[str]:
     """Namespaces (``netns <name>``), root-namespace links (``link <name>``) and processes
     inside those namespaces (``pid <n> in <name>``) whose names start with ``prefix``.
 
     With ``ignore_live``, instances whose lock another live process holds (its hosts are
-    in use, e.g. by a parallel test worker) are left out; this process's own open
-    instances are always reported."""
+    in use, e.g. by a parallel test worker) are left out, and so (``ignore_kept``, default:
+    as ``ignore_live``) are those the CLI's ``up`` kept; this process's own open instances
+    are always reported."""
+    ignore_kept = ignore_live if ignore_kept is None else ignore_kept
     found = []
     for ns in _namespaces():
         if not ns.startswith(prefix):
             continue
         base = _instance_of(ns, prefix)
-        if ignore_live and base and _held_by_live_other(base):
+        if ignore_live and base and _in_use(base, kept_too=ignore_kept):
             continue
         found.append(f"netns {ns}")
         found += [f"pid {pid} in {ns}" for pid in namespace_pids(ns)]
@@ -405,11 +414,15 @@ def all_started() -> list[subprocess.Popen]:
 def remove_leftovers(prefix: str = "ak", force: bool = False) -> list[str]:
     """Remove the namespaces and root-namespace links that :func:`leftovers` lists (all of
     them with ``force``, else only those no live process holds); returns what it removed."""
-    gone = leftovers(prefix, ignore_live=not force)
+    gone = leftovers(prefix, ignore_live=not force, ignore_kept=False)
     for item in gone:
         kind, name = item.split()[0], item.split()[-1]
         if kind == "netns":
             _remove_namespace(name)
+            base = _instance_of(name, prefix)
+            if base:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(LOCK_DIR, f"{base}.kept"))
         elif kind == "link":
             subprocess.run(["ip", "link", "del", name], capture_output=True)
     return gone
@@ -441,6 +454,8 @@ def main(argv=None) -> int:
             return 2
         hosts.open()
         atexit.unregister(hosts.close)  # kept on purpose: 'down' removes them
+        with open(os.path.join(LOCK_DIR, f"{args.prefix}{hosts.index}.kept"), "w") as f:
+            f.write(f"kept by 'netns_hosts.py up' (pid {os.getpid()})\n")
         for host in hosts.hosts:
             print(host.name, host.addr, host.iface)
         print(f"switch {hosts.switch_ns} (bridge br0, ports p0..p{args.hosts - 1})"
