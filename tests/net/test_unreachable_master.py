@@ -15,7 +15,7 @@ import pytest
 
 from tests.net.nodes import Node, node_script, toy_opts, wait_nodes
 
-RDZV_TIMEOUT = 6
+RDZV_TIMEOUT = 3
 
 
 @pytest.mark.parametrize("master_state, last_attempt", [
