@@ -53,6 +53,27 @@ def install_kill(rank: int, step: int) -> None:
     Trainer._on_step = on_step
 
 
+def install_pause(rank: int, step: int, path: str) -> None:
+    """Rank ``rank`` writes ``path + ".reached"`` right after optimizer step ``step`` (before
+    anything of the step is saved) and then waits until ``path`` exists, in the first
+    torchrun attempt only: a test changes the world (takes a link down) at a known step."""
+    from asrkit.train.trainer import Trainer
+    original = Trainer._on_step
+
+    def on_step(self, state):
+        first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") in ("", "0")
+        if self.ctx.rank == rank and state.step == step and first_attempt:
+            log.warning("fault injection (pause rank %d after step %d): waiting for %s", rank, step, path)
+            _flush_logs()
+            with open(path + ".reached", "w") as f:
+                f.write(str(os.getpid()))
+            while not os.path.exists(path):
+                time.sleep(0.05)
+        return original(self, state)
+
+    Trainer._on_step = on_step
+
+
 class _StallingLoader:
     """A train loader that hangs before batch ``at`` of every pass (everything else delegated)."""
 

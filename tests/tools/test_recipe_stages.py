@@ -108,7 +108,7 @@ def test_stages_take_what_they_use_and_print_their_number(tmp_path):
 
 def test_stage_train_launches_what_it_is_given(tmp_path):
     """The launch settings arrive through the shared ``launch`` array (after the options)."""
-    body = ('num_nodes=2; node_rank=1; master_addr=10.1.2.3; nproc_per_node=3\n'
+    body = ('num_nodes=2; node_rank=1; master_addr=10.1.2.3; nproc_per_node=3; rdzv_timeout=60\n'
             '. "$ASRKIT_STAGES"\n'
             'stage_train 4 "${launch[@]}" config=c.yaml dir=exp/x type=shard workers=0 '
             'overrides="a.b=1 c=2" checkpoint=auto -- --max_steps 5')
@@ -117,11 +117,33 @@ def test_stage_train_launches_what_it_is_given(tmp_path):
                           env={**os.environ, "ASRKIT_STAGES": str(REPO / "tools" / "recipe_stages.sh")})
     assert proc.returncode == 0, proc.stderr
     assert "stage 4: train c.yaml on data/train -> exp/x (2 node(s) x 3 process(es), node_rank 1)" in proc.stderr
-    assert calls(tmp_path) == [
+    assert calls(tmp_path) == [  # node 1 first waits for the master's port (tools/wait_for_master.py)
+        "python tools/wait_for_master.py --node_rank 1 --timeout 60 10.1.2.3 29500",
         "python -m torch.distributed.run --nnodes 2 --nproc_per_node 3 --node_rank 1 --master_addr 10.1.2.3 "
-        "--master_port 29500 --max_restarts 0 -m asrkit.bin.train --config c.yaml "
+        "--master_port 29500 --rdzv_conf timeout=60 --max_restarts 0 -m asrkit.bin.train --config c.yaml "
         "--train_data data/train/data.shards.list --cv_data data/dev/data.shards.list --model_dir exp/x "
         "--override dataset_conf.num_workers=0 --override a.b=1 --override c=2 --checkpoint auto --max_steps 5"]
+
+
+def test_stage_train_rdzv_timeout_with_c10d_and_refused_values(tmp_path):
+    """c10d rendezvous gets the timeout as join_timeout, and every node waits for the
+    endpoint first; a timeout that is not a positive number of seconds is refused."""
+    def stage_train(settings: str) -> subprocess.CompletedProcess:
+        body = f'{settings}\n. "$ASRKIT_STAGES"\nstage_train 4 "${{launch[@]}}" config=c.yaml dir=exp/x type=raw'
+        return subprocess.run(["bash", "-c", f". '{REPO}/tools/recipe_defaults.sh'\n{STUB}\n{body}"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "ASRKIT_STAGES": str(REPO / "tools" / "recipe_stages.sh")})
+
+    proc = stage_train("num_nodes=2; node_rank=0; nproc_per_node=1; HOST_NODE_ADDR=10.1.2.3:29400; rdzv_timeout=30")
+    assert proc.returncode == 0, proc.stderr
+    waited, launched = calls(tmp_path)
+    assert waited == "python tools/wait_for_master.py --node_rank 0 --timeout 30 10.1.2.3 29400"
+    assert ("--rdzv_backend c10d --rdzv_endpoint 10.1.2.3:29400 --rdzv_id asrkit_x --rdzv_conf join_timeout=30 "
+            "--max_restarts 0") in launched
+    for bad in ("0", "ten", "-5"):
+        proc = stage_train(f"num_nodes=2; node_rank=1; rdzv_timeout={bad}")
+        assert proc.returncode == 2
+        assert f"stage_train: rdzv_timeout must be a positive number of seconds, not '{bad}'" in proc.stderr
 
 
 def test_stage_5_hands_the_decoding_options_to_recognize_and_keeps_chunked_results_apart(tmp_path):

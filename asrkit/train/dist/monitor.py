@@ -179,21 +179,33 @@ class RankMonitor:
 
     # ------------------------------------------------------------------ diagnosis
 
-    def peer_status(self) -> dict[int, Optional[dict]]:
-        """Every other rank's last published status (None: nothing published)."""
+    def peer_status(self, wait_s: float = 5.0) -> dict[int, Optional[dict]]:
+        """Every other rank's last published status (None: nothing published).  The store is
+        read by a helper thread for at most ``wait_s``: a store whose host vanished without
+        closing the connection (a link down) can block a read for the kernel's TCP
+        retransmission timeout (~15 min), so the ranks not read by then get an ``error``."""
         out: dict[int, Optional[dict]] = {}
         if self.store is None:
             return out
-        for r in range(self.world_size):
-            if r == self.rank:
-                continue
-            key = _STATUS_KEY.format(r)
-            try:
-                out[r] = json.loads(self.store.get(key)) if self.store.check([key]) else None
-            except Exception as e:
-                out[r] = {"error": _first_line(e)}
-                break  # the store is unreachable: do not wait on it once per rank
-        return out
+        others = [r for r in range(self.world_size) if r != self.rank]
+
+        def read() -> None:
+            for r in others:
+                key = _STATUS_KEY.format(r)
+                try:
+                    out[r] = json.loads(self.store.get(key)) if self.store.check([key]) else None
+                except Exception as e:
+                    out[r] = {"error": _first_line(e)}
+                    return  # the store is unreachable: do not wait on it once per rank
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(timeout=wait_s)
+        result = dict(out)
+        if reader.is_alive():
+            silent = {"error": f"no answer from the store within {wait_s:g} s"}
+            result.update({r: silent for r in others if r not in result})
+        return dict(sorted(result.items()))
 
     def describe_peers(self, max_lines: int = 8) -> list[str]:
         """One line per other rank; with more than ``max_lines`` of them, the ranks that were
