@@ -20,6 +20,8 @@ import os
 import sys
 from typing import Callable, Optional
 
+from asrkit.bin import doctor
+
 @dataclasses.dataclass(frozen=True)
 class Subcommand:
     name: str
@@ -125,6 +127,9 @@ def _one_line(e: Exception) -> str:
 
 register(Subcommand("transcribe", "transcribe audio files (text, or JSON with token and word times)",
                     configure_transcribe, run_transcribe))
+
+
+register(Subcommand("doctor", doctor.SUMMARY, doctor.configure, doctor.run))
 
 
 # ----------------------------------------------------------------------------- main

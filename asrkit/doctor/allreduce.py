@@ -69,17 +69,12 @@ def measure(sizes_mb: Sequence[float], repeats: int, latency_rounds: int) -> Mea
     medians = []
     for size in sizes_mb:
         buf = torch.ones(max(1, int(size * MB) // 4), dtype=torch.float32)
-
-        def big():
-            dist.all_reduce(buf)
-
-        big()  # warm-up
+        dist.all_reduce(buf)  # warm-up
         times = []
         for _ in range(repeats):
             tiny()  # (start together: the slowest node's arrival is not timed)
-            times.extend(_timed(big, 1))
+            times.extend(_timed(lambda: dist.all_reduce(buf), 1))
         medians.append(statistics.median(times))
-        del buf
     slowest = torch.tensor([latency, *medians], dtype=torch.float64)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     latency, *medians = slowest.tolist()

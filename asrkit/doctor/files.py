@@ -98,7 +98,8 @@ def check_data_list(label: str, path: str, audio_entries: int) -> CheckResult:
                     "rewrite the list on this node (run.sh stage 3) or fix the line named")
     if not entries:
         return fail("files", f"{label} {path}: no entries", PREPARE_FIX)
-    hours = sum(e.duration for e in entries) / 3600
+    seconds = sum(e.duration for e in entries)
+    length = f"{seconds / 3600:.1f} h" if seconds >= 360 else f"{seconds:.0f} s"
     rates = set()
     for entry in entries[:audio_entries]:
         try:
@@ -112,7 +113,7 @@ def check_data_list(label: str, path: str, audio_entries: int) -> CheckResult:
         rates.add(rate)
         del wav
     shown = min(audio_entries, len(entries))
-    what = (f"{label} {path}: {len(entries)} entries ({hours:.2f} h), audio of the first {shown} readable"
+    what = (f"{label} {path}: {len(entries)} entries ({length}), audio of the first {shown} readable"
             + (f" ({', '.join(f'{r} Hz' for r in sorted(rates))})" if rates else ""))
     return ok("files", what)
 

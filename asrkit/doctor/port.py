@@ -135,8 +135,8 @@ def wait_port_reachable(master_addr: str, port: int, timeout_s: float, num_nodes
     waited = f"for {timeout_s:g} s"
     if why == "refused":
         return [fail(CHECK, f"nothing listens on {ip}:{port} (connection refused {waited})",
-                     f"start asrkit doctor --node_rank 0 on node 0 with the same --master_addr/--master_port "
-                     f"(it must be running while this node checks), or fix --master_port")]
+                     "start asrkit doctor --node_rank 0 on node 0 with the same --master_addr/--master_port "
+                     "(it must be running while this node checks), or fix --master_port")]
     if why == "silent":
         return [fail(CHECK, f"{ip}:{port} does not answer (no reply {waited}: packets dropped)",
                      f"check that master_addr is node 0's address on the network this node shares with it, and "
