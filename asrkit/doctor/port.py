@@ -123,15 +123,15 @@ def wait_port_reachable(master_addr: str, port: int, timeout_s: float, num_nodes
     deadline = start + timeout_s
     why = "no attempt"
     while True:
-        left = deadline - time.monotonic()
-        local, why = _connect(ip, family, port, min(5.0, left))
+        local, why = _connect(ip, family, port, min(5.0, max(0.05, deadline - time.monotonic())))
         if local is not None:
             results = [ok(CHECK, f"{ip}:{port} reachable from {local} (after {time.monotonic() - start:.1f} s)")]
             warning = loopback_warning(master_addr, ip, num_nodes)
             return results + ([warning] if warning else [])
-        if time.monotonic() + RETRY_S >= deadline:
+        left = deadline - time.monotonic()
+        if left <= 0:
             break
-        time.sleep(RETRY_S)
+        time.sleep(min(RETRY_S, left))
     waited = f"for {timeout_s:g} s"
     if why == "refused":
         return [fail(CHECK, f"nothing listens on {ip}:{port} (connection refused {waited})",
