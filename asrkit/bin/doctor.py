@@ -124,7 +124,7 @@ def check_all(args: argparse.Namespace, report: Report) -> None:
         backend = resolve_backend(job.dist_backend) if job.dist_backend else None
     except LaunchError:
         backend = None
-    report.add(check_network(args.master_addr, args.num_nodes, os.environ, backend))
+    network = report.add(check_network(args.master_addr, args.num_nodes, os.environ, backend))
     report.add(input_results)
     if args.node_rank == 0:
         port = report.add(check_port_free(args.master_addr, args.master_port, args.num_nodes))
@@ -135,16 +135,19 @@ def check_all(args: argparse.Namespace, report: Report) -> None:
     if args.num_nodes == 1:
         report.add([ok("allreduce", "single node (--num_nodes 1): no all-reduce across nodes to measure")])
         return
-    meet(args, report, node_facts(), job)
+    meet(args, report, node_facts(), job, network_failed=any(r.failed for r in network))
 
 
-def meet(args: argparse.Namespace, report: Report, versions: dict, job) -> None:
-    """The nodes' rendezvous at the master port: agreement, then the all-reduce."""
+def meet(args: argparse.Namespace, report: Report, versions: dict, job, network_failed: bool) -> None:
+    """The nodes' rendezvous at the master port: agreement, then the all-reduce -- run only
+    when every node's gloo can open its device and no node's network check failed (it would
+    only wait out the timeout)."""
     from asrkit.doctor import rendezvous as rdv
     from asrkit.doctor.allreduce import run_allreduce
     from asrkit.doctor.results import fail
-    facts = rdv.make_facts(args.node_rank, job.config, job.files, versions, job.problem,
-                           rdv.gloo_device_problem(os.environ))
+    gloo_problem = rdv.gloo_device_problem(os.environ) or (
+        "its network check failed (its report says why)" if network_failed else "")
+    facts = rdv.make_facts(args.node_rank, job.config, job.files, versions, job.problem, gloo_problem)
     try:
         store = rdv.open_store(args.master_addr, args.master_port, args.num_nodes, args.node_rank, args.timeout_s)
         everyone = rdv.exchange(store, facts, args.num_nodes, args.timeout_s)
@@ -156,9 +159,9 @@ def meet(args: argparse.Namespace, report: Report, versions: dict, job) -> None:
         report.add(rdv.compare_facts(everyone, rdv.duplicate_ranks(store, args.num_nodes)))
         no_gloo = [f"node {n.rank} (host {n.host}): {n.gloo_problem}" for n in everyone if n.gloo_problem]
         if no_gloo:
-            report.add([fail("allreduce", "not run: gloo cannot open a device on " + "; ".join(no_gloo),
-                             "fix GLOO_SOCKET_IFNAME on those nodes (see their network lines), then run the "
-                             "doctor again on every node")])
+            report.add([fail("allreduce", "not run: gloo cannot connect " + "; ".join(no_gloo),
+                             "fix the network lines of those nodes (GLOO_SOCKET_IFNAME), then run the doctor "
+                             "again on every node")])
         else:
             report.add(run_allreduce(store, args.node_rank, args.num_nodes, args.timeout_s, args.sizes,
                                      args.repeats, min_bandwidth_mb_s=args.min_bandwidth_mb_s))

@@ -10,8 +10,8 @@ does not depend on ``GLOO_SOCKET_IFNAME``: a node whose gloo interface is wrong 
 in, and the all-reduce is then skipped on every node instead of hanging.
 
 Keys: ``facts/<rank>`` (JSON), ``claims/<rank>`` (a counter: two nodes giving the same
-``--node_rank`` are caught), ``done/<rank>`` (node 0 keeps its store open until every node
-that checked in is done with it).
+``--node_rank`` are caught when both have checked in before the comparison), ``done/<rank>``
+(node 0 keeps its store open until every node that checked in is done with it).
 """
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ class NodeFacts:
     """What one node publishes.  ``fingerprint`` (``asrkit.train.agreement.fingerprint`` with
     the versions as its ``extra``) and ``flat`` (the comparable config) are None when the
     node could not load its config, ``problem`` then says why; ``gloo_problem`` is why gloo
-    cannot open a device on this node ("" when it can)."""
+    could not connect this node ("" when nothing is known against it): its device cannot be
+    opened, or its network check failed."""
 
     rank: int
     host: str
@@ -85,18 +86,22 @@ def _missing(store, keys: list[str]) -> list[str]:
 def exchange(store, facts: NodeFacts, num_nodes: int, timeout_s: float) -> list[NodeFacts]:
     """Publish ``facts`` and return every node's, in rank order; raise
     :class:`RendezvousError` naming the ranks that did not check in within ``timeout_s``."""
-    store.add(f"claims/{facts.rank}", 1)
-    store.set(f"facts/{facts.rank}", facts.to_json())
     keys = [f"facts/{r}" for r in range(num_nodes)]
     try:
-        store.wait(keys, datetime.timedelta(seconds=timeout_s))
-    except RuntimeError:
-        missing = [int(k.split("/")[1]) for k in _missing(store, keys)]
-        if not missing:  # (they arrived just as the wait ended)
-            return [NodeFacts.from_json(store.get(k)) for k in keys]
-        raise RendezvousError(
-            f"node(s) {', '.join(map(str, missing))} of {num_nodes} did not check in within {timeout_s:g} s") from None
-    return [NodeFacts.from_json(store.get(k)) for k in keys]
+        store.add(f"claims/{facts.rank}", 1)
+        store.set(f"facts/{facts.rank}", facts.to_json())
+        try:
+            store.wait(keys, datetime.timedelta(seconds=timeout_s))
+        except RuntimeError:
+            missing = [int(k.split("/")[1]) for k in _missing(store, keys)]
+            if missing:
+                raise RendezvousError(f"node(s) {', '.join(map(str, missing))} of {num_nodes} did not check in "
+                                      f"within {timeout_s:g} s") from None
+        return [NodeFacts.from_json(store.get(k)) for k in keys]
+    except RendezvousError:
+        raise
+    except RuntimeError as e:  # (node 0's store went away)
+        raise RendezvousError(f"lost the connection to node 0's store: {first_line(e)}") from None
 
 
 def duplicate_ranks(store, num_nodes: int) -> list[int]:
@@ -107,7 +112,10 @@ def duplicate_ranks(store, num_nodes: int) -> list[int]:
 def finish(store, rank: int, ranks_in: list[int], timeout_s: float) -> None:
     """Say this node is done; node 0 waits (at most ``timeout_s``) for the ``ranks_in`` that
     checked in, so its store outlives their last use of it."""
-    store.set(f"done/{rank}", "1")
+    try:
+        store.set(f"done/{rank}", "1")
+    except RuntimeError:  # (node 0 already gone: nothing waits for this node)
+        return
     if rank != 0:
         return
     deadline = time.monotonic() + timeout_s
