@@ -178,5 +178,9 @@ def gloo_device_problem(environ: dict) -> str:
             dist.ProcessGroupGloo.create_default_device()
     except RuntimeError as e:
         text = first_line(e)
-        return text.split("] ", 1)[-1] if "enforce fail" in text else text
+        if "enforce fail" in text:  # "[enforce fail at ...] ifa != nullptr. Unable to find address for: eth9"
+            text = text.split("] ", 1)[-1]
+            condition, _, reason = text.partition(". ")
+            text = reason if reason and any(op in condition for op in ("!=", "==", "<", ">")) else text
+        return text
     return ""
