@@ -46,7 +46,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     net.add_argument("--timeout_s", type=float, default=300.0,
                      help="the longest each wait for the other nodes lasts (master port, check-in, all-reduce)")
     net.add_argument("--sizes_mb", default="1,4,16,64", help="all-reduce sizes in MB (10^6 bytes), comma-separated")
-    net.add_argument("--repeats", type=int, default=3, help="timed all-reduces per size (the median is shown)")
+    net.add_argument("--repeats", type=int, default=5, help="timed all-reduces per size (the median is shown)")
     net.add_argument("--min_bandwidth_mb_s", type=float, default=100.0,
                      help="WARN when the largest size's bus bandwidth is under this (MB/s)")
 
