@@ -48,7 +48,8 @@ def test_port_in_use_on_node_0_names_the_port():
 
 def test_master_address_not_on_node_0():
     [line] = port.check_port_free("198.51.100.7", free_port())  # (TEST-NET-2: no host here has it)
-    assert line.failed and line.what.startswith("master_addr 198.51.100.7 (198.51.100.7) is not an address of this host")
+    assert line.failed
+    assert line.what.startswith("master_addr 198.51.100.7 (198.51.100.7) is not an address of this host")
 
 
 def test_master_address_that_does_not_resolve():
@@ -76,7 +77,8 @@ def test_gloo_default_device_address(monkeypatch, resolved, expected):
     line = network.check_gloo_default(addresses, "eth0").line()
     assert line.startswith(expected), line
     if not line.startswith("OK"):
-        assert line.endswith("-> export GLOO_SOCKET_IFNAME=eth0 NCCL_SOCKET_IFNAME=eth0 (on this node, before the recipe)")
+        assert line.endswith("-> export GLOO_SOCKET_IFNAME=eth0 NCCL_SOCKET_IFNAME=eth0 "
+                             "(on this node, before the recipe)")
 
 
 def test_gloo_device_problem_is_the_reason_only():
