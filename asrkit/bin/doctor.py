@@ -87,7 +87,8 @@ class Report:
 
 
 def run(args: argparse.Namespace) -> int:
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # (c10d's own warnings on waits: before torch loads)
+    if "torch" not in sys.modules:  # (c10d's own warnings on waits and timeouts: read when torch loads)
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     problem = option_problem(args)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
@@ -95,47 +96,66 @@ def run(args: argparse.Namespace) -> int:
     lists = LIST_NAMES[args.data_type]
     args.train_data = args.train_data or f"data/train/{lists}"
     args.cv_data = args.cv_data or f"data/dev/{lists}"
-    from asrkit.doctor.results import exit_status, fail
+    from asrkit.doctor.results import exit_status
     report = Report()
     try:
         check_all(args, report)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
-    except Exception as e:  # a check that broke is a FAIL line with the reason, not a traceback
-        report.add([fail("doctor", f"a check stopped with {type(e).__name__}: {e}",
-                         "report this with the lines above (asrkit issue tracker)")])
     counts = {s: sum(r.status == s for r in report.results) for s in ("OK", "WARN", "FAIL")}
     print(f"doctor (node {args.node_rank} of {args.num_nodes}): {counts['OK']} OK, {counts['WARN']} WARN, "
           f"{counts['FAIL']} FAIL", file=sys.stderr)
     return exit_status(report.results)
 
 
+def guarded(check: str, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``, or -- when it raises unexpectedly (a bug, or something no
+    check foresaw) -- one FAIL line for ``check`` with the exception, instead of a traceback."""
+    from asrkit.doctor.results import fail
+    try:
+        return fn(*args, **kwargs)
+    except Exception as e:
+        return [fail(check, f"the check stopped with {type(e).__name__}: {e}",
+                     "report this with the lines above (the asrkit issue tracker)")]
+
+
 def check_all(args: argparse.Namespace, report: Report) -> None:
-    from asrkit.doctor.files import check_inputs
+    """The checks in order (module doc); each one's unexpected failure is its FAIL line."""
+    from asrkit.doctor.files import JobInputs, check_inputs
     from asrkit.doctor.network import check_network
     from asrkit.doctor.port import check_port_free, wait_port_reachable
     from asrkit.doctor.results import ok
     from asrkit.doctor.versions import check_versions, node_facts
     from asrkit.train.dist import LaunchError, resolve_backend
-    input_results, job = check_inputs(args.config, args.override, args.train_data, args.cv_data, args.audio_entries)
-    report.add(check_versions(job.dist_backend))
+    inputs = guarded("files", check_inputs, args.config, args.override, args.train_data, args.cv_data,
+                     args.audio_entries)
+    if isinstance(inputs, list):  # (the check broke: compare no config and no files)
+        inputs = inputs, JobInputs(None, {}, None, inputs[0].what)
+    input_results, job = inputs
+    report.add(guarded("versions", check_versions, job.dist_backend))
     try:
         backend = resolve_backend(job.dist_backend) if job.dist_backend else None
     except LaunchError:
         backend = None
-    network = report.add(check_network(args.master_addr, args.num_nodes, os.environ, backend))
+    network = report.add(guarded("network", check_network, args.master_addr, args.num_nodes, os.environ, backend))
     report.add(input_results)
     if args.node_rank == 0:
-        port = report.add(check_port_free(args.master_addr, args.master_port, args.num_nodes))
+        port = report.add(guarded("master port", check_port_free, args.master_addr, args.master_port, args.num_nodes))
     else:
-        port = report.add(wait_port_reachable(args.master_addr, args.master_port, args.timeout_s, args.num_nodes))
+        port = report.add(guarded("master port", wait_port_reachable, args.master_addr, args.master_port,
+                                  args.timeout_s, args.num_nodes))
     if any(r.failed for r in port):
         return
     if args.num_nodes == 1:
         report.add([ok("allreduce", "single node (--num_nodes 1): no all-reduce across nodes to measure")])
         return
-    meet(args, report, node_facts(), job, network_failed=any(r.failed for r in network))
+    versions = guarded("versions", node_facts)
+    if isinstance(versions, list):
+        report.add(versions)
+        versions = {}
+    broke = guarded("rendezvous", meet, args, report, versions, job, network_failed=any(r.failed for r in network))
+    report.add(broke or [])
 
 
 def meet(args: argparse.Namespace, report: Report, versions: dict, job, network_failed: bool) -> None:

@@ -46,7 +46,7 @@ def recipe(tmp_path_factory, tiny_corpus, tiny_experiment) -> Path:
 def in_recipe(recipe, monkeypatch):
     """Run in-process in the recipe directory, without the socket variables of this shell."""
     monkeypatch.chdir(recipe)
-    for var in SOCKET_VARS:
+    for var in (*SOCKET_VARS, "TORCH_CPP_LOG_LEVEL"):  # (restored afterwards, whatever the doctor set)
         monkeypatch.delenv(var, raising=False)
     return recipe
 
@@ -187,3 +187,19 @@ def test_two_nodes_with_different_configs_fail_naming_the_node_and_key(recipe):
         assert line.startswith("FAIL agreement: node 1 (host ") and "differs from node 0 (host " in line, line
         assert "config key max_epoch (rank 1: 3, rank 0: 2)" in line
         assert "OK allreduce: 2 nodes over gloo" in out  # (the network is fine: still measured)
+
+
+def test_a_check_that_breaks_is_its_fail_line_and_the_others_still_run(in_recipe, monkeypatch, capsys):
+    import asrkit.doctor.network
+    from asrkit.bin.doctor import main
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(asrkit.doctor.network, "check_network", broken)
+    code = main(["--config", "conf/train_toy.yaml", "--master_port", str(free_port())])
+    out, err = capsys.readouterr()
+    assert code == 2 and "Traceback" not in err
+    assert lines_of(out, "FAIL") == ["FAIL network: the check stopped with RuntimeError: boom -> report this with the "
+                                     "lines above (the asrkit issue tracker)"]
+    assert "OK files: train data list" in out and "OK master port: " in out
