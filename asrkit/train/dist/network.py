@@ -15,6 +15,7 @@ import ipaddress
 import os
 import socket
 import sys
+import time
 from typing import Mapping, Optional
 
 SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
@@ -156,6 +157,54 @@ def _selected(var: str, value: str, addresses: dict[str, list[str]]) -> tuple[li
         return chosen, ([] if chosen else [value])
     names = [v for v in value.split(",") if v]
     return [n for n in names if addresses.get(n)], [n for n in names if not addresses.get(n)]
+
+
+def is_local_address(host: str, addresses: Optional[dict[str, list[str]]] = None) -> bool:
+    """``host`` resolves to a loopback address or to an address of this host."""
+    ip = resolve(host)
+    if ipaddress.ip_address(ip.split("%")[0]).is_loopback:
+        return True
+    addresses = interface_addresses() if addresses is None else addresses
+    return any(ip in addrs for addrs in addresses.values())
+
+
+def wait_for_port(host: str, port: int, timeout_s: float, interval_s: float = 1.0) -> float:
+    """Wait until a TCP connection to ``host:port`` succeeds (it is closed at once, nothing
+    is sent); returns the seconds waited.  Refused, unreachable and silent (timed-out)
+    attempts are retried every ``interval_s`` until ``timeout_s`` has passed, then
+    NetworkCheckError names the address, the port and the last failure."""
+    start = time.monotonic()
+    deadline = start + timeout_s
+    ip = resolve(host)
+    last = "no attempt"
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            with socket.create_connection((ip, port), timeout=min(5.0, max(0.1, left))):
+                return time.monotonic() - start
+        except socket.timeout:
+            last = "no answer (packets dropped: a firewall, a wrong address or a link down)"
+        except OSError as e:
+            last = e.strerror or str(e)
+        time.sleep(min(interval_s, max(0.0, deadline - time.monotonic())))
+    shown = host if host == ip else f"{host} ({ip})"
+    raise NetworkCheckError(f"{shown} port {port} did not accept a connection within {timeout_s:g} s "
+                            f"(last attempt: {last})")
+
+
+def master_host(init_method: str, environ: Mapping[str, str]) -> Optional[str]:
+    """The master's host for ``init_method``: ``MASTER_ADDR`` for ``env://``, the host of
+    ``tcp://host:port``; None for ``file://`` (no master)."""
+    if init_method.startswith("env://"):
+        return environ.get("MASTER_ADDR") or None
+    if init_method.startswith("tcp://"):
+        hostport = init_method[len("tcp://"):].split("/", 1)[0]
+        if hostport.startswith("["):  # [ipv6]:port
+            return hostport[1:].split("]", 1)[0]
+        return hostport.rsplit(":", 1)[0] if ":" in hostport else hostport
+    return None
 
 
 def is_multi_node(environ: Mapping[str, str]) -> bool:
