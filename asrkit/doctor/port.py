@@ -5,39 +5,28 @@ store on node 0 at port P, bound on every address of node 0; the other nodes con
 A:P.  So on node 0 the port must be free (:func:`check_port_free`: bindable both on A and
 on the wildcard address) and A must be one of node 0's addresses; on the other nodes A:P
 must accept a TCP connection (:func:`wait_port_reachable`), which it does once node 0's
-doctor listens there (the doctor's own rendezvous uses the same port).
+doctor listens there (the doctor's own rendezvous uses the same port).  Addresses are
+resolved, and the port waited for, by ``asrkit.train.dist.network``.
 """
 from __future__ import annotations
 
 import errno
 import ipaddress
 import socket
-import time
 from typing import Optional
 
 from asrkit.doctor.results import CheckResult, fail, ok, warn
+from asrkit.train.dist import network
 
 CHECK = "master port"
 RETRY_S = 0.5  # pause between connection attempts while node 0 is not listening yet
 
 
-class ResolveError(OSError):
-    """The master address does not resolve to an IP address."""
-
-
 def resolve(host: str) -> tuple[int, str]:
-    """``(family, ip)`` of ``host``: an IP address as it is, a name resolved (IPv4 first)."""
-    try:
-        ip = ipaddress.ip_address(host)
-        return (socket.AF_INET6 if ip.version == 6 else socket.AF_INET), str(ip)
-    except ValueError:
-        pass
-    try:
-        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except socket.gaierror as e:
-        raise ResolveError(f"master_addr {host} does not resolve: {e.strerror}") from None
-    infos.sort(key=lambda info: info[0] != socket.AF_INET)
-    return infos[0][0], infos[0][4][0]
+    """``(family, ip)`` of ``host`` (``asrkit.train.dist.network.resolve``: IPv4 first);
+    NetworkCheckError when it does not resolve."""
+    ip = network.resolve(host)
+    return (socket.AF_INET6 if ":" in ip else socket.AF_INET), ip
 
 
 def is_loopback(ip: str) -> bool:
@@ -71,7 +60,7 @@ def check_port_free(master_addr: str, port: int, num_nodes: int = 1) -> list[Che
     the wildcard address."""
     try:
         family, ip = resolve(master_addr)
-    except ResolveError as e:
+    except network.NetworkCheckError as e:
         return [fail(CHECK, str(e), "pass node 0's IP address as --master_addr (or fix the host name)")]
     error = _bind_error(family, (ip, port))
     if error is None:
@@ -93,53 +82,25 @@ def check_port_free(master_addr: str, port: int, num_nodes: int = 1) -> list[Che
     return results + ([warning] if warning else [])
 
 
-def _connect(ip: str, family: int, port: int, timeout_s: float) -> tuple[Optional[str], str]:
-    """One connection attempt: ``(local address used, "")`` or ``(None, why)`` where why is
-    ``refused``, ``silent``, ``unreachable: ...`` or another error text."""
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.settimeout(max(0.05, timeout_s))
-        try:
-            s.connect((ip, port))
-            return s.getsockname()[0], ""
-        except ConnectionRefusedError:
-            return None, "refused"
-        except socket.timeout:
-            return None, "silent"
-        except OSError as e:
-            if e.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
-                return None, f"unreachable: {e.strerror}"
-            return None, e.strerror or str(e)
-
-
 def wait_port_reachable(master_addr: str, port: int, timeout_s: float, num_nodes: int = 2) -> list[CheckResult]:
     """Other nodes: connect to ``master_addr:port`` until it accepts or ``timeout_s`` passes
-    (node 0's doctor may start later than this one); one line saying which local address
-    reached it, or why it could not be reached."""
+    (``asrkit.train.dist.network.wait_for_port``: node 0's doctor may start later than this
+    one); one line, with the fix for a refused connection (nothing listens yet) or for any
+    other failure (no answer, no route)."""
     try:
         family, ip = resolve(master_addr)
-    except ResolveError as e:
+    except network.NetworkCheckError as e:
         return [fail(CHECK, str(e), "pass node 0's IP address as --master_addr (or fix the host name)")]
-    start = time.monotonic()
-    deadline = start + timeout_s
-    why = "no attempt"
-    while True:
-        local, why = _connect(ip, family, port, min(5.0, max(0.05, deadline - time.monotonic())))
-        if local is not None:
-            results = [ok(CHECK, f"{ip}:{port} reachable from {local} (after {time.monotonic() - start:.1f} s)")]
-            warning = loopback_warning(master_addr, ip, num_nodes)
-            return results + ([warning] if warning else [])
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        time.sleep(min(RETRY_S, left))
-    waited = f"for {timeout_s:g} s"
-    if why == "refused":
-        return [fail(CHECK, f"nothing listens on {ip}:{port} (connection refused {waited})",
-                     "start asrkit doctor --node_rank 0 on node 0 with the same --master_addr/--master_port "
-                     "(it must be running while this node checks), or fix --master_port")]
-    if why == "silent":
-        return [fail(CHECK, f"{ip}:{port} does not answer (no reply {waited}: packets dropped)",
-                     f"check that master_addr is node 0's address on the network this node shares with it, and "
-                     f"that a firewall lets TCP port {port} (and the ports gloo/nccl open) through")]
-    return [fail(CHECK, f"cannot reach {ip}:{port} ({why}, tried {waited})",
-                 "check master_addr and the route to it (see the network lines)")]
+    try:
+        waited = network.wait_for_port(ip, port, timeout_s, interval_s=RETRY_S)
+    except network.NetworkCheckError as e:
+        if "refused" in str(e).lower():
+            fix = ("start asrkit doctor --node_rank 0 on node 0 with the same --master_addr/--master_port (it must "
+                   "be running while this node checks), or fix --master_port")
+        else:
+            fix = (f"check that master_addr is node 0's address on the network this node shares with it (see the "
+                   f"network lines), and that a firewall lets TCP port {port} (and the ports gloo/nccl open) through")
+        return [fail(CHECK, str(e), fix)]
+    results = [ok(CHECK, f"{ip}:{port} reachable (after {waited:.1f} s)")]
+    warning = loopback_warning(master_addr, ip, num_nodes)
+    return results + ([warning] if warning else [])

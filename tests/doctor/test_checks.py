@@ -54,7 +54,7 @@ def test_master_address_not_on_node_0():
 
 def test_master_address_that_does_not_resolve():
     [line] = port.wait_port_reachable("no-such-host.invalid", free_port(), 1.0)
-    assert line.failed and line.what.startswith("master_addr no-such-host.invalid does not resolve")
+    assert line.failed and line.what == "master address 'no-such-host.invalid' does not resolve on this host"
 
 
 def test_a_loopback_master_is_a_warning_only_with_several_nodes():
