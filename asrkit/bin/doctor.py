@@ -63,14 +63,18 @@ def option_problem(args: argparse.Namespace) -> Optional[str]:
         return f"--timeout_s {args.timeout_s:g}: must be positive"
     if args.repeats < 1 or args.audio_entries < 0:
         return "--repeats must be at least 1 and --audio_entries at least 0"
-    try:
-        sizes = [float(s) for s in args.sizes_mb.split(",") if s.strip()]
-    except ValueError:
-        sizes = []
-    if not sizes or any(s <= 0 for s in sizes):
+    if not parse_sizes(args.sizes_mb):
         return f"--sizes_mb {args.sizes_mb!r}: expected positive numbers, comma-separated (e.g. 1,4,16,64)"
-    args.sizes = sizes
     return None
+
+
+def parse_sizes(text: str) -> list[float]:
+    """``"1,4,16"`` -> ``[1.0, 4.0, 16.0]``; ``[]`` unless every item is a positive number."""
+    try:
+        sizes = [float(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        return []
+    return sizes if all(s > 0 for s in sizes) else []
 
 
 class Report:
@@ -183,8 +187,9 @@ def meet(args: argparse.Namespace, report: Report, versions: dict, job, network_
                              "fix the network lines of those nodes (GLOO_SOCKET_IFNAME), then run the doctor "
                              "again on every node")])
         else:
-            report.add(run_allreduce(store, args.node_rank, args.num_nodes, args.timeout_s, args.sizes,
-                                     args.repeats, min_bandwidth_mb_s=args.min_bandwidth_mb_s))
+            report.add(run_allreduce(store, args.node_rank, args.num_nodes, args.timeout_s,
+                                     parse_sizes(args.sizes_mb), args.repeats,
+                                     min_bandwidth_mb_s=args.min_bandwidth_mb_s))
     finally:
         rdv.finish(store, args.node_rank, [n.rank for n in everyone], args.timeout_s)
 
