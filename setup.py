@@ -28,6 +28,7 @@ setup(
             "asrkit-export = asrkit.bin.export:main",
             "asrkit-export-onnx = asrkit.bin.export_onnx:main",
             "asrkit = asrkit.bin.cli:main",
+            "asrkit-doctor = asrkit.bin.doctor:main",
         ],
     },
 )

@@ -10,6 +10,9 @@ per line (path, text, tokens, token times, word times, segments; docs/transcribe
 be transcribed (missing, not audio, empty, too short) is one ``error: PATH: reason`` line
 on stderr and the other files are still transcribed; the exit status is then 2.  A model
 that cannot be loaded or an option it cannot run is one line and status 2 before any file.
+
+``asrkit doctor [--num_nodes N --node_rank I --master_addr A --master_port P ...]`` is the
+preflight to run on every node before a multi-node job (``asrkit.bin.doctor``, docs/doctor.md).
 """
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ import json
 import os
 import sys
 from typing import Callable, Optional
+
+from asrkit.bin import doctor
 
 @dataclasses.dataclass(frozen=True)
 class Subcommand:
@@ -135,6 +140,9 @@ def _one_line(e: Exception) -> str:
 
 register(Subcommand("transcribe", "transcribe audio files (text, or JSON with token and word times)",
                     configure_transcribe, run_transcribe))
+
+
+register(Subcommand("doctor", doctor.SUMMARY, doctor.configure, doctor.run))
 
 
 # ----------------------------------------------------------------------------- main

@@ -1,0 +1,205 @@
+"""``asrkit doctor`` (also ``asrkit-doctor``): the preflight to run on every node, with the
+multi-node options the recipe takes, before a multi-node job::
+
+    asrkit doctor --num_nodes 2 --node_rank 0 --master_addr 10.0.0.1 --master_port 29500 \\
+        --config conf/train_conformer.yaml     # on node 0; --node_rank 1 on node 1, ...
+
+Run it in the recipe directory (the data lists are read at the paths the recipe passes).
+Every line is ``OK|WARN|FAIL check: what [-> fix]`` (docs/doctor.md explains each one);
+the exit status is 0 when no line is FAIL (warnings allowed), 2 otherwise, and 2 with one
+``error:`` line for unusable options.  Checks, in order: versions, network, config and
+files, the master port, then -- all nodes meeting at the master port, each waiting at most
+``--timeout_s`` for the others -- agreement (same versions, config and file hashes) and a
+gloo all-reduce across the nodes with its latency and bandwidth.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Optional
+
+SUMMARY = "preflight for a multi-node job: versions, network, master port, all-reduce, data files"
+RECIPE_DEFAULTS = dict(num_nodes=1, node_rank=0, master_addr="127.0.0.1", master_port=29500,
+                       config="conf/train_conformer.yaml")  # (as tools/recipe_defaults.sh)
+LIST_NAMES = {"raw": "data.list", "shard": "data.shards.list"}  # (as recipe_stages.sh's list_name)
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    d = RECIPE_DEFAULTS
+    launch = p.add_argument_group("the job (the recipe's options of the same names)")
+    launch.add_argument("--num_nodes", type=int, default=d["num_nodes"])
+    launch.add_argument("--node_rank", type=int, default=d["node_rank"], help="this node: 0..num_nodes-1")
+    launch.add_argument("--master_addr", default=d["master_addr"], help="node 0's address, as every node reaches it")
+    launch.add_argument("--master_port", type=int, default=d["master_port"],
+                        help="the recipe's master port (free on node 0; the doctor's nodes meet there)")
+    files = p.add_argument_group("what the training will read (paths as the recipe passes them)")
+    files.add_argument("--config", "--train_config", dest="config", default=d["config"], help="training config (YAML)")
+    files.add_argument("--override", action="append", default=[], metavar="KEY.PATH=VALUE",
+                       help="config override (repeatable), as the recipe's train_overrides")
+    files.add_argument("--data_type", choices=sorted(LIST_NAMES), default="raw",
+                       help="default list names: data/{train,dev}/data.list (raw) or data.shards.list (shard)")
+    files.add_argument("--train_data", default=None, help="train list (default: data/train/<list of --data_type>)")
+    files.add_argument("--cv_data", default=None, help="CV list (default: data/dev/<list of --data_type>)")
+    files.add_argument("--audio_entries", type=int, default=3, help="entries per list whose audio is loaded")
+    net = p.add_argument_group("waiting and measuring")
+    net.add_argument("--timeout_s", type=float, default=300.0,
+                     help="the longest each wait for the other nodes lasts (master port, check-in, all-reduce)")
+    net.add_argument("--sizes_mb", default="1,4,16,64", help="all-reduce sizes in MB (10^6 bytes), comma-separated")
+    net.add_argument("--repeats", type=int, default=5, help="timed all-reduces per size (the median is shown)")
+    net.add_argument("--min_bandwidth_mb_s", type=float, default=100.0,
+                     help="WARN when the largest size's bus bandwidth is under this (MB/s)")
+
+
+def option_problem(args: argparse.Namespace) -> Optional[str]:
+    """Why the options cannot describe a job (None when they can)."""
+    if args.num_nodes < 1:
+        return f"--num_nodes {args.num_nodes}: must be at least 1"
+    if not 0 <= args.node_rank < args.num_nodes:
+        return f"--node_rank {args.node_rank} is outside 0..{args.num_nodes - 1} (--num_nodes {args.num_nodes})"
+    if not 1 <= args.master_port <= 65535:
+        return f"--master_port {args.master_port}: must be 1..65535"
+    if args.timeout_s <= 0:
+        return f"--timeout_s {args.timeout_s:g}: must be positive"
+    if args.repeats < 1 or args.audio_entries < 0:
+        return "--repeats must be at least 1 and --audio_entries at least 0"
+    if not parse_sizes(args.sizes_mb):
+        return f"--sizes_mb {args.sizes_mb!r}: expected positive numbers, comma-separated (e.g. 1,4,16,64)"
+    return None
+
+
+def parse_sizes(text: str) -> list[float]:
+    """``"1,4,16"`` -> ``[1.0, 4.0, 16.0]``; ``[]`` unless every item is a positive number."""
+    try:
+        sizes = [float(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        return []
+    return sizes if all(s > 0 for s in sizes) else []
+
+
+class Report:
+    """Prints each result line as it comes (stdout, flushed) and keeps them for the exit status."""
+
+    def __init__(self):
+        self.results: list = []
+
+    def add(self, results) -> list:
+        for r in results:
+            print(r.line(), flush=True)
+        self.results.extend(results)
+        return results
+
+
+def run(args: argparse.Namespace) -> int:
+    if "torch" not in sys.modules:  # (c10d's own warnings on waits and timeouts: read when torch loads)
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    problem = option_problem(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    lists = LIST_NAMES[args.data_type]
+    args.train_data = args.train_data or f"data/train/{lists}"
+    args.cv_data = args.cv_data or f"data/dev/{lists}"
+    from asrkit.doctor.results import exit_status
+    report = Report()
+    try:
+        check_all(args, report)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    counts = {s: sum(r.status == s for r in report.results) for s in ("OK", "WARN", "FAIL")}
+    print(f"doctor (node {args.node_rank} of {args.num_nodes}): {counts['OK']} OK, {counts['WARN']} WARN, "
+          f"{counts['FAIL']} FAIL", file=sys.stderr)
+    return exit_status(report.results)
+
+
+def guarded(check: str, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``, or -- when it raises unexpectedly (a bug, or something no
+    check foresaw) -- one FAIL line for ``check`` with the exception, instead of a traceback."""
+    from asrkit.doctor.results import fail
+    try:
+        return fn(*args, **kwargs)
+    except Exception as e:
+        return [fail(check, f"the check stopped with {type(e).__name__}: {e}",
+                     "report this with the lines above (the asrkit issue tracker)")]
+
+
+def check_all(args: argparse.Namespace, report: Report) -> None:
+    """The checks in order (module doc); each one's unexpected failure is its FAIL line."""
+    from asrkit.doctor.files import JobInputs, check_inputs
+    from asrkit.doctor.network import check_network
+    from asrkit.doctor.port import check_port_free, wait_port_reachable
+    from asrkit.doctor.results import ok
+    from asrkit.doctor.versions import check_versions, node_facts
+    from asrkit.train.dist import LaunchError, resolve_backend
+    inputs = guarded("files", check_inputs, args.config, args.override, args.train_data, args.cv_data,
+                     args.audio_entries)
+    if isinstance(inputs, list):  # (the check broke: compare no config and no files)
+        inputs = inputs, JobInputs(None, {}, None, inputs[0].what)
+    input_results, job = inputs
+    report.add(guarded("versions", check_versions, job.dist_backend))
+    try:
+        backend = resolve_backend(job.dist_backend) if job.dist_backend else None
+    except LaunchError:
+        backend = None
+    network = report.add(guarded("network", check_network, args.master_addr, args.num_nodes, os.environ, backend))
+    report.add(input_results)
+    if args.node_rank == 0:
+        port = report.add(guarded("master port", check_port_free, args.master_addr, args.master_port, args.num_nodes))
+    else:
+        port = report.add(guarded("master port", wait_port_reachable, args.master_addr, args.master_port,
+                                  args.timeout_s, args.num_nodes))
+    if any(r.failed for r in port):
+        return
+    if args.num_nodes == 1:
+        report.add([ok("allreduce", "single node (--num_nodes 1): no all-reduce across nodes to measure")])
+        return
+    versions = guarded("versions", node_facts)
+    if isinstance(versions, list):
+        report.add(versions)
+        versions = {}
+    broke = guarded("rendezvous", meet, args, report, versions, job, network_failed=any(r.failed for r in network))
+    report.add(broke or [])
+
+
+def meet(args: argparse.Namespace, report: Report, versions: dict, job, network_failed: bool) -> None:
+    """The nodes' rendezvous at the master port: agreement, then the all-reduce -- run only
+    when every node's gloo can open its device and no node's network check failed (it would
+    only wait out the timeout)."""
+    from asrkit.doctor import rendezvous as rdv
+    from asrkit.doctor.allreduce import run_allreduce
+    from asrkit.doctor.results import fail
+    gloo_problem = rdv.gloo_device_problem(os.environ) or (
+        "its network check failed (its report says why)" if network_failed else "")
+    facts = rdv.make_facts(args.node_rank, job.config, job.files, versions, job.problem, gloo_problem)
+    try:
+        store = rdv.open_store(args.master_addr, args.master_port, args.num_nodes, args.node_rank, args.timeout_s)
+        everyone = rdv.exchange(store, facts, args.num_nodes, args.timeout_s)
+    except rdv.RendezvousError as e:
+        report.add([fail(rdv.RENDEZVOUS, str(e), "start asrkit doctor on every node with the same --num_nodes, "
+                                                  "--master_addr and --master_port, each with its own --node_rank")])
+        return
+    try:
+        report.add(rdv.compare_facts(everyone, rdv.duplicate_ranks(store, args.num_nodes)))
+        no_gloo = [f"node {n.rank} (host {n.host}): {n.gloo_problem}" for n in everyone if n.gloo_problem]
+        if no_gloo:
+            report.add([fail("allreduce", "not run: gloo cannot connect " + "; ".join(no_gloo),
+                             "fix the network lines of those nodes (GLOO_SOCKET_IFNAME), then run the doctor "
+                             "again on every node")])
+        else:
+            report.add(run_allreduce(store, args.node_rank, args.num_nodes, args.timeout_s,
+                                     parse_sizes(args.sizes_mb), args.repeats,
+                                     min_bandwidth_mb_s=args.min_bandwidth_mb_s))
+    finally:
+        rdv.finish(store, args.node_rank, [n.rank for n in everyone], args.timeout_s)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="asrkit-doctor", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    configure(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
