@@ -8,6 +8,8 @@
   so the suite keeps to its budget on 2 cores.  Mark genuinely slow tests
   ``@pytest.mark.slow``.  Fixture set-up time is not counted.
 * ``gpu`` tests are skipped when CUDA is not available.
+* ``heavy`` tests (long end-to-end runs whose last output is kept in docs/experiments/) run
+  only with ``ASRKIT_HEAVY_TESTS=1``; the suite (and CI) skips them, saying so.
 * Order: files holding ``slow`` tests run first (the xdist workers then end on short tests).
 """
 from __future__ import annotations
@@ -92,6 +94,11 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+    if os.environ.get("ASRKIT_HEAVY_TESTS") != "1":
+        heavy = pytest.mark.skip(reason="heavy: run with ASRKIT_HEAVY_TESTS=1 (last output in docs/experiments/)")
+        for item in items:
+            if "heavy" in item.keywords:
+                item.add_marker(heavy)
     # Files with slow tests first (stable otherwise): the parallel workers start on the long
     # runs and end on short ones, instead of one worker finishing a recipe run alone.
     slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}

@@ -17,7 +17,7 @@ from tests.helpers import REPO
 from tests.net.nodes import Node, node_script, toy_opts, wait_nodes
 from tests.reliability.common import steps_logged
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # (~60 s: two launches; docs/experiments/netns_link_down.md)
 TIMEOUT_S = 8
 
 
