@@ -23,6 +23,7 @@ cpu_nproc_per_node=1          # training processes per node without GPUs (capped
 master_addr=127.0.0.1
 master_port=29500
 HOST_NODE_ADDR=${HOST_NODE_ADDR:-}   # host:port for c10d rendezvous (instead of master_addr/port)
+rdzv_timeout=900              # seconds a node waits for the others: for the master's port first, then torchrun's rendezvous
 # averaging, decoding, scoring
 average_num=10
 average_mode=best             # best (lowest CV loss) | last

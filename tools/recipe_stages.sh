@@ -31,7 +31,7 @@ run_stage() { [ "$stage" -le "$1" ] && [ "$stop_stage" -ge "$1" ]; }
 # The shared variables as stage arguments (recipe_defaults.sh lists what each one means).
 launch=(nodes="$num_nodes" node_rank="$node_rank" master_addr="$master_addr" master_port="$master_port"
         host_node_addr="${HOST_NODE_ADDR:-}" nproc="${nproc_per_node:-}" cpu_nproc="$cpu_nproc_per_node"
-        max_restarts="$max_restarts")
+        max_restarts="$max_restarts" rdzv_timeout="$rdzv_timeout")
 decoding=(average_num="$average_num" average_mode="$average_mode" modes="$decode_modes" beam="$beam_size"
           batch="$decode_batch_size" ctc_weight="$decode_ctc_weight" reverse_weight="$decode_reverse_weight"
           device="$decode_device"
@@ -117,12 +117,16 @@ stage_data_lists() {
 
 # torchrun on this node: nproc defaults to one process per visible GPU (nvidia-smi sees one and
 # CUDA_VISIBLE_DEVICES is not empty), else to cpu_nproc capped at the CPU count; host_node_addr=host:port selects c10d rendezvous instead of master_addr/master_port.
+# rdzv_timeout=S: a node that is not the master first waits up to S seconds for the master's
+# port (tools/wait_for_master.py: a one-line error naming it, exit 2); torchrun then gets it as
+# the rendezvous timeout (static: --rdzv_conf timeout=S; c10d: join_timeout=S).
 stage_train() {
   local n=$1 config="" dir="" train=train cv=dev type="" checkpoint="" workers="" threads="" overrides=""
   local nodes=1 node_rank=0 master_addr=127.0.0.1 master_port=29500 host_node_addr="" nproc="" cpu_nproc=1
-  local max_restarts=0 rest; shift
+  local max_restarts=0 rdzv_timeout=900 rest; shift
   bind "config dir train cv type checkpoint workers threads overrides nodes node_rank master_addr master_port
-        host_node_addr nproc cpu_nproc max_restarts" "$@" && need config dir type || return 2
+        host_node_addr nproc cpu_nproc max_restarts rdzv_timeout" "$@" && need config dir type || return 2
+  [[ $rdzv_timeout =~ ^[1-9][0-9]*$ ]] || { echo "stage_train: rdzv_timeout must be a positive number of seconds, not '$rdzv_timeout'" >&2; return 2; }
   if [ -z "$nproc" ]; then
     if [ -n "${CUDA_VISIBLE_DEVICES-all}" ] && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
       nproc=gpu  # torchrun's own count of the visible GPUs (no torch import here: it costs seconds)
@@ -132,9 +136,19 @@ stage_train() {
   fi
   local rendezvous
   if [ -n "$host_node_addr" ]; then
-    rendezvous=(--rdzv_backend c10d --rdzv_endpoint "$host_node_addr" --rdzv_id "asrkit_$(basename "$dir")")
+    rendezvous=(--rdzv_backend c10d --rdzv_endpoint "$host_node_addr" --rdzv_id "asrkit_$(basename "$dir")"
+                --rdzv_conf "join_timeout=$rdzv_timeout")
+    if [ "$nodes" -gt 1 ]; then
+      python tools/wait_for_master.py --node_rank "$node_rank" --timeout "$rdzv_timeout" \
+        "${host_node_addr%:*}" "${host_node_addr##*:}" || return 2
+    fi
   else
-    rendezvous=(--node_rank "$node_rank" --master_addr "$master_addr" --master_port "$master_port")
+    rendezvous=(--node_rank "$node_rank" --master_addr "$master_addr" --master_port "$master_port"
+                --rdzv_conf "timeout=$rdzv_timeout")
+    if [ "$nodes" -gt 1 ] && [ "$node_rank" != 0 ]; then
+      python tools/wait_for_master.py --node_rank "$node_rank" --timeout "$rdzv_timeout" \
+        "$master_addr" "$master_port" || return 2
+    fi
   fi
   local opts=() o lst; lst=$(list_name "$type")
   [ -n "$workers" ] && opts+=(--override "dataset_conf.num_workers=$workers")

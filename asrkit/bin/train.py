@@ -11,7 +11,8 @@ hashes of the config (less ``launch``), those files and the data lists
 (``asrkit.train.agreement``) before any heavy work.  The resolved config is written to
 ``<model_dir>/train.yaml``.
 
-Exit status: 0 done; 2 refused before training (config, files, device, ranks disagreeing,
+Exit status: 0 done; 2 refused before training (config, files, device, a
+``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME`` that cannot reach the master, ranks disagreeing,
 a malformed data list line, a ``--checkpoint`` that does not load); 1 failed (a collective
 timed out: the message names the ranks and what they were doing; a checkpoint could not
 be written; too many non-finite steps); 3 this rank waited longer than
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -31,6 +33,7 @@ import torch
 from asrkit.config import ConfigError, TrainConfig, dump_config, load_config, to_dict
 from asrkit.train.agreement import AgreementError
 from asrkit.train.checkpoint import CheckpointError
+from asrkit.train.dist.network import NetworkCheckError, check_socket_ifname, master_host
 from asrkit.train.executor import NonFiniteError
 
 log = logging.getLogger("asrkit.train")
@@ -181,7 +184,8 @@ def main(argv=None) -> int:
                                 dist_backend=args.dist_backend)
         if spec.world_size > 1:
             D.check_init_method(spec.init_method)
-    except (ConfigError, D.LaunchError) as e:
+            check_socket_ifname(master_host(spec.init_method, os.environ), os.environ, backend=spec.backend)
+    except (ConfigError, D.LaunchError, NetworkCheckError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
