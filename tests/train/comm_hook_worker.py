@@ -14,7 +14,9 @@ every rank), feeds it its own random batches, and saves what rank 0's test compa
 * ``resumed``: for two models resumed alike (``CommHook.resumed_at``) from one state, their
   weights after 4 steps and whether PowerSGD compressed;
 * ``finite_after_nan``: per all-reduce of PowerSGD, whether the gradients were finite, when
-  rank 1's loss is NaN in the third (the first compressed one).
+  rank 1's loss is NaN in the third (the first compressed one);
+* ``buffers``: a state-dict buffer and a constant buffer after one DDP forward, each rank
+  having started with its rank as their value.
 """
 from __future__ import annotations
 
@@ -58,6 +60,26 @@ def _sgd_steps(model, batch, steps: int, lr: float = 0.02) -> list:
         opt.step()
         losses.append(float(loss.detach()) / batch["feats"].size(0))
     return losses
+
+
+class _WithBuffers(torch.nn.Module):
+    """A linear layer with a state-dict buffer and a constant (``persistent=False``) one."""
+
+    def __init__(self, rank: int):
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 2)
+        self.register_buffer("stats", torch.full((2,), float(rank)))
+        self.register_buffer("table", torch.full((2,), float(rank)), persistent=False)
+
+    def forward(self, x):
+        return self.linear(x + self.stats + self.table)
+
+
+def _buffers_after_forward(ctx, rank: int) -> dict:
+    """This rank's buffers after one DDP forward (each rank started with its own values)."""
+    model = wrap_ddp(_WithBuffers(rank), ctx, find_unused_parameters=False)
+    model(torch.ones(1, 2)).sum().backward()
+    return {"stats": model.module.stats.tolist(), "table": model.module.table.tolist()}
 
 
 def run(rank: int, port: int, out: str) -> None:
@@ -105,6 +127,7 @@ def run(rank: int, port: int, out: str) -> None:
             (loss * float("nan") if step == 2 and rank == 1 else loss).backward()
             finite.append(all(bool(torch.isfinite(p.grad).all()) for p in model.parameters()))
         result["finite_after_nan"] = finite
+        result["buffers"] = _buffers_after_forward(ctx, rank)
         torch.save(result, f"{out}/rank{rank}.pt")
     finally:
         dist.destroy_process_group()

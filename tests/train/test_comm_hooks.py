@@ -26,10 +26,11 @@ FP16_TINY = 6.1e-5
 
 @pytest.fixture(scope="module")
 def hooked(tmp_path_factory):
-    """Rank 0's results of tests/train/comm_hook_worker.py (2 gloo processes)."""
+    """Rank 0's results of tests/train/comm_hook_worker.py (2 gloo processes); ``_dir``: the
+    folder of both ranks' files."""
     out = tmp_path_factory.mktemp("comm_hooks")
     mp.spawn(comm_hook_worker.run, args=(free_port(), str(out)), nprocs=2, join=True)
-    return torch.load(out / "rank0.pt", weights_only=True)
+    return dict(torch.load(out / "rank0.pt", weights_only=True), _dir=out)
 
 
 def _assert_close_to(got: list, ref: list, rel: float, what: str) -> float:
@@ -75,6 +76,14 @@ def test_powersgd_recovers_after_a_non_finite_gradient(hooked):
     """A NaN gradient poisons PowerSGD's error feedback; the hook drops that memory, so only
     the faulty step is non-finite (the executor skips it) and the next one is clean."""
     assert hooked["finite_after_nan"] == [True, True, False, True]
+
+
+def test_ddp_broadcasts_state_buffers_but_not_constant_tables(hooked):
+    """wrap_ddp leaves the buffers outside the state dict (positional-encoding tables) out of
+    DDP's per-forward broadcast; state-dict buffers still take rank 0's values."""
+    rank1 = torch.load(hooked["_dir"] / "rank1.pt", weights_only=True)["buffers"]
+    assert hooked["buffers"] == {"stats": [0.0, 0.0], "table": [0.0, 0.0]}
+    assert rank1 == {"stats": [0.0, 0.0], "table": [1.0, 1.0]}
 
 
 def test_ddp_conf_validation():
