@@ -3,7 +3,7 @@
 link is shaped (tools/netns_hosts.py), with each gradient communication hook.
 
     python bench/network_cost.py [--rates 10gbit 1gbit 100mbit] [--hooks none fp16 powersgd] \\
-        [--steps 8 --warmup 2 --batch 8] [--cv_steps 40 --cv_rate 10gbit] \\
+        [--steps 8 --warmup 2 --batch 8] [--cv_steps 40 --cv_rate 10gbit] [--loopback_hooks none] \\
         [--json docs/experiments/network_cost.json --markdown docs/experiments/network_cost.md]
 
 Needs root, ``ip`` and ``tc`` (network namespaces).  The driver synthesizes a digits corpus
@@ -13,10 +13,11 @@ into ``--work`` (cached), then runs, each with the recipe's torchrun command
 worker mode instead of ``-m asrkit.bin.train``:
 
 * ``alone``: one host, one process (no all-reduce): the reference step time;
-* ``loopback``: one host × 2 processes, gloo over the host's ``lo``;
+* ``loopback``: one host × 2 processes, gloo over the host's ``lo`` (``--loopback_hooks``);
 * per ``--rates`` value and ``--hooks`` value: 2 hosts × 1 process, gloo over ``eth0``,
-  the link shaped to that rate by ``tbf`` (both directions);
-* with ``--cv_steps``: per hook, a longer run at ``--cv_rate`` whose CV loss is compared.
+  the link shaped to that rate by ``tbf`` (both directions); at ``--cv_rate`` the runs time
+  ``--cv_steps`` steps (when given) and their CV losses are compared (the loss does not
+  depend on the link: every run starts from the same weights and sees the same batches).
 
 Each worker builds the run with asrkit's ``build_training`` (the DDP wrap and the
 ``ddp_conf.comm_hook`` registration that ``asrkit.bin.train`` does) and trains with asrkit's
@@ -243,14 +244,13 @@ def measure(args) -> dict:
     with netns_hosts.Hosts(2) as hosts:
         runner = Runner(args, hosts, data)
         alone = runner.run("alone", "none", 1, 1, args.steps) if args.alone else None
-        if args.loopback:
-            rows += [runner.run("loopback", hook, 1, 2, args.steps) for hook in args.hooks]
+        rows += [runner.run("loopback", hook, 1, 2, args.steps) for hook in args.loopback_hooks]
         for rate in args.rates:
             hosts.set_rate(rate)
-            rows += [runner.run(rate, hook, 2, 1, args.steps) for hook in args.hooks]
-        if args.cv_steps:
-            hosts.set_rate(args.cv_rate)
-            cv = [runner.run(f"cv@{args.cv_rate}", hook, 2, 1, args.cv_steps) for hook in args.hooks]
+            steps = args.cv_steps if args.cv_steps and rate == args.cv_rate else args.steps
+            rows += [runner.run(rate, hook, 2, 1, steps) for hook in args.hooks]
+    if args.cv_steps:
+        cv = [row for row in rows if row["setting"] == args.cv_rate]
     for row in rows:
         row["efficiency"] = alone["step_s"] / row["step_s"] if alone else None
     return {"alone": alone, "rows": rows, "cv": cv}
@@ -272,8 +272,8 @@ def markdown(result: dict, command: str, machine: str) -> str:
                      f"| {r['allreduce_MBps']:.0f} | {r['wire_MBps']:.0f} |")
     if result["cv"]:
         ref = next((r["cv_loss"] for r in result["cv"] if r["hook"] == "none"), None)
-        lines += ["", f"CV loss after {result['cv'][0]['steps'] + result['cv'][0].get('warmup', 0)} steps "
-                      f"({result['cv'][0]['setting']}):", "", "| hook | CV loss | vs none | step (s) |",
+        lines += ["", f"CV loss after {result['cv'][0]['steps'] + result['cv'][0]['warmup']} steps "
+                      f"({result['cv'][0]['setting']} runs):", "", "| hook | CV loss | vs none | step (s) |",
                   "| --- | ---: | ---: | ---: |"]
         for r in result["cv"]:
             rel = f"{100 * (r['cv_loss'] / ref - 1):+.2f} %" if ref else "n/a"
@@ -296,9 +296,11 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=8, help="timed optimizer steps per run")
     p.add_argument("--warmup", type=int, default=2, help="optimizer steps before timing (>= 1)")
     p.add_argument("--batch", type=int, default=8, help="utterances per rank per step")
-    p.add_argument("--cv_steps", type=int, default=0, help="timed steps of the CV-loss runs (0: none)")
+    p.add_argument("--cv_steps", type=int, default=0,
+                   help="timed steps of the runs at --cv_rate, whose CV losses are compared (0: no comparison)")
     p.add_argument("--cv_rate", default="10gbit")
-    p.add_argument("--no_loopback", dest="loopback", action="store_false")
+    p.add_argument("--loopback_hooks", nargs="*", default=["none"], choices=["none", "fp16", "bf16", "powersgd"],
+                   help="hooks of the one-host x 2-process runs (the option without a value: no such run)")
     p.add_argument("--no_alone", dest="alone", action="store_false")
     p.add_argument("--timeout", type=int, default=300, help="seconds one run may take")
     p.add_argument("--json", type=Path, default=None, help="write the raw results here")
