@@ -132,8 +132,13 @@ def worker(a) -> None:
 def _no_sync_step_s(parts, steps: int) -> float:
     """Seconds per step of forward, backward (no gradient all-reduce), clip and optimizer."""
     import torch
-    parts.train_loader.set_epoch(1000)
-    batches = iter(parts.train_loader)
+
+    def batches():
+        for epoch in range(1000, 2000):  # (epochs the timed training never reached)
+            parts.train_loader.set_epoch(epoch)
+            yield from parts.train_loader
+
+    batches = batches()
     params = [p for p in parts.model.parameters() if p.requires_grad]
     start = time.perf_counter()
     for _ in range(steps):
@@ -256,10 +261,13 @@ def measure(args) -> dict:
     return {"alone": alone, "rows": rows, "cv": cv}
 
 
-def markdown(result: dict, command: str, machine: str) -> str:
-    """The tables of docs/experiments/network_cost.md."""
+def markdown(result: dict, command: str, machine: str, note: str = "") -> str:
+    """docs/experiments/network_cost.md: title, command, machine, ``note``, the tables."""
     alone = result["alone"]
-    lines = [f"Command: `{command}`", "", f"Machine: {machine}", ""]
+    lines = ["# The cost of the network: measured output of bench/network_cost.py", "",
+             "What the columns mean and what to conclude: [docs/distributed.md](../distributed.md), "
+             "\"Gradient compression\"; raw figures: `network_cost.json` next to this file.", "",
+             f"Command: `{command}`", "", f"Machine: {machine}", ""] + ([note, ""] if note else [])
     if alone:
         lines += [f"One process alone: {alone['step_s']:.3f} s per step ({alone['batch_per_rank']} utterances).", ""]
     lines += ["| link | hook | step (s) | all-reduce share | efficiency | sent per step per rank (MB) | "
@@ -305,6 +313,7 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=int, default=300, help="seconds one run may take")
     p.add_argument("--json", type=Path, default=None, help="write the raw results here")
     p.add_argument("--markdown", type=Path, default=None, help="write the tables here")
+    p.add_argument("--note", default="", help="a line written under the command in --markdown")
     worker_args = p.add_argument_group("worker mode (started by the driver through torchrun)")
     worker_args.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     for name in ("iface", "train_data", "cv_data", "model_dir"):
@@ -324,7 +333,7 @@ def main(argv=None) -> int:
                f"{time.time() - started:.0f} s in all")
     command = "python bench/network_cost.py " + " ".join(argv)
     result.update(command=command, machine=machine)
-    table = markdown(result, command, machine)
+    table = markdown(result, command, machine, args.note)
     print(table)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,10 @@ every rank), feeds it its own random batches, and saves what rank 0's test compa
 * ``finite_after_nan``: per all-reduce of PowerSGD, whether the gradients were finite, when
   rank 1's loss is NaN in the third (the first compressed one);
 * ``buffers``: a state-dict buffer and a constant buffer after one DDP forward, each rank
-  having started with its rank as their value.
+  having started with its rank as their value;
+
+and then, in ``<out>/buckets_rank<r>.pt``, how 8 PowerSGD steps over many small DDP buckets
+went (written last: a collective mismatch aborts the process).
 """
 from __future__ import annotations
 
@@ -82,6 +85,18 @@ def _buffers_after_forward(ctx, rank: int) -> dict:
     return {"stats": model.module.stats.tolist(), "table": model.module.table.tolist()}
 
 
+def _many_buckets(ctx, base, batch, steps: int = 8) -> dict:
+    """PowerSGD over DDP buckets of 10 kB (a few dozen buckets): torch's hook left unwaited
+    made the ranks' all-reduces mismatch here at every run (gloo aborts the process)."""
+    from torch.nn.parallel import DistributedDataParallel
+    model = DistributedDataParallel(copy.deepcopy(base), bucket_cap_mb=0.01)
+    hook = register_comm_hook(model, DdpConf(comm_hook="powersgd", powersgd_start_iter=2), 777)
+    for _ in range(steps):
+        model.zero_grad(set_to_none=True)
+        _loss(model, batch).backward()
+    return {"steps": steps, "iter": hook.powersgd.iter, "compressed": hook.powersgd.compression_stats()[2] > 0}
+
+
 def run(rank: int, port: int, out: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
@@ -129,5 +144,6 @@ def run(rank: int, port: int, out: str) -> None:
         result["finite_after_nan"] = finite
         result["buffers"] = _buffers_after_forward(ctx, rank)
         torch.save(result, f"{out}/rank{rank}.pt")
+        torch.save(_many_buckets(ctx, base, batches[0]), f"{out}/buckets_rank{rank}.pt")
     finally:
         dist.destroy_process_group()

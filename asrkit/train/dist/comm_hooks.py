@@ -25,7 +25,10 @@ Interplay with the executor (``asrkit.train.executor``):
   the decompressed gradient;
 * non-finite: a PowerSGD bucket whose error-feedback or warm-start memory is no longer
   finite after an all-reduce (an inf/NaN gradient went into it) has that memory dropped, so
-  the next step starts that bucket afresh instead of failing every step after a fault.
+  the next step starts that bucket afresh instead of failing every step after a fault;
+* PowerSGD buckets are communicated one after the other (see :func:`_powersgd_in_order`:
+  torch's hook, unwaited, lets gloo ranks mismatch their all-reduces when there are
+  several buckets), so its communication does not overlap the backward.
 
 Resume (``--checkpoint``): checkpoints hold no PowerSGD memory.  A resumed run starts with
 empty error feedback and a fresh random Q (seeded from ``seed + step``), and compresses from
@@ -131,24 +134,35 @@ def powersgd_state(conf, seed: int, process_group=None) -> powerSGD_hook.PowerSG
         use_error_feedback=True, warm_start=True, random_seed=seed % 2**32)
 
 
-def _powersgd_dropping_non_finite(state: powerSGD_hook.PowerSGDState, bucket):
-    """torch's ``powerSGD_hook``; afterwards a bucket whose error-feedback or warm-start memory
-    holds inf/NaN loses it (the next step starts the bucket afresh).  The warm-start Q is
-    all-reduced, so every rank drops it alike; the error feedback is each rank's own.  (No
-    annotations: DDP compares them with its own objects, which this module's postponed
-    annotations are not.)"""
+def _powersgd_in_order(state: powerSGD_hook.PowerSGDState, bucket):
+    """torch's ``powerSGD_hook`` for ``bucket``, waited for before returning, then a memory
+    that is no longer finite is dropped.
+
+    *In order*: torch's hook issues the bucket's second and third all-reduces (P, Q) from
+    callbacks of the first, on whatever thread completes it; meanwhile DDP calls the hook of
+    the next bucket from the autograd thread.  With several buckets the ranks then enqueue
+    their all-reduces in different orders and gloo fails ("Received data size doesn't match
+    expected size"; reproduced with the small conformer's 2 buckets, and at every run with
+    many small buckets: tests/train/test_comm_hooks.py).  Waiting here makes every rank send
+    bucket after bucket in DDP's order -- at the cost of PowerSGD's communication no longer
+    overlapping the rest of the backward.
+
+    *Non-finite*: a bucket whose error-feedback or warm-start memory holds inf/NaN loses it
+    (the next step starts the bucket afresh).  The warm-start P and Q are all-reduced, so
+    every rank drops them alike; the error feedback is each rank's own.  (No annotations:
+    DDP compares them with its own objects, which this module's postponed annotations are
+    not.)"""
+    value = powerSGD_hook.powerSGD_hook(state, bucket).wait()
     index = bucket.index()
-
-    def drop_non_finite(fut):
-        memories = (state.error_dict, state.p_memory_dict, state.q_memory_dict)
-        if any(index in m and not bool(torch.isfinite(m[index]).all()) for m in memories):
-            for m in memories:
-                m.pop(index, None)
-            log.warning("ddp_conf.comm_hook powersgd: bucket %d's error feedback was not finite "
-                        "after all-reduce %d; reset", index, state.iter)
-        return fut.value()
-
-    return powerSGD_hook.powerSGD_hook(state, bucket).then(drop_non_finite)
+    memories = (state.error_dict, state.p_memory_dict, state.q_memory_dict)
+    if any(index in m and not bool(torch.isfinite(m[index]).all()) for m in memories):
+        for m in memories:
+            m.pop(index, None)
+        log.warning("ddp_conf.comm_hook powersgd: bucket %d's error feedback was not finite after "
+                    "all-reduce %d; reset", index, state.iter)
+    done = torch.futures.Future()
+    done.set_result(value)
+    return done
 
 
 def register_comm_hook(model: torch.nn.Module, conf, seed: int) -> CommHook:
@@ -162,5 +176,5 @@ def register_comm_hook(model: torch.nn.Module, conf, seed: int) -> CommHook:
         model.register_comm_hook(None, hook)
         return CommHook(conf.comm_hook)
     state = powersgd_state(conf, seed)
-    model.register_comm_hook(state, _powersgd_dropping_non_finite)
+    model.register_comm_hook(state, _powersgd_in_order)
     return CommHook("powersgd", state, conf.powersgd_start_iter, seed)
