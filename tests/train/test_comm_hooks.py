@@ -32,7 +32,8 @@ def hooked(tmp_path_factory):
     try:
         mp.spawn(comm_hook_worker.run, args=(free_port(), str(out)), nprocs=2, join=True)
         failure = None
-    except mp.ProcessExitedException as e:  # (gloo aborts a process on a collective mismatch)
+    except (mp.ProcessExitedException, mp.ProcessRaisedException) as e:  # (a collective mismatch: gloo
+        # aborts a process, or a hook callback raises)
         failure = str(e)
     return dict(torch.load(out / "rank0.pt", weights_only=True), _dir=out, _failure=failure)
 
