@@ -46,6 +46,7 @@ import gc
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import time
@@ -331,7 +332,7 @@ def main(argv=None) -> int:
     machine = (f"{platform.processor() or platform.machine()}, {len(os.sched_getaffinity(0))} cores, "
                f"torch {torch.__version__}, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
                f"{time.time() - started:.0f} s in all")
-    command = "python bench/network_cost.py " + " ".join(argv)
+    command = "python bench/network_cost.py " + shlex.join(argv)
     result.update(command=command, machine=machine)
     table = markdown(result, command, machine, args.note)
     print(table)
