@@ -160,7 +160,8 @@ def build_training(cfg: TrainConfig, args, ctx: DistContext, *, monitor=None, dd
         # the CTC head or the decoder whose weight is 0), so DDP need not search for unused ones.
         model = wrap_ddp(bare_model, ctx, find_unused_parameters=False, sync_batchnorm=cfg.sync_batchnorm)
     comm_hook = register_comm_hook(model, cfg.ddp_conf, cfg.seed) if model is not bare_model else None
-    log.info(describe_comm_hook(cfg.ddp_conf, ctx.world_size if comm_hook is not None else 1))
+    if ddp:  # (the caller that wraps the model itself also chooses its hook)
+        log.info(describe_comm_hook(cfg.ddp_conf, ctx.world_size if comm_hook is not None else 1))
     log.info(effective_batch(train_cfg, ctx.world_size))
     optimizer = build_optimizer(cfg, model.parameters())
     scheduler = build_scheduler(cfg, optimizer)
