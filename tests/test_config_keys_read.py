@@ -139,6 +139,13 @@ def _bpe_tokenizer(cfg, exp, tmp_path):
     assert isinstance(build_tokenizer(bpe), WenetBpeTokenizer)
 
 
+def _powersgd_state(cfg, exp, tmp_path):
+    from asrkit.train.dist.comm_hooks import powersgd_state
+    conf = dataclasses.replace(cfg.ddp_conf, comm_hook="powersgd", powersgd_rank=2, powersgd_start_iter=7)
+    state = powersgd_state(conf, cfg.seed)  # (torch's state; no process group needed to build it)
+    assert (state.matrix_approximation_rank, state.start_powerSGD_iter) == (2, 7)
+
+
 TARGETED = {
     "TrainConfig.max_nonfinite_steps": (
         "asrkit.train.executor.Executor._count_fault (a skipped non-finite optimizer step)",
@@ -146,6 +153,12 @@ TARGETED = {
     "TokenizerConf.bpe_path": (
         "asrkit.text.build_tokenizer with tokenizer: bpe (WenetBpeTokenizer loads the sentencepiece model)",
         "the tiny experiment's units are characters (tokenizer: char)", _bpe_tokenizer),
+    "DdpConf.powersgd_rank": (
+        "asrkit.train.dist.comm_hooks.powersgd_state (registered on the DDP model with comm_hook: powersgd)",
+        "the tiny run is one process: no DDP model, no hook", _powersgd_state),
+    "DdpConf.powersgd_start_iter": (
+        "asrkit.train.dist.comm_hooks.powersgd_state (registered on the DDP model with comm_hook: powersgd)",
+        "the tiny run is one process: no DDP model, no hook", _powersgd_state),
 }
 
 

@@ -142,6 +142,10 @@ def preflight(cfg: TrainConfig, args, device: torch.device, backend: str | None 
         problem = check_sync_batchnorm(backend or resolve_backend(cfg.launch.dist_backend), device)
         if problem:
             problems.append(problem)
+    from asrkit.train.dist import comm_hook_problem, resolve_backend
+    problem = comm_hook_problem(cfg.ddp_conf.comm_hook, backend or resolve_backend(cfg.launch.dist_backend), device)
+    if problem:
+        problems.append(problem)
     if cfg.keep_global_batch and not cfg.reference_world_size:
         problems.append("keep_global_batch: true needs reference_world_size (the number of ranks the config "
                         "was tuned on, e.g. 4)")
@@ -321,7 +325,7 @@ def run(cfg: TrainConfig, args, ctx, spec, notes: list[str], model_dir: Path) ->
     # world size.
     trainer = Trainer(parts.train_cfg, ctx, parts.model, parts.optimizer, parts.scheduler, parts.train_loader,
                       parts.cv_loader, model_dir, config_dict=to_dict(cfg), scaler=parts.scaler, writer=writer,
-                      max_steps=args.max_steps, preemption=preemption)
+                      max_steps=args.max_steps, preemption=preemption, comm_hook=parts.comm_hook)
     resume = args.checkpoint
     if resume == "auto":
         resume = ckpt.find_resume_checkpoint(model_dir)

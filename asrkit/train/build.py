@@ -36,7 +36,8 @@ class TrainingParts:
     ``train.yaml`` and the checkpoints record.  ``train_cfg`` is the same with the world-size
     scaled ``accum_grad`` (``keep_global_batch``): what the executor steps with.
     ``model`` is ``bare_model`` wrapped in DDP when the process group has several ranks
-    (and ``ddp=True``); ``scaler`` is the fp16 GradScaler or None."""
+    (and ``ddp=True``), with the communication hook ``comm_hook`` of ``ddp_conf`` registered
+    on it (None when not wrapped); ``scaler`` is the fp16 GradScaler or None."""
 
     cfg: TrainConfig
     train_cfg: TrainConfig
@@ -50,6 +51,7 @@ class TrainingParts:
     optimizer: torch.optim.Optimizer
     scheduler: Any
     scaler: Optional[torch.amp.GradScaler]
+    comm_hook: Optional[Any] = None  # asrkit.train.dist.comm_hooks.CommHook
 
 
 def seed_everything(seed: int) -> None:
@@ -103,7 +105,8 @@ def build_training(cfg: TrainConfig, args, ctx: DistContext, *, monitor=None, dd
     from asrkit.data.processors import build_sample_processor
     from asrkit.models import build_model
     from asrkit.text import build_tokenizer
-    from asrkit.train.dist import MonitoredLoader, count_batchnorm, wrap_ddp
+    from asrkit.train.dist import MonitoredLoader, count_batchnorm, register_comm_hook, wrap_ddp
+    from asrkit.train.dist.comm_hooks import describe as describe_comm_hook
     from asrkit.train.scheduler import build_optimizer, build_scheduler
 
     accum_grad = _scaled_accum_grad(cfg, ctx)
@@ -156,8 +159,11 @@ def build_training(cfg: TrainConfig, args, ctx: DistContext, *, monitor=None, dd
         # Every parameter of the models built here takes part in the loss (AsrModel leaves out
         # the CTC head or the decoder whose weight is 0), so DDP need not search for unused ones.
         model = wrap_ddp(bare_model, ctx, find_unused_parameters=False, sync_batchnorm=cfg.sync_batchnorm)
+    comm_hook = register_comm_hook(model, cfg.ddp_conf, cfg.seed) if model is not bare_model else None
+    if ddp:  # (the caller that wraps the model itself also chooses its hook)
+        log.info(describe_comm_hook(cfg.ddp_conf, ctx.world_size if comm_hook is not None else 1))
     log.info(effective_batch(train_cfg, ctx.world_size))
     optimizer = build_optimizer(cfg, model.parameters())
     scheduler = build_scheduler(cfg, optimizer)
     return TrainingParts(cfg, train_cfg, tokenizer, train_entries, cv_entries, train_loader, cv_loader,
-                         bare_model, model, optimizer, scheduler, scaler)
+                         bare_model, model, optimizer, scheduler, scaler, comm_hook)

@@ -43,6 +43,29 @@ class LaunchConf:
 
 
 @dataclasses.dataclass
+class DdpConf:
+    """``ddp_conf``: how DDP communicates the gradients -- the same on every node (unlike
+    ``launch``; the ranks' agreement preflight compares it), so it is a section of its own.
+
+    ``comm_hook`` (``asrkit.train.dist.comm_hooks``; torch's DDP communication hooks):
+
+    * ``none``: DDP's own all-reduce of the fp32 gradient buckets;
+    * ``fp16`` / ``bf16``: each bucket cast to float16 / bfloat16, divided by the world
+      size, all-reduced and cast back (half the bytes on the wire; ``bf16`` where the
+      backend all-reduces bfloat16 tensors on this device: nccl, or gloo on CPU);
+    * ``powersgd``: rank-``powersgd_rank`` PowerSGD with error feedback and warm start,
+      after ``powersgd_start_iter`` uncompressed all-reduces (torch's ``PowerSGDState``;
+      >= 2, as DDP rebuilds its buckets after the first).
+    """
+
+    comm_hook: Literal["none", "fp16", "bf16", "powersgd"] = "none"
+    powersgd_rank: int = checked(1, positive)
+    powersgd_start_iter: int = checked(1000, lambda v: None if v >= 2 else
+                                       f"must be >= 2 (DDP rebuilds its gradient buckets after the first "
+                                       f"all-reduce, and PowerSGD's error feedback needs the final ones), got {v!r}")
+
+
+@dataclasses.dataclass
 class TrainerSections:
     """Trainer-level keys (WeNet names)."""
 
@@ -70,6 +93,8 @@ class TrainerSections:
     keep_global_batch: bool = False
     # Batch-norm conv modules as torch.nn.SyncBatchNorm (CUDA + nccl only).
     sync_batchnorm: bool = False
+    # Gradient communication (DDP communication hook): equal on every node, unlike launch.
+    ddp_conf: DdpConf = dataclasses.field(default_factory=DdpConf)
     launch: LaunchConf = dataclasses.field(default_factory=LaunchConf)
 
     # What WeNet's trainer adds to the train.yaml it saves (wenet/utils/train_utils.py,

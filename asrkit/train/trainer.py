@@ -44,7 +44,8 @@ class Trainer:
     def __init__(self, cfg, ctx: DistContext, model: torch.nn.Module, optimizer, scheduler,
                  train_loader, cv_loader, model_dir: str | Path, *, config_dict: dict,
                  scaler: Optional[torch.amp.GradScaler] = None, writer=None,
-                 max_steps: Optional[int] = None, progress: Optional[bool] = None, preemption=None):
+                 max_steps: Optional[int] = None, progress: Optional[bool] = None, preemption=None,
+                 comm_hook=None):
         self.cfg = cfg
         self.ctx = ctx
         self.model = model
@@ -61,6 +62,7 @@ class Trainer:
         self.resumed_mid_epoch = False
         self.preemption = preemption  # asrkit.train.preemption.Preemption (or None)
         self.preempted = False        # fit() stopped on a signal, after saving a checkpoint
+        self.comm_hook = comm_hook    # asrkit.train.dist.comm_hooks.CommHook (or None): told of a resume
         self.executor = Executor(cfg, model, optimizer, scheduler, ctx, self.model_dir, scaler=scaler,
                                  writer=writer, progress=progress, preemption=preemption)
 
@@ -128,6 +130,8 @@ class Trainer:
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.state = TrainState.from_dict(state["train_state"])
+        if self.comm_hook is not None:  # (PowerSGD's memory is not in the checkpoint: comm_hooks says what it does)
+            self.comm_hook.resumed_at(self.state.step)
         rng_ranks = state.get("rng_ranks") or [state["rng"]]
         if len(rng_ranks) == self.ctx.world_size:
             ckpt.restore_rng_state(rng_ranks[self.ctx.rank])

@@ -178,7 +178,13 @@ def wrap_ddp(model: torch.nn.Module, ctx: DistContext, find_unused_parameters: b
     ``sync_batchnorm``: first convert every BatchNorm layer to ``torch.nn.SyncBatchNorm``
     (statistics over the global batch instead of each rank's); CUDA + nccl only (see
     :func:`check_sync_batchnorm`).  Parameters keep their identity and the state-dict keys
-    do not change, so checkpoints stay interchangeable with unsynchronised runs."""
+    do not change, so checkpoints stay interchangeable with unsynchronised runs.
+
+    Buffers: DDP broadcasts rank 0's buffers before every forward.  Those outside the state
+    dict (``persistent=False``: the positional-encoding tables, constants each rank computes
+    itself and may lengthen for a long input) are left out -- for the small conformer they are
+    5.76 MB, a third more than its fp32 gradient, sent at every forward (bench/network_cost.py);
+    the state dict's buffers (BatchNorm statistics, CMVN) are still broadcast."""
     if not ctx.distributed:
         return model
     if sync_batchnorm:
@@ -189,6 +195,9 @@ def wrap_ddp(model: torch.nn.Module, ctx: DistContext, find_unused_parameters: b
         model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
         log.info("sync_batchnorm: %d BatchNorm layer(s) converted to SyncBatchNorm", n)
     from torch.nn.parallel import DistributedDataParallel
+    in_state = set(model.state_dict())
+    constants = [name for name, _ in model.named_buffers() if name not in in_state]
+    DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, constants)
     device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
     return DistributedDataParallel(model, device_ids=device_ids,
                                    find_unused_parameters=find_unused_parameters)
