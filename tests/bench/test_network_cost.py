@@ -16,7 +16,7 @@ import yaml
 
 from tests.helpers import REPO, tiny_config_dict
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # (~20 s; the full run's output: docs/experiments/network_cost.md)
 
 
 @pytest.fixture(scope="module")
