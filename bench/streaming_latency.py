@@ -46,25 +46,13 @@ def synth_module():
 def make_utterances(count: int, seed: int) -> list[dict]:
     """``count`` utterances: samples, words, and the end time (s) of the first word."""
     synth = synth_module()
-    synth.ensure_tools()
-    voices = synth.split_variants(synth.list_variants(), 1, 0.15, 0.15)["test"]  # the recipe's split
+    voices = synth.default_test_voices()
     rng = np.random.default_rng([seed, 7])
-    rate_hz = synth.SAMPLE_RATE
     out = []
     for _ in range(count):
-        voice = f"{synth.ACCENTS[int(rng.integers(len(synth.ACCENTS)))]}+{voices[int(rng.integers(len(voices)))]}"
-        rate, pitch = int(rng.integers(130, 231)), int(rng.integers(20, 81))
-        words = [synth.DIGIT_WORDS[int(rng.integers(len(synth.DIGIT_WORDS)))] for _ in range(int(rng.integers(2, 5)))]
-        pieces, first_end = [np.zeros(int(0.3 * rate_hz), np.float32)], 0.0
-        for i, word in enumerate(words):
-            pieces.append(synth.trim_silence(synth.synthesize(word, voice, rate, pitch)))
-            if i == 0:
-                first_end = sum(p.size for p in pieces) / rate_hz
-            gap = 1.0 if i == len(words) - 1 else float(rng.uniform(0.15, 0.4))
-            pieces.append(np.zeros(int(gap * rate_hz), np.float32))
-        audio = np.concatenate(pieces)
-        audio = audio + rng.normal(0.0, 0.002, audio.size).astype(np.float32)
-        out.append({"samples": audio, "words": words, "first_end_s": first_end, "voice": voice})
+        utt = synth.words_with_pauses(rng, voices, word_count=(2, 5), pause_s=(0.15, 0.4), final_pause_s=1.0)
+        out.append({"samples": utt["samples"], "words": utt["words"], "first_end_s": utt["spans"][0][1],
+                    "voice": utt["voice"]})
     return out
 
 

@@ -61,24 +61,13 @@ def synth_module():
 def make_utterances(count: int, seed: int) -> list[dict]:
     """``count`` utterances: ``samples`` (float32, 16 kHz), ``words`` and ``starts`` (s)."""
     synth = synth_module()
-    synth.ensure_tools()
-    voices = synth.split_variants(synth.list_variants(), 1, 0.15, 0.15)["test"]  # the recipe's split
+    voices = synth.default_test_voices()
     rng = np.random.default_rng([seed, 11])
     out = []
     for _ in range(count):
-        voice = f"{synth.ACCENTS[int(rng.integers(len(synth.ACCENTS)))]}+{voices[int(rng.integers(len(voices)))]}"
-        rate, pitch = int(rng.integers(130, 231)), int(rng.integers(20, 81))
-        words = [synth.DIGIT_WORDS[int(rng.integers(len(synth.DIGIT_WORDS)))] for _ in range(int(rng.integers(3, 7)))]
-        pieces, starts, at = [np.zeros(int(0.3 * SAMPLE_RATE), np.float32)], [], int(0.3 * SAMPLE_RATE)
-        for i, word in enumerate(words):
-            sound = synth.trim_silence(synth.synthesize(word, voice, rate, pitch)).astype(np.float32)
-            starts.append(at / SAMPLE_RATE)
-            gap = 0.5 if i == len(words) - 1 else float(rng.uniform(0.3, 0.8))
-            pieces += [sound, np.zeros(int(gap * SAMPLE_RATE), np.float32)]
-            at += sound.size + pieces[-1].size
-        audio = np.concatenate(pieces)
-        audio = audio + rng.normal(0.0, 0.002, audio.size).astype(np.float32)
-        out.append({"samples": audio, "words": words, "starts": starts, "voice": voice})
+        utt = synth.words_with_pauses(rng, voices, word_count=(3, 7), pause_s=(0.3, 0.8), final_pause_s=0.5)
+        out.append({"samples": utt["samples"], "words": utt["words"], "starts": [a for a, _ in utt["spans"]],
+                    "voice": utt["voice"]})
     return out
 
 

@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sentence_grammar import sentence  # noqa: E402  (tools/sentence_grammar.py)
 
 SAMPLE_RATE = 16000
+DEFAULT_SEED, DEFAULT_DEV_SHARE, DEFAULT_TEST_SHARE = 1, 0.15, 0.15  # the voice split of the recipes
 ACCENTS = ["en-us", "en-gb", "en-gb-scotland", "en-gb-x-rp", "en-029",
            "en-gb-x-gbclan", "en-gb-x-gbcwmd", "en-us-nyc"]
 # whispered variants carry no voicing at all; they are left out of every split
@@ -113,6 +114,13 @@ def split_variants(variants: list[str], seed: int, dev_share: float, test_share:
             "train": sorted(order[n_test + n_dev:])}
 
 
+def default_test_voices() -> list[str]:
+    """The test-split voice variants of a corpus built with the default ``--seed``,
+    ``--dev_share`` and ``--test_share`` (the recipes'): voices training never heard."""
+    ensure_tools()
+    return split_variants(list_variants(), DEFAULT_SEED, DEFAULT_DEV_SHARE, DEFAULT_TEST_SHARE)["test"]
+
+
 # ----------------------------------------------------------------------------- one utterance
 
 
@@ -130,6 +138,33 @@ def synthesize(text: str, voice: str, rate_wpm: int, pitch: int) -> np.ndarray:
 def trim_silence(audio: np.ndarray, threshold: float = 1e-3) -> np.ndarray:
     loud = np.flatnonzero(np.abs(audio) > threshold)
     return audio[loud[0]:loud[-1] + 1] if loud.size else audio
+
+
+def words_with_pauses(rng: np.random.Generator, voices: list[str], word_count: tuple[int, int],
+                      pause_s: tuple[float, float], final_pause_s: float, lead_s: float = 0.3,
+                      noise_std: float = 0.002) -> dict:
+    """An utterance of digit words, each synthesized alone and trimmed to its sound, so
+    every word's span is known to the sample (for timing benchmarks): ``lead_s`` of
+    silence, the words with a pause uniform in ``pause_s`` after each but the last and
+    ``final_pause_s`` after the last, then Gaussian noise of ``noise_std``.  Drawn from
+    ``rng`` in this order: the voice (an accent of :data:`ACCENTS` + one of ``voices``),
+    the rate and pitch, the number of words (``rng.integers(*word_count)``), the words,
+    each pause, the noise.  Returns ``samples`` (float32, 16 kHz), ``words``, ``voice`` and
+    ``spans``: each word's ``(start_s, end_s)``."""
+    voice = f"{ACCENTS[int(rng.integers(len(ACCENTS)))]}+{voices[int(rng.integers(len(voices)))]}"
+    rate, pitch = int(rng.integers(130, 231)), int(rng.integers(20, 81))
+    words = [DIGIT_WORDS[int(rng.integers(len(DIGIT_WORDS)))] for _ in range(int(rng.integers(*word_count)))]
+    at = int(lead_s * SAMPLE_RATE)
+    pieces, spans = [np.zeros(at, np.float32)], []
+    for i, word in enumerate(words):
+        sound = trim_silence(synthesize(word, voice, rate, pitch)).astype(np.float32)
+        spans.append((at / SAMPLE_RATE, (at + sound.size) / SAMPLE_RATE))
+        pause = final_pause_s if i == len(words) - 1 else float(rng.uniform(*pause_s))
+        pieces += [sound, np.zeros(int(pause * SAMPLE_RATE), np.float32)]
+        at += sound.size + pieces[-1].size
+    audio = np.concatenate(pieces)
+    audio = audio + rng.normal(0.0, noise_std, audio.size).astype(np.float32)
+    return {"samples": audio, "words": words, "voice": voice, "spans": spans}
 
 
 def add_silence_and_noise(speech: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -220,9 +255,9 @@ def main(argv=None) -> int:
     p.add_argument("--train", type=int, default=4000)
     p.add_argument("--dev", type=int, default=300)
     p.add_argument("--test", type=int, default=300)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--dev_share", type=float, default=0.15, help="share of voice variants for dev")
-    p.add_argument("--test_share", type=float, default=0.15, help="share of voice variants for test")
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    p.add_argument("--dev_share", type=float, default=DEFAULT_DEV_SHARE, help="share of voice variants for dev")
+    p.add_argument("--test_share", type=float, default=DEFAULT_TEST_SHARE, help="share of voice variants for test")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--single_voice", type=int, default=0,
                    help="also write train_single: this many clean utterances by one train voice")
