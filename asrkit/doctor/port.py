@@ -94,7 +94,7 @@ def wait_port_reachable(master_addr: str, port: int, timeout_s: float, num_nodes
     try:
         waited = network.wait_for_port(ip, port, timeout_s, interval_s=RETRY_S)
     except network.NetworkCheckError as e:
-        if "refused" in str(e).lower():
+        if isinstance(e, network.PortUnreachable) and e.refused:
             fix = ("start asrkit doctor --node_rank 0 on node 0 with the same --master_addr/--master_port (it must "
                    "be running while this node checks), or fix --master_port")
         else:

@@ -25,6 +25,15 @@ class NetworkCheckError(RuntimeError):
     """The socket-interface settings cannot work on this host (message: one line)."""
 
 
+class PortUnreachable(NetworkCheckError):
+    """:func:`wait_for_port` gave up.  ``refused``: its last attempt was actively refused
+    (the host answered, nothing listens on the port) rather than unanswered or unrouted."""
+
+    def __init__(self, message: str, refused: bool):
+        super().__init__(message)
+        self.refused = refused
+
+
 class _SockAddr(ctypes.Structure):
     _fields_ = [("family", ctypes.c_uint16), ("data", ctypes.c_uint8 * 26)]
 
@@ -172,11 +181,11 @@ def wait_for_port(host: str, port: int, timeout_s: float, interval_s: float = 1.
     """Wait until a TCP connection to ``host:port`` succeeds (it is closed at once, nothing
     is sent); returns the seconds waited.  Refused, unreachable and silent (timed-out)
     attempts are retried every ``interval_s`` until ``timeout_s`` has passed, then
-    NetworkCheckError names the address, the port and the last failure."""
+    :class:`PortUnreachable` names the address, the port and the last failure."""
     start = time.monotonic()
     deadline = start + timeout_s
     ip = resolve(host)
-    last = "no attempt"
+    last, refused = "no attempt", False
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -185,13 +194,13 @@ def wait_for_port(host: str, port: int, timeout_s: float, interval_s: float = 1.
             with socket.create_connection((ip, port), timeout=min(5.0, max(0.1, left))):
                 return time.monotonic() - start
         except socket.timeout:
-            last = "no answer (packets dropped: a firewall, a wrong address or a link down)"
+            last, refused = "no answer (packets dropped: a firewall, a wrong address or a link down)", False
         except OSError as e:
-            last = e.strerror or str(e)
+            last, refused = e.strerror or str(e), isinstance(e, ConnectionRefusedError)
         time.sleep(min(interval_s, max(0.0, deadline - time.monotonic())))
     shown = host if host == ip else f"{host} ({ip})"
-    raise NetworkCheckError(f"{shown} port {port} did not accept a connection within {timeout_s:g} s "
-                            f"(last attempt: {last})")
+    raise PortUnreachable(f"{shown} port {port} did not accept a connection within {timeout_s:g} s "
+                          f"(last attempt: {last})", refused)
 
 
 def master_host(init_method: str, environ: Mapping[str, str]) -> Optional[str]:
