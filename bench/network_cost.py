@@ -82,8 +82,7 @@ def worker(a) -> None:
     spec = D.resolve_launch(cfg.launch)
     ctx = D.init_distributed(spec, timeout_s=cfg.launch.timeout_s)
     model_dir = Path(a.model_dir)
-    parts = build_training(cfg, argparse.Namespace(train_data=a.train_data, cv_data=a.cv_data, model_dir=model_dir),
-                           ctx)
+    parts = build_training(cfg, ctx, train_data=a.train_data, cv_data=a.cv_data, cache_dir=model_dir)
     executor = Executor(parts.train_cfg, parts.model, parts.optimizer, parts.scheduler, ctx, model_dir,
                         progress=False)
     state, marks, last = TrainState(), {}, a.warmup + a.steps

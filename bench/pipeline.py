@@ -74,7 +74,7 @@ def build_pipeline(args, rank: int = 0, world_size: int = 1) -> Pipeline:
         raw = apply_overrides(raw, ["cmvn=global_cmvn", f"cmvn_conf.cmvn_file={args.cmvn}"])
     cfg = build(TrainConfig, raw)
     ctx = DistContext(rank=rank, world_size=world_size)
-    parts = build_training(cfg, argparse.Namespace(train_data=args.data, cv_data=None), ctx, ddp=False)
+    parts = build_training(cfg, ctx, train_data=args.data, ddp=False)
     return Pipeline(parts.cfg, parts.train_loader, parts.bare_model.train(), parts.optimizer, parts.scheduler)
 
 

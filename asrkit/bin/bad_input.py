@@ -1,54 +1,14 @@
-"""What the command-line tools count as bad input: a file the user handed in (config, units,
-BPE model, non-linguistic symbols, CMVN, checkpoint, data list) that is missing or
-malformed.  Each tool reports it in one line and exits with status 2; other failures (a
-write that failed, a bug) exit 1.
-
-:func:`load_text_inputs` reads and checks the units, BPE, non-linguistic symbols and CMVN
-files of a config before a tool builds its model, so their problems are found first and
-reported the same way by every tool."""
+"""The command-line tools' exit statuses: bad input (``asrkit.inputs.BAD_INPUT``: a file the
+user handed in -- config, units, BPE model, non-linguistic symbols, CMVN, checkpoint, data
+list -- that is missing or malformed) is reported in one line with status 2; other failures
+(a write that failed, a bug) exit 1."""
 from __future__ import annotations
 
 import argparse
 import logging
 from typing import Callable
 
-from asrkit.config import ConfigError
-from asrkit.data.features import CmvnError, load_cmvn
-from asrkit.data.lists import ListError
-from asrkit.io.checkpoint import CheckpointError
-from asrkit.models.registry import build_cmvn, check_cmvn_placement
-from asrkit.text.tokenizer import BpeModelError, Tokenizer, build_tokenizer
-from asrkit.text.units import UnitsError
-from asrkit.text.wenet import NonLangSymsError
-
-BAD_INPUT = (ConfigError, CheckpointError, ListError, UnitsError, BpeModelError, NonLangSymsError, CmvnError,
-             FileNotFoundError)
-
-
-def load_text_inputs(cfg, *, model_cmvn: bool) -> Tokenizer:
-    """The tokenizer of ``cfg`` (a ``TrainConfig``), after checking every units/BPE/CMVN
-    file the tool reads: the units file and its ``special_tokens`` declaration
-    (:class:`UnitsError`), the sentencepiece model (:class:`BpeModelError`), the
-    non-linguistic symbols (:class:`NonLangSymsError`),
-    ``ctc_conf.ctc_blank_id`` against the units' ``<blank>`` (when the model has a CTC
-    head) and the CMVN files (:class:`CmvnError`, their dimension against
-    ``fbank_conf.num_mel_bins``): ``dataset_conf.cmvn_file`` always, ``cmvn_conf.cmvn_file``
-    of the model layer only with ``model_cmvn`` (training: decoding and export take those
-    statistics from the checkpoint)."""
-    if model_cmvn:
-        check_cmvn_placement(cfg)
-    tokenizer = build_tokenizer(cfg)
-    blank = tokenizer.vocabulary.blank_id
-    if cfg.model_conf.ctc_weight > 0.0 and cfg.ctc_conf.ctc_blank_id != blank:
-        raise UnitsError(f"ctc_conf.ctc_blank_id is {cfg.ctc_conf.ctc_blank_id} but "
-                         f"{cfg.tokenizer_conf.symbol_table_path} has <blank> at id {blank}: "
-                         f"set ctc_conf.ctc_blank_id: {blank}")
-    dim = cfg.dataset_conf.fbank_conf.num_mel_bins
-    if cfg.dataset_conf.cmvn_file:
-        load_cmvn(cfg.dataset_conf.cmvn_file, dim)
-    if model_cmvn:
-        build_cmvn(cfg, dim, load_stats=True)  # (read and checked; the model builds its own later)
-    return tokenizer
+from asrkit.inputs import BAD_INPUT, load_text_inputs  # noqa: F401  (re-exported for the tools)
 
 
 def run_tool(run: Callable[[argparse.Namespace], int], args: argparse.Namespace, log: logging.Logger,

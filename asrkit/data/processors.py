@@ -233,14 +233,15 @@ class SampleProcessor:
 
 
 def build_sample_processor(dataset_conf, tokenizer, *, train: bool, seed: int,
-                           apply_filter: bool = True) -> SampleProcessor:
+                           apply_filter: bool = True, cmvn_stats=None) -> SampleProcessor:
     """The chain ``dataset_conf`` (a :class:`asrkit.data.schema.ProcessorKeys`, e.g. the
     ``dataset_conf`` of the root config) describes.
 
     ``train=False`` (CV, decoding): no speed perturbation, no dither, no SpecAugment /
     spec_sub / spec_trim.  ``apply_filter=False`` (decoding: every test utterance must be
     scored) drops the length filter; empty or unreadable input is still skipped.
-    CMVN statistics are loaded here, once, when ``cmvn_file`` is set.
+    When ``cmvn_file`` is set, its statistics are ``cmvn_stats`` (``(mean, istd)``, as
+    ``asrkit.inputs.ModelInputs.data_cmvn`` holds them) or, without them, loaded here once.
     """
     conf = dataset_conf
     fb = conf.fbank_conf
@@ -258,7 +259,7 @@ def build_sample_processor(dataset_conf, tokenizer, *, train: bool, seed: int,
     steps.append(functools.partial(fbank, num_mel_bins=fb.num_mel_bins, frame_length=fb.frame_length,
                                    frame_shift=fb.frame_shift, dither=fb.dither if train else 0.0))
     if conf.cmvn_file:
-        mean, istd = features.load_cmvn(conf.cmvn_file, fb.num_mel_bins)
+        mean, istd = cmvn_stats if cmvn_stats is not None else features.load_cmvn(conf.cmvn_file, fb.num_mel_bins)
         steps.append(functools.partial(cmvn, mean=mean, istd=istd))
     if train:
         if conf.spec_aug:

@@ -1,10 +1,10 @@
 """The ``config`` and ``files`` checks: what the training will read on this node.
 
-The config is loaded as ``asrkit.bin.train`` loads it (``--override`` applied), then
-checked with the training's own preflight (``asrkit.bin.train.preflight``: data lists,
-units, BPE model, non-linguistic symbols and CMVN files exist; dtype, device and
-sync-batchnorm fit this node).  When those files exist they are read by the loaders the
-training uses: the units/BPE/CMVN files by ``asrkit.bin.bad_input.load_text_inputs``, each
+The config is loaded as the training loads it (``--override`` applied), then checked with
+the training's own preflight (``asrkit.train.preflight``: data lists, units, BPE model,
+non-linguistic symbols and CMVN files exist; dtype, device and sync-batchnorm fit this
+node).  When those files exist they are read by the loaders the training uses: the
+units/BPE/CMVN files by ``asrkit.inputs.load_model_inputs``, each
 data list by ``asrkit.data.lists.read_list`` (every line parsed), and the audio of the first
 ``audio_entries`` entries of each list by ``asrkit.data.audio.load_audio``.
 
@@ -14,12 +14,20 @@ names them).
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from pathlib import Path
 from typing import Optional
 
+from asrkit.config import ConfigError, load_config, to_dict
+from asrkit.data.audio import DataFault, load_audio
+from asrkit.data.lists import ListError, read_list
 from asrkit.doctor.results import CheckResult, fail, first_line, ok, warn
+from asrkit.inputs import BAD_INPUT, load_model_inputs
+from asrkit.train import agreement
+from asrkit.train.dist import LaunchError, resolve_backend
+from asrkit.train.job import TrainJob
+from asrkit.train.preflight import preflight
+from asrkit.train.problems import Problem, ProblemKind
 
 PREPARE_FIX = ("prepare the data on this node (bash run.sh --stage 0 --stop_stage 3 with the same options), "
                "or run the doctor from the recipe directory with the paths the recipe passes")
@@ -38,26 +46,18 @@ class JobInputs:
     problem: str = ""
 
 
-def _preflight_args(train_data: str, cv_data: str) -> argparse.Namespace:
-    """The arguments ``asrkit.bin.train.preflight`` reads, for a run without checkpoints or warm start."""
-    return argparse.Namespace(train_data=train_data, cv_data=cv_data, checkpoint=None, enc_init=None,
-                              warm_start_data=None, warm_start_steps=0)
-
-
-def _problem_line(problem: str) -> CheckResult:
+def _problem_line(problem: Problem) -> CheckResult:
     """A preflight problem as a line: a missing file is a ``files`` FAIL with the prepare
-    fix; the other problems carry their own fix after `` -- ``."""
-    if problem.endswith("file not found"):
-        return fail("files", problem, PREPARE_FIX)
-    if "is not set" in problem:
-        return fail("files", problem, "set it in the config (or --override KEY=PATH)")
-    what, _, fix = problem.partition(" -- ")
-    return fail("config", what, fix)
+    fix, an unset path a ``files`` FAIL, the others ``config`` FAILs with their own fix."""
+    if problem.kind is ProblemKind.MISSING_FILE:
+        return fail("files", problem.what, PREPARE_FIX)
+    if problem.kind is ProblemKind.UNSET_PATH:
+        return fail("files", problem.what, "set it in the config (or --override KEY=PATH)")
+    return fail("config", problem.what, problem.fix)
 
 
 def load_job_config(config_path: str, overrides: list[str]):
     """``(TrainConfig, None)`` or ``(None, CheckResult)`` for a config that does not load."""
-    from asrkit.config import ConfigError, load_config
     try:
         return load_config(config_path, overrides), None
     except ConfigError as e:
@@ -69,9 +69,8 @@ def load_job_config(config_path: str, overrides: list[str]):
 
 def check_text_inputs(cfg) -> list[CheckResult]:
     """Units / BPE / CMVN read by the training's loaders: one OK line, or a FAIL."""
-    from asrkit.bin.bad_input import BAD_INPUT, load_text_inputs
     try:
-        tokenizer = load_text_inputs(cfg, model_cmvn=True)
+        tokenizer = load_model_inputs(cfg, model_cmvn=True).tokenizer
     except BAD_INPUT as e:
         return [fail("files", first_line(e, None), "rebuild the file on this node (run.sh stages 1-2) or fix "
                                                    "the config key that names it")]
@@ -89,8 +88,6 @@ def check_text_inputs(cfg) -> list[CheckResult]:
 def check_data_list(label: str, path: str, audio_entries: int) -> CheckResult:
     """Parse the whole list with the training's reader, then load the audio of its first
     ``audio_entries`` entries; one line."""
-    from asrkit.data.audio import DataFault, load_audio
-    from asrkit.data.lists import ListError, read_list
     try:
         entries = read_list(path)
     except (ListError, OSError) as e:
@@ -121,11 +118,6 @@ def check_data_list(label: str, path: str, audio_entries: int) -> CheckResult:
 def check_inputs(config_path: str, overrides: list[str], train_data: str, cv_data: str,
                  audio_entries: int = 3) -> tuple[list[CheckResult], JobInputs]:
     """The ``config`` and ``files`` lines, and what the nodes compare (see the module doc)."""
-    import torch
-
-    from asrkit.bin.train import preflight
-    from asrkit.config import to_dict
-    from asrkit.train import agreement
     cfg, failure = load_job_config(config_path, overrides)
     if cfg is None:
         files = {"train data list": train_data, "CV data list": cv_data}
@@ -138,9 +130,10 @@ def check_inputs(config_path: str, overrides: list[str], train_data: str, cv_dat
     results = [ok("config", f"{config_path} loaded" + (f" with {len(overrides)} override(s)" if overrides else "")
                   + f": {cfg.encoder} encoder, {cfg.decoder} decoder, {cfg.tokenizer} tokenizer, "
                     f"launch.timeout_s {cfg.launch.timeout_s:g}")]
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     # (an unusable backend is the versions check's line; preflight then judges as for gloo)
-    problems = preflight(cfg, _preflight_args(train_data, cv_data), device, _backend_or_none(cfg) or "gloo")
+    job = TrainJob(config=config_path, train_data=train_data, cv_data=cv_data, model_dir=Path("."),
+                   overrides=tuple(overrides))
+    problems = preflight(cfg, job, _backend_or_none(cfg) or "gloo")
     results.extend(_problem_line(p) for p in problems)
     if not any(r.check == "files" for r in results[1:]):
         results.extend(check_text_inputs(cfg))
@@ -157,7 +150,6 @@ def check_inputs(config_path: str, overrides: list[str], train_data: str, cv_dat
 
 def _backend_or_none(cfg) -> Optional[str]:
     """The resolved backend, or None when it cannot be resolved (the versions check says why)."""
-    from asrkit.train.dist import LaunchError, resolve_backend
     try:
         return resolve_backend(cfg.launch.dist_backend)
     except LaunchError:

@@ -30,17 +30,27 @@ def _lookup(table: dict[str, Any], kind: str, name: str) -> Any:
     return table[name]
 
 
-def build_cmvn(cfg, input_dim: int, load_stats: bool) -> Optional[GlobalCMVN]:
-    """``GlobalCMVN`` from ``cmvn_conf.cmvn_file`` when ``cmvn: global_cmvn``.  With
-    ``load_stats=False`` the layer starts as identity (mean 0, istd 1), to be filled
-    from a checkpoint's ``state_dict``."""
+def model_cmvn_stats(cfg, input_dim: int) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+    """``(mean, istd)`` of ``cmvn_conf.cmvn_file`` when ``cmvn: global_cmvn`` (None without a
+    CMVN layer); :class:`CmvnError` when the file is unset, unreadable or of another dimension."""
+    if cfg.cmvn is None:
+        return None
+    if not cfg.cmvn_conf.cmvn_file:
+        raise CmvnError("cmvn: global_cmvn needs cmvn_conf.cmvn_file (tools/compute_cmvn_stats.py)")
+    return load_cmvn(cfg.cmvn_conf.cmvn_file, input_dim)
+
+
+def build_cmvn(cfg, input_dim: int, load_stats: bool,
+               stats: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> Optional[GlobalCMVN]:
+    """``GlobalCMVN`` when ``cmvn: global_cmvn``: from ``stats`` (``(mean, istd)`` already
+    loaded by :func:`model_cmvn_stats`) or, without them, from ``cmvn_conf.cmvn_file``.  With
+    ``load_stats=False`` the layer starts as identity (mean 0, istd 1), to be filled from a
+    checkpoint's ``state_dict``."""
     if cfg.cmvn is None:
         return None
     if not load_stats:
         return GlobalCMVN(torch.zeros(input_dim), torch.ones(input_dim))
-    if not cfg.cmvn_conf.cmvn_file:
-        raise CmvnError("cmvn: global_cmvn needs cmvn_conf.cmvn_file (tools/compute_cmvn_stats.py)")
-    mean, istd = load_cmvn(cfg.cmvn_conf.cmvn_file, input_dim)
+    mean, istd = stats if stats is not None else model_cmvn_stats(cfg, input_dim)
     return GlobalCMVN(mean, istd)
 
 
@@ -82,13 +92,15 @@ def build_asr_model(cfg, input_dim: int, vocabulary: Vocabulary, cmvn: Optional[
 MODELS: dict[str, Callable[..., nn.Module]] = {"asr_model": build_asr_model, "asrmodel": build_asr_model}
 
 
-def build_model(cfg, input_dim: int, vocabulary: Vocabulary, *, load_cmvn_stats: bool = True) -> nn.Module:
+def build_model(cfg, input_dim: int, vocabulary: Vocabulary, *, load_cmvn_stats: bool = True,
+                cmvn_stats: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> nn.Module:
     """Build the model described by ``cfg`` (an ``asrkit.config.TrainConfig``) for
     ``input_dim``-dimensional features and ``vocabulary`` (its size and special ids), with
     the builder ``MODELS[cfg.model]``.
 
     ``cfg.input_dim`` / ``cfg.output_dim``, when set, must agree with the arguments.
-    Set ``load_cmvn_stats=False`` when a checkpoint will supply the CMVN buffers."""
+    Set ``load_cmvn_stats=False`` when a checkpoint will supply the CMVN buffers; pass
+    ``cmvn_stats`` (``asrkit.inputs.ModelInputs.model_cmvn``) when they were loaded already."""
     if not isinstance(vocabulary, Vocabulary):
         raise TypeError(f"build_model needs an asrkit.text.Vocabulary, got {type(vocabulary).__name__}")
     if cfg.input_dim is not None and cfg.input_dim != input_dim:
@@ -97,7 +109,7 @@ def build_model(cfg, input_dim: int, vocabulary: Vocabulary, *, load_cmvn_stats:
         raise ValueError(f"config output_dim {cfg.output_dim} != vocabulary size {vocabulary.size}")
     check_cmvn_placement(cfg)
     builder = _lookup(MODELS, "model", cfg.model)
-    return builder(cfg, input_dim, vocabulary, build_cmvn(cfg, input_dim, load_cmvn_stats))
+    return builder(cfg, input_dim, vocabulary, build_cmvn(cfg, input_dim, load_cmvn_stats, cmvn_stats))
 
 
 def count_parameters(model: nn.Module) -> int:

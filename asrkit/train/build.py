@@ -2,7 +2,7 @@
 training run -- tokenizer, sample processors, loaders, model (optionally started from
 another run's modules, DDP-wrapped), optimizer, scheduler and grad scaler.
 
-``asrkit.bin.train``, the benchmarks in ``bench/`` and the tests all build through it, so
+``asrkit.train.run``, the benchmarks in ``bench/`` and the tests all build through it, so
 what they time or check is what training runs.  The order of construction is fixed
 (seed, tokenizer, lists, processors, loaders, model): the model's initial weights depend
 on it, and so does every reproduced result.
@@ -12,14 +12,26 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
+from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 import torch
 
 from asrkit.config import TrainConfig
+from asrkit.data.dataset import build_dataloader
+from asrkit.data.lists import read_list
+from asrkit.data.processors import build_sample_processor
+from asrkit.inputs import ModelInputs, load_model_inputs
 from asrkit.io.checkpoint import CheckpointError
+from asrkit.models import build_model
+from asrkit.train.checkpoint import init_modules
+from asrkit.train.dist import MonitoredLoader, count_batchnorm, register_comm_hook, wrap_ddp
+from asrkit.train.dist.comm_hooks import describe as describe_comm_hook
 from asrkit.train.dist.context import DistContext
+from asrkit.train.dist.scaling import scale_accum_grad
+from asrkit.train.job import ModuleInit
+from asrkit.train.scheduler import build_optimizer, build_scheduler
 
 log = logging.getLogger("asrkit.train")
 
@@ -82,7 +94,6 @@ def effective_batch(cfg: TrainConfig, world_size: int) -> str:
 
 def _scaled_accum_grad(cfg: TrainConfig, ctx: DistContext) -> int:
     """``accum_grad`` scaled for this world size (logged when it changes anything)."""
-    from asrkit.train.dist.scaling import scale_accum_grad
     accum, scaling, inexact = scale_accum_grad(cfg.accum_grad, ctx.world_size, cfg.reference_world_size,
                                                cfg.keep_global_batch)
     if scaling:
@@ -90,25 +101,20 @@ def _scaled_accum_grad(cfg: TrainConfig, ctx: DistContext) -> int:
     return accum
 
 
-def build_training(cfg: TrainConfig, args, ctx: DistContext, *, monitor=None, ddp: bool = True) -> TrainingParts:
+def build_training(cfg: TrainConfig, ctx: DistContext, *, train_data: str, cv_data: Optional[str] = None,
+                   cache_dir: Optional[Path] = None, inputs: Optional[ModelInputs] = None,
+                   init: Optional[ModuleInit] = None, monitor=None, ddp: bool = True) -> TrainingParts:
     """Build every part of a training run of ``cfg`` for this rank.
 
-    ``args`` carries ``train_data`` and ``cv_data`` (data.list paths; ``cv_data`` may be
-    None: no CV loader) and, optionally, ``model_dir`` (where the index of a WeNet shard
-    list is cached when its own folder cannot be written) and ``enc_init`` /
-    ``enc_init_mods`` (start the named modules from another checkpoint; a failure raises
+    ``train_data`` and ``cv_data`` are data.list paths (``cv_data`` None: no CV loader);
+    ``cache_dir`` is where the index of a WeNet shard list is cached when its own folder
+    cannot be written.  ``inputs`` are the config's units/BPE/CMVN files as
+    ``asrkit.inputs.load_model_inputs(cfg, model_cmvn=True)`` loaded them (loaded here when
+    None).  ``init`` starts the named modules from another checkpoint (a failure raises
     :class:`InitError`).  The loaders shard by ``ctx.rank``/``ctx.world_size``; with a
-    ``monitor`` (``asrkit.train.dist.RankMonitor``) they record their waits in it.  ``ddp=False`` returns the bare model in ``model`` too
-    (for callers that wrap it themselves, e.g. a benchmark comparing DDP options)."""
-    from asrkit.data.dataset import build_dataloader
-    from asrkit.data.lists import read_list
-    from asrkit.data.processors import build_sample_processor
-    from asrkit.models import build_model
-    from asrkit.text import build_tokenizer
-    from asrkit.train.dist import MonitoredLoader, count_batchnorm, register_comm_hook, wrap_ddp
-    from asrkit.train.dist.comm_hooks import describe as describe_comm_hook
-    from asrkit.train.scheduler import build_optimizer, build_scheduler
-
+    ``monitor`` (``asrkit.train.dist.RankMonitor``) they record their waits in it.
+    ``ddp=False`` returns the bare model in ``model`` too (for callers that wrap it
+    themselves, e.g. a benchmark comparing DDP options)."""
     accum_grad = _scaled_accum_grad(cfg, ctx)
     scaler = amp_scaler(cfg, ctx.device)
     if cfg.dtype != "fp32":
@@ -117,17 +123,17 @@ def build_training(cfg: TrainConfig, args, ctx: DistContext, *, monitor=None, dd
                  if scaler is not None else " (no loss scaling needed)")
     seed_everything(cfg.seed)
 
-    tokenizer = build_tokenizer(cfg)
-    cache_dir = getattr(args, "model_dir", None)  # (the index cache of a WeNet shard list, when not next to it)
-    train_entries = read_list(args.train_data, cache_dir)
-    cv_data = getattr(args, "cv_data", None)
+    inputs = inputs or load_model_inputs(cfg, model_cmvn=True)
+    tokenizer = inputs.tokenizer
+    train_entries = read_list(train_data, cache_dir)
     cv_entries = read_list(cv_data, cache_dir) if cv_data else []
     input_dim = cfg.dataset_conf.fbank_conf.num_mel_bins
     cfg = dataclasses.replace(cfg, input_dim=input_dim, output_dim=tokenizer.vocab_size)
     train_cfg = dataclasses.replace(cfg, accum_grad=accum_grad)
 
     def loader(entries, train: bool):
-        proc = build_sample_processor(cfg.dataset_conf, tokenizer, train=train, seed=cfg.seed)
+        proc = build_sample_processor(cfg.dataset_conf, tokenizer, train=train, seed=cfg.seed,
+                                      cmvn_stats=inputs.data_cmvn)
         built = build_dataloader(entries, cfg.dataset_conf, proc, train=train, seed=cfg.seed,
                                  rank=ctx.rank, world_size=ctx.world_size)
         return MonitoredLoader(built, monitor, "train" if train else "cv") if monitor is not None else built
@@ -135,20 +141,17 @@ def build_training(cfg: TrainConfig, args, ctx: DistContext, *, monitor=None, dd
     train_loader = loader(train_entries, True)
     cv_loader = loader(cv_entries, False) if cv_data else None
 
-    bare_model = build_model(cfg, input_dim, tokenizer.vocabulary).to(ctx.device)
+    bare_model = build_model(cfg, input_dim, tokenizer.vocabulary, cmvn_stats=inputs.model_cmvn).to(ctx.device)
     n_params = sum(p.numel() for p in bare_model.parameters())
     log.info("model: %s encoder + %s decoder, %.2f M parameters; %d train / %d CV utterances; "
              "%d threads", cfg.encoder, cfg.decoder, n_params / 1e6, len(train_entries), len(cv_entries),
              torch.get_num_threads())
-    enc_init = getattr(args, "enc_init", None)
-    if enc_init:
-        from asrkit.train.checkpoint import init_modules
-        mods = getattr(args, "enc_init_mods", "encoder.")
+    if init:
         try:
-            copied = init_modules(bare_model, enc_init, mods.split(","))
+            copied = init_modules(bare_model, init.checkpoint, init.prefix_list())
         except CheckpointError as e:
             raise InitError(f"cannot initialise from --enc_init: {e}") from e
-        log.info("initialised %d tensors (%s) from %s", len(copied), mods, enc_init)
+        log.info("initialised %d tensors (%s) from %s", len(copied), init.prefixes, init.checkpoint)
     if cfg.sync_batchnorm and not count_batchnorm(bare_model):
         log.info("sync_batchnorm: the model has no BatchNorm layer (encoder_conf.cnn_module_norm: %s); "
                  "nothing to convert", getattr(cfg.encoder_conf, "cnn_module_norm", "?"))

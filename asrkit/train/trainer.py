@@ -31,6 +31,7 @@ from typing import Optional
 
 import torch
 
+from asrkit.config import to_dict
 from asrkit.models.state import load_weights
 from asrkit.models.wenet_state import is_wenet_state
 from asrkit.train import checkpoint as ckpt
@@ -41,30 +42,34 @@ log = logging.getLogger("asrkit.train")
 
 
 class Trainer:
-    def __init__(self, cfg, ctx: DistContext, model: torch.nn.Module, optimizer, scheduler,
-                 train_loader, cv_loader, model_dir: str | Path, *, config_dict: dict,
-                 scaler: Optional[torch.amp.GradScaler] = None, writer=None,
-                 max_steps: Optional[int] = None, progress: Optional[bool] = None, preemption=None,
-                 comm_hook=None):
-        self.cfg = cfg
+    """Runs the epochs of one training phase from the built ``parts``
+    (``asrkit.train.build.TrainingParts``): steps with ``parts.train_cfg`` (the world-size
+    scaled ``accum_grad``), records ``parts.cfg`` (the config as written) in the checkpoints
+    it writes into ``model_dir``.  ``max_steps`` stops after that many optimizer steps in
+    total; ``preemption`` (``asrkit.train.preemption.Preemption``) stops at an optimizer-step
+    boundary on a signal; ``writer`` is a TensorBoard ``SummaryWriter`` (rank 0) or None."""
+
+    def __init__(self, parts, ctx: DistContext, model_dir: str | Path, *, writer=None,
+                 max_steps: Optional[int] = None, progress: Optional[bool] = None, preemption=None):
+        self.cfg = parts.train_cfg
         self.ctx = ctx
-        self.model = model
-        self.optimizer = optimizer
-        self.scheduler = scheduler
-        self.scaler = scaler
-        self.train_loader = train_loader
-        self.cv_loader = cv_loader
+        self.model = parts.model
+        self.optimizer = parts.optimizer
+        self.scheduler = parts.scheduler
+        self.scaler = parts.scaler
+        self.train_loader = parts.train_loader
+        self.cv_loader = parts.cv_loader
         self.model_dir = Path(model_dir)
-        self.config_dict = config_dict
+        self.config_dict = to_dict(parts.cfg)
         self.writer = writer
         self.max_steps = max_steps
         self.state = TrainState()
         self.resumed_mid_epoch = False
         self.preemption = preemption  # asrkit.train.preemption.Preemption (or None)
         self.preempted = False        # fit() stopped on a signal, after saving a checkpoint
-        self.comm_hook = comm_hook    # asrkit.train.dist.comm_hooks.CommHook (or None): told of a resume
-        self.executor = Executor(cfg, model, optimizer, scheduler, ctx, self.model_dir, scaler=scaler,
-                                 writer=writer, progress=progress, preemption=preemption)
+        self.comm_hook = parts.comm_hook  # asrkit.train.dist.comm_hooks.CommHook (or None): told of a resume
+        self.executor = Executor(self.cfg, self.model, self.optimizer, self.scheduler, ctx, self.model_dir,
+                                 scaler=self.scaler, writer=writer, progress=progress, preemption=preemption)
 
     # ------------------------------------------------------------------ checkpoints
 

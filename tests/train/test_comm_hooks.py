@@ -7,6 +7,7 @@ preflight covers the section (it is not ``launch``).
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -120,16 +121,17 @@ def test_bf16_refused_where_the_backend_cannot_all_reduce_it(tiny_experiment, tm
     assert comm_hook_problem("bf16", "gloo", CPU) is None  # torch 2.14's gloo: see the gradients test
     for hook in ("none", "fp16", "powersgd"):
         assert comm_hook_problem(hook, "gloo", CUDA) is None
-    from asrkit.bin.train import build_parser, preflight
+    from asrkit.bin.train import build_parser, job_from_args
+    from asrkit.train.preflight import preflight
     config = tiny_experiment.config(tmp_path / "bf16.yaml", ddp_conf={"comm_hook": "bf16"})
-    args = build_parser().parse_args(train_args(tiny_experiment, tmp_path / "exp", config))
+    job = job_from_args(build_parser().parse_args(train_args(tiny_experiment, tmp_path / "exp", config)))
     cfg = build(TrainConfig, __import__("yaml").safe_load(config.read_text()))
-    problems = preflight(cfg, args, CUDA, "gloo")  # the start-up check of a gloo run on GPUs
-    assert problems == [
+    problems = preflight(cfg, dataclasses.replace(job, device="cuda"), "gloo")  # a gloo run on GPUs
+    assert [str(p) for p in problems] == [
         "ddp_conf.comm_hook: bf16 needs a backend that all-reduces bfloat16 tensors on this device (nccl, or "
         "gloo on CPU), but this run uses gloo on cuda -- use comm_hook: fp16 (same bytes, fp16 range) or "
         "dist_backend: nccl"]
-    assert preflight(cfg, args, CPU, "gloo") == []
+    assert preflight(cfg, dataclasses.replace(job, device="cpu"), "gloo") == []
 
 
 def test_agreement_covers_ddp_conf():

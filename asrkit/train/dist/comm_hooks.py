@@ -47,6 +47,8 @@ import numpy as np
 import torch
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
+from asrkit.train.problems import Problem, ProblemKind
+
 log = logging.getLogger("asrkit.train")
 
 # Factors (n + m)·r must be at least this many times smaller than n·m to be sent as factors
@@ -54,7 +56,7 @@ log = logging.getLogger("asrkit.train")
 MIN_COMPRESSION_RATE = 2.0
 
 
-def comm_hook_problem(comm_hook: str, backend: str, device: torch.device) -> Optional[str]:
+def comm_hook_problem(comm_hook: str, backend: str, device: torch.device) -> Optional[Problem]:
     """Why ``comm_hook`` cannot run with ``backend`` on ``device`` (None when it can).
 
     Only ``bf16`` depends on them: nccl all-reduces bfloat16 (NCCL >= 2.10); torch 2.14's
@@ -62,9 +64,10 @@ def comm_hook_problem(comm_hook: str, backend: str, device: torch.device) -> Opt
     CUDA tensors ("Invalid scalar type", pytorch issue #111131)."""
     if comm_hook != "bf16" or backend == "nccl" or (backend == "gloo" and device.type == "cpu"):
         return None
-    return (f"ddp_conf.comm_hook: bf16 needs a backend that all-reduces bfloat16 tensors on this device "
-            f"(nccl, or gloo on CPU), but this run uses {backend} on {device.type} -- use comm_hook: fp16 "
-            f"(same bytes, fp16 range) or dist_backend: nccl")
+    return Problem(ProblemKind.SETTING,
+                   f"ddp_conf.comm_hook: bf16 needs a backend that all-reduces bfloat16 tensors on this device "
+                   f"(nccl, or gloo on CPU), but this run uses {backend} on {device.type}",
+                   "use comm_hook: fp16 (same bytes, fp16 range) or dist_backend: nccl")
 
 
 def wire_elements(shapes: list[tuple[int, ...]], conf) -> tuple[int, int]:

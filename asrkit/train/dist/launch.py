@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from asrkit.train.dist.context import DistContext
+from asrkit.train.problems import Problem, ProblemKind
 
 log = logging.getLogger("asrkit.train")
 
@@ -156,13 +157,14 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
-def check_sync_batchnorm(backend: str, device: torch.device) -> Optional[str]:
+def check_sync_batchnorm(backend: str, device: torch.device) -> Optional[Problem]:
     """Why ``sync_batchnorm: true`` cannot run here (None when it can): torch's
     SyncBatchNorm needs CUDA tensors and the nccl backend, not CPU/gloo."""
     if device.type != "cuda" or backend != "nccl":
-        return (f"sync_batchnorm: true needs CUDA GPUs and the nccl backend (torch.nn.SyncBatchNorm does "
-                f"not run on CPU or with gloo), but this run uses the {backend} backend on {device.type} "
-                f"-- set sync_batchnorm: false")
+        return Problem(ProblemKind.SETTING,
+                       f"sync_batchnorm: true needs CUDA GPUs and the nccl backend (torch.nn.SyncBatchNorm does "
+                       f"not run on CPU or with gloo), but this run uses the {backend} backend on {device.type}",
+                       "set sync_batchnorm: false")
     return None
 
 
@@ -190,7 +192,7 @@ def wrap_ddp(model: torch.nn.Module, ctx: DistContext, find_unused_parameters: b
     if sync_batchnorm:
         problem = check_sync_batchnorm(ctx.backend or "gloo", ctx.device)
         if problem:
-            raise LaunchError(problem)
+            raise LaunchError(str(problem))
         n = count_batchnorm(model)
         model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
         log.info("sync_batchnorm: %d BatchNorm layer(s) converted to SyncBatchNorm", n)

@@ -1,0 +1,95 @@
+"""``preflight``: what can be found wrong with a training job before any heavy work -- the
+files it names exist, the config's device/dtype/sync-batchnorm/communication-hook settings
+fit this node, and the job's options agree.  Used by the training (``asrkit.train.run``)
+and by ``asrkit doctor``; each finding is a :class:`~asrkit.train.problems.Problem`."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from asrkit.config import TrainConfig
+from asrkit.train.dist import check_sync_batchnorm, comm_hook_problem, resolve_backend
+from asrkit.train.job import TrainJob
+from asrkit.train.problems import Problem, ProblemKind, missing_file
+
+
+def preflight(cfg: TrainConfig, job: TrainJob, backend: Optional[str] = None) -> list[Problem]:
+    """Every problem of running ``job`` with its loaded config ``cfg`` on ``job.device``
+    (empty when there is none).  ``backend``: the resolved process-group backend (default:
+    the config's ``launch.dist_backend`` resolved for this node)."""
+    device = torch.device(job.device)
+    backend = backend or resolve_backend(cfg.launch.dist_backend)
+    return [*data_list_problems(job), *config_file_problems(cfg), *setting_problems(cfg, device, backend),
+            *option_problems(job)]
+
+
+def data_list_problems(job: TrainJob) -> list[Problem]:
+    return [missing_file(flag, path) for flag, path in (("--train_data", job.train_data), ("--cv_data", job.cv_data))
+            if not Path(path).is_file()]
+
+
+def config_file_problems(cfg: TrainConfig) -> list[Problem]:
+    """The units, BPE model, non-linguistic symbols and CMVN files the config names."""
+    problems = []
+    units = cfg.tokenizer_conf.symbol_table_path
+    if not units:
+        problems.append(Problem(ProblemKind.UNSET_PATH, "tokenizer_conf.symbol_table_path is not set (the "
+                                                        "units.txt of tools/make_units.py)"))
+    elif not Path(units).is_file():
+        problems.append(missing_file("tokenizer_conf.symbol_table_path", units))
+    if cfg.tokenizer == "bpe" and cfg.tokenizer_conf.bpe_path and not Path(cfg.tokenizer_conf.bpe_path).is_file():
+        problems.append(missing_file("tokenizer_conf.bpe_path", cfg.tokenizer_conf.bpe_path))
+    syms = cfg.tokenizer_conf.non_lang_syms_path
+    if syms is not None and not Path(syms).is_file():
+        problems.append(missing_file("tokenizer_conf.non_lang_syms_path", syms))
+    cmvn_file = cfg.cmvn_conf.cmvn_file if cfg.cmvn else None
+    if cmvn_file and not Path(cmvn_file).is_file():
+        problems.append(missing_file("cmvn_conf.cmvn_file", cmvn_file))
+    return problems
+
+
+def setting_problems(cfg: TrainConfig, device: torch.device, backend: str) -> list[Problem]:
+    """dtype against the device, sync_batchnorm and the communication hook against the
+    backend and device, keep_global_batch against reference_world_size."""
+    problems = []
+    if cfg.dtype != "fp32" and device.type != "cuda":
+        problems.append(Problem(ProblemKind.SETTING,
+                                f"dtype: {cfg.dtype} needs a CUDA device (mixed precision is for GPUs; on this "
+                                f"CPU bf16 is many times slower than fp32)", "use dtype: fp32"))
+    elif cfg.dtype == "bf16" and not torch.cuda.is_bf16_supported():
+        problems.append(Problem(ProblemKind.SETTING,
+                                "dtype: bf16 is not supported by this GPU (it needs compute capability 8.0+, e.g. "
+                                "A100/H100)", "use dtype: fp16 (with loss scaling) or fp32"))
+    if cfg.sync_batchnorm:
+        problem = check_sync_batchnorm(backend, device)
+        if problem:
+            problems.append(problem)
+    problem = comm_hook_problem(cfg.ddp_conf.comm_hook, backend, device)
+    if problem:
+        problems.append(problem)
+    if cfg.keep_global_batch and not cfg.reference_world_size:
+        problems.append(Problem(ProblemKind.SETTING, "keep_global_batch: true needs reference_world_size (the "
+                                                     "number of ranks the config was tuned on, e.g. 4)"))
+    return problems
+
+
+def option_problems(job: TrainJob) -> list[Problem]:
+    """The checkpoint to resume from, ``init`` and the warm start."""
+    problems = []
+    if job.resumes_explicitly() and not Path(job.checkpoint).is_file():
+        problems.append(missing_file("--checkpoint", job.checkpoint))
+    if job.init and not Path(job.init.checkpoint).is_file():
+        problems.append(missing_file("--enc_init", job.init.checkpoint))
+    warm = job.warm_start
+    if warm:
+        if not Path(warm.data).is_file():
+            problems.append(missing_file("--warm_start_data", warm.data))
+        if warm.steps <= 0:
+            problems.append(Problem(ProblemKind.OPTIONS,
+                                    "--warm_start_data needs --warm_start_steps N (N > 0 optimizer steps)"))
+        if job.init:
+            problems.append(Problem(ProblemKind.OPTIONS,
+                                    "--warm_start_data and --enc_init both choose the starting model: give one"))
+    return problems
