@@ -20,27 +20,25 @@ import sys
 from typing import Optional
 
 SUMMARY = "preflight for a multi-node job: versions, network, master port, all-reduce, data files"
-RECIPE_DEFAULTS = dict(num_nodes=1, node_rank=0, master_addr="127.0.0.1", master_port=29500,
-                       config="conf/train_conformer.yaml")  # (as tools/recipe_defaults.sh)
-LIST_NAMES = {"raw": "data.list", "shard": "data.shards.list"}  # (as recipe_stages.sh's list_name)
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    d = RECIPE_DEFAULTS
+    # The launch options default to torchrun's own defaults (one node, 127.0.0.1:29500); the
+    # files have no default: the doctor checks the job it is given, as the recipe passes it.
     launch = p.add_argument_group("the job (the recipe's options of the same names)")
-    launch.add_argument("--num_nodes", type=int, default=d["num_nodes"])
-    launch.add_argument("--node_rank", type=int, default=d["node_rank"], help="this node: 0..num_nodes-1")
-    launch.add_argument("--master_addr", default=d["master_addr"], help="node 0's address, as every node reaches it")
-    launch.add_argument("--master_port", type=int, default=d["master_port"],
+    launch.add_argument("--num_nodes", type=int, default=1)
+    launch.add_argument("--node_rank", type=int, default=0, help="this node: 0..num_nodes-1")
+    launch.add_argument("--master_addr", default="127.0.0.1", help="node 0's address, as every node reaches it")
+    launch.add_argument("--master_port", type=int, default=29500,
                         help="the recipe's master port (free on node 0; the doctor's nodes meet there)")
     files = p.add_argument_group("what the training will read (paths as the recipe passes them)")
-    files.add_argument("--config", "--train_config", dest="config", default=d["config"], help="training config (YAML)")
+    files.add_argument("--config", "--train_config", dest="config", required=True,
+                       help="training config (YAML), the recipe's train_config")
     files.add_argument("--override", action="append", default=[], metavar="KEY.PATH=VALUE",
                        help="config override (repeatable), as the recipe's train_overrides")
-    files.add_argument("--data_type", choices=sorted(LIST_NAMES), default="raw",
-                       help="default list names: data/{train,dev}/data.list (raw) or data.shards.list (shard)")
-    files.add_argument("--train_data", default=None, help="train list (default: data/train/<list of --data_type>)")
-    files.add_argument("--cv_data", default=None, help="CV list (default: data/dev/<list of --data_type>)")
+    files.add_argument("--train_data", required=True,
+                       help="train list, as the recipe's stage 4 passes it (e.g. data/train/data.list)")
+    files.add_argument("--cv_data", required=True, help="CV list, as stage 4 passes it (e.g. data/dev/data.list)")
     files.add_argument("--audio_entries", type=int, default=3, help="entries per list whose audio is loaded")
     net = p.add_argument_group("waiting and measuring")
     net.add_argument("--timeout_s", type=float, default=300.0,
@@ -97,9 +95,6 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    lists = LIST_NAMES[args.data_type]
-    args.train_data = args.train_data or f"data/train/{lists}"
-    args.cv_data = args.cv_data or f"data/dev/{lists}"
     from asrkit.doctor.results import exit_status
     report = Report()
     try:

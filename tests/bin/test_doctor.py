@@ -21,6 +21,8 @@ pytestmark = pytest.mark.usefixtures("restore_threads")
 
 SOCKET_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 TIMEOUT = 120
+# the job the toy recipe trains, as its stage 4 passes it
+JOB = ["--config", "conf/train_toy.yaml", "--train_data", "data/train/data.list", "--cv_data", "data/dev/data.list"]
 FAST = ["--sizes_mb", "0.25,1", "--repeats", "2"]  # (small all-reduces: seconds, not minutes, on 2 cores)
 
 
@@ -62,7 +64,7 @@ def doctor_env(**extra) -> dict:
 
 
 def start_node(recipe: Path, rank: int, port: int, *extra: str, env: dict | None = None) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "asrkit.bin.doctor", "--config", "conf/train_toy.yaml", "--num_nodes", "2",
+    argv = [sys.executable, "-m", "asrkit.bin.doctor", *JOB, "--num_nodes", "2",
             "--node_rank", str(rank), "--master_addr", "127.0.0.1", "--master_port", str(port), "--timeout_s", "60",
             *FAST, *extra]
     return subprocess.Popen(argv, cwd=recipe, env=env or doctor_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -85,7 +87,7 @@ def finish(procs: list[subprocess.Popen]) -> list[tuple[int, str, str]]:
 
 def test_single_node_all_ok_through_the_asrkit_command(in_recipe, capsys):
     from asrkit.bin.cli import main
-    code = main(["doctor", "--config", "conf/train_toy.yaml", "--master_port", str(free_port())])
+    code = main(["doctor", *JOB, "--master_port", str(free_port())])
     out, err = capsys.readouterr()
     assert code == 0, out + err
     lines = out.splitlines()
@@ -102,7 +104,7 @@ def test_single_node_all_ok_through_the_asrkit_command(in_recipe, capsys):
 
 def test_missing_data_file_is_a_fail_line_and_exit_2(in_recipe, capsys):
     from asrkit.bin.doctor import main
-    code = main(["--config", "conf/train_toy.yaml", "--cv_data", "data/test/data.list",
+    code = main([*JOB, "--cv_data", "data/test/data.list",
                  "--master_port", str(free_port())])
     out, err = capsys.readouterr()
     assert code == 2
@@ -119,7 +121,7 @@ def test_unreadable_audio_names_the_entry(in_recipe, tmp_path, capsys):
     moved = first.replace('"wav": "', f'"wav": "{tmp_path}/gone/')
     listed = tmp_path / "dev.list"
     listed.write_text("\n".join([moved, *rest]) + "\n")
-    code = main(["--config", "conf/train_toy.yaml", "--cv_data", str(listed), "--master_port", str(free_port())])
+    code = main([*JOB, "--cv_data", str(listed), "--master_port", str(free_port())])
     out, _ = capsys.readouterr()
     assert code == 2
     [line] = lines_of(out, "FAIL")
@@ -130,7 +132,7 @@ def test_unreadable_audio_names_the_entry(in_recipe, tmp_path, capsys):
 def test_nonexistent_gloo_socket_ifname_names_the_interface_to_use(in_recipe, monkeypatch, capsys):
     from asrkit.bin.doctor import main
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "akbogus0")
-    code = main(["--config", "conf/train_toy.yaml", "--master_port", str(free_port())])
+    code = main([*JOB, "--master_port", str(free_port())])
     out, _ = capsys.readouterr()
     assert code == 2
     [line] = lines_of(out, "FAIL")
@@ -142,7 +144,7 @@ def test_nonexistent_gloo_socket_ifname_names_the_interface_to_use(in_recipe, mo
 def test_unreachable_master_fails_within_the_timeout(in_recipe, capsys):
     from asrkit.bin.doctor import main
     port = free_port()  # (nothing listens there: node 0 never starts)
-    code = main(["--config", "conf/train_toy.yaml", "--num_nodes", "2", "--node_rank", "1",
+    code = main([*JOB, "--num_nodes", "2", "--node_rank", "1",
                  "--master_port", str(port), "--timeout_s", "2"])
     out, _ = capsys.readouterr()
     assert code == 2
@@ -154,7 +156,7 @@ def test_unreachable_master_fails_within_the_timeout(in_recipe, capsys):
 
 def test_bad_options_are_one_error_line(in_recipe, capsys):
     from asrkit.bin.doctor import main
-    assert main(["--num_nodes", "2", "--node_rank", "2"]) == 2
+    assert main([*JOB, "--num_nodes", "2", "--node_rank", "2"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err == "error: --node_rank 2 is outside 0..1 (--num_nodes 2)\n"
 
@@ -197,7 +199,7 @@ def test_a_check_that_breaks_is_its_fail_line_and_the_others_still_run(in_recipe
         raise RuntimeError("boom")
 
     monkeypatch.setattr(asrkit.doctor.network, "check_network", broken)
-    code = main(["--config", "conf/train_toy.yaml", "--master_port", str(free_port())])
+    code = main([*JOB, "--master_port", str(free_port())])
     out, err = capsys.readouterr()
     assert code == 2 and "Traceback" not in err
     assert lines_of(out, "FAIL") == ["FAIL network: the check stopped with RuntimeError: boom -> report this with the "

@@ -1,0 +1,50 @@
+"""``asrkit.train.preflight``: typed problems, found before any heavy work, and how
+``asrkit doctor`` reads them (by kind, not by their text)."""
+from __future__ import annotations
+
+import dataclasses
+
+from asrkit.config import load_config
+from asrkit.doctor.files import PREPARE_FIX, check_inputs
+from asrkit.train.job import ModuleInit, TrainJob, WarmStart
+from asrkit.train.preflight import preflight
+from asrkit.train.problems import ProblemKind
+
+
+def _job(exp, tmp_path, config, **fields) -> TrainJob:
+    split = exp.corpus.splits
+    return TrainJob(config=str(config), train_data=str(split["train"].data_list),
+                    cv_data=str(split["dev"].data_list), model_dir=tmp_path / "exp", device="cpu", **fields)
+
+
+def test_each_problem_has_its_kind_and_prints_as_the_trainer_did(tiny_experiment, tmp_path):
+    config = tiny_experiment.config(tmp_path / "c.yaml", dtype="fp16", tokenizer_conf={"symbol_table_path": ""})
+    job = _job(tiny_experiment, tmp_path, config, checkpoint=str(tmp_path / "none.pt"),
+               init=ModuleInit(str(tmp_path / "enc.pt")), warm_start=WarmStart(str(tmp_path / "w.list"), 0))
+    job = dataclasses.replace(job, cv_data=str(tmp_path / "dev.list"))
+    problems = preflight(load_config(config), job, "gloo")
+    assert [(p.kind, str(p)) for p in problems] == [
+        (ProblemKind.MISSING_FILE, f"--cv_data {tmp_path}/dev.list: file not found"),
+        (ProblemKind.UNSET_PATH, "tokenizer_conf.symbol_table_path is not set (the units.txt of tools/make_units.py)"),
+        (ProblemKind.SETTING, "dtype: fp16 needs a CUDA device (mixed precision is for GPUs; on this CPU bf16 is "
+                              "many times slower than fp32) -- use dtype: fp32"),
+        (ProblemKind.MISSING_FILE, f"--checkpoint {tmp_path}/none.pt: file not found"),
+        (ProblemKind.MISSING_FILE, f"--enc_init {tmp_path}/enc.pt: file not found"),
+        (ProblemKind.MISSING_FILE, f"--warm_start_data {tmp_path}/w.list: file not found"),
+        (ProblemKind.OPTIONS, "--warm_start_data needs --warm_start_steps N (N > 0 optimizer steps)"),
+        (ProblemKind.OPTIONS, "--warm_start_data and --enc_init both choose the starting model: give one")]
+    assert preflight(load_config(tiny_experiment.config(tmp_path / "ok.yaml")),
+                     _job(tiny_experiment, tmp_path, config), "gloo") == []
+
+
+def test_the_doctor_sorts_problems_by_kind(tiny_experiment, tmp_path):
+    config = tiny_experiment.config(tmp_path / "c.yaml", dtype="bf16", tokenizer_conf={"symbol_table_path": ""})
+    split = tiny_experiment.corpus.splits
+    results, _ = check_inputs(str(config), [], str(split["train"].data_list), str(tmp_path / "dev.list"))
+    lines = [r.line() for r in results if r.failed]
+    assert lines == [
+        f"FAIL files: --cv_data {tmp_path}/dev.list: file not found -> {PREPARE_FIX}",
+        "FAIL files: tokenizer_conf.symbol_table_path is not set (the units.txt of tools/make_units.py) -> set it "
+        "in the config (or --override KEY=PATH)",
+        "FAIL config: dtype: bf16 needs a CUDA device (mixed precision is for GPUs; on this CPU bf16 is many times "
+        "slower than fp32) -> use dtype: fp32"]
