@@ -241,18 +241,19 @@ def test_words_from_char_bpe_cjk_and_space_separated_units():
 
 
 def test_the_checkpoint_rule(tmp_path):
-    for age, name in enumerate(("epoch_4.pt", "epoch_3.pt", "avg_5.pt", "avg_10.pt", "final.pt")):
+    """asrkit.io.checkpoint_names.checkpoint_to_decode (tests/io has its cases): names and
+    recorded steps decide, never modification times."""
+    for age, name in enumerate(("epoch_3.pt", "epoch_4.pt", "avg_5.pt", "avg_10.pt", "final.pt")):
         (tmp_path / name).write_bytes(b"")
-        os.utime(tmp_path / name, (2_000_000 - age, 2_000_000 - age))  # epoch_4 the newest
-    os.utime(tmp_path / "avg_10.pt", (1_000_000, 1_000_000))
-    assert find_checkpoint(tmp_path).name == "avg_5.pt"  # the newest average, not the largest N
-    os.utime(tmp_path / "avg_5.pt", (1_000_000, 1_000_000))
-    assert find_checkpoint(tmp_path).name == "avg_10.pt"  # equal times: the larger N
+        os.utime(tmp_path / name, (2_000_000 - age, 2_000_000 - age))  # epoch_3 the newest file
+    (tmp_path / "epoch_3.yaml").write_text("step: 30\n")
+    (tmp_path / "epoch_4.yaml").write_text("step: 40\n")
+    assert find_checkpoint(tmp_path).name == "avg_10.pt"  # the largest N, though avg_5.pt is newer
     for name in ("avg_5.pt", "avg_10.pt"):
         (tmp_path / name).unlink()
     assert find_checkpoint(tmp_path).name == "final.pt"
     (tmp_path / "final.pt").unlink()
-    assert find_checkpoint(tmp_path).name == "epoch_4.pt"
+    assert find_checkpoint(tmp_path).name == "epoch_4.pt"  # the larger recorded step, though older
     for name in ("epoch_3.pt", "epoch_4.pt"):
         (tmp_path / name).unlink()
     with pytest.raises(ModelLoadError, match="no checkpoint"):

@@ -162,9 +162,10 @@ stage_train() {
     --model_dir "$dir" "${opts[@]}" "${rest[@]}"
 }
 
-# An average (avg_*.pt) is redone when any epoch checkpoint is newer: training longer and
-# rerunning the stage must decode the new model, not the old average.  Another checkpoint
-# (an epoch_N.pt chosen by hand) is decoded as it is.
+# An average (avg_*.pt: an averaged model by the naming rule, `python -m asrkit.bin.checkpoints
+# kind`) is redone when any epoch checkpoint of dir is newer: training longer and rerunning the
+# stage must decode the new model, not the old average.  Another checkpoint (an epoch_N.pt
+# chosen by hand) is decoded as it is.
 stage_average_decode_score() {
   local n=$1 dir="" checkpoint="" type="" average_num="" average_mode=best modes="" beam=10 batch=16
   local ctc_weight=0.3 reverse_weight=0.0 device=cpu length_penalty=0.0 blank_penalty=0.0 chunk=-1 left_chunks=-1
@@ -182,9 +183,14 @@ stage_average_decode_score() {
     *) echo "recipe_stages: stage_average_decode_score takes streaming=true|false, not '$streaming'" >&2
        return 2 ;;
   esac
-  local averaged=0
-  case "$(basename "$checkpoint")" in avg_*.pt) averaged=1 ;; esac
-  if [ ! -s "$checkpoint" ] || { [ "$averaged" = 1 ] && stale "$checkpoint" "$dir"/epoch_*.pt; }; then
+  # (the checkpoint-naming rule is asrkit.io.checkpoint_names'; the shell asks it, never globs)
+  local kind listing epochs=()
+  kind=$(python -m asrkit.bin.checkpoints kind "$checkpoint") || return 1
+  if [ "$kind" = average ] && [ -d "$dir" ]; then
+    listing=$(python -m asrkit.bin.checkpoints list "$dir" --kind epoch) || return 1
+    [ -z "$listing" ] || mapfile -t epochs <<< "$listing"
+  fi
+  if [ ! -s "$checkpoint" ] || { [ "$kind" = average ] && stale "$checkpoint" "${epochs[@]}"; }; then
     say "$n: average $average_num checkpoints ($average_mode) -> $checkpoint"
     python -m asrkit.bin.average_model --model_dir "$dir" --num "$average_num" --mode "$average_mode" \
       --dst "$checkpoint"

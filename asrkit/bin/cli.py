@@ -53,8 +53,8 @@ def configure_transcribe(p: argparse.ArgumentParser) -> None:
                    help="experiment directory (train.yaml + checkpoint) or exported final.zip "
                         "(default: $ASRKIT_MODEL)")
     p.add_argument("--checkpoint", default=None,
-                   help="experiment only: checkpoint (default: newest avg_*.pt, else final.pt, else newest "
-                        "epoch_/step_ checkpoint)")
+                   help="experiment only: checkpoint (default: avg_<N>.pt with the largest N, else final.pt, "
+                        "else the newest epoch_/step_ checkpoint by recorded step)")
     p.add_argument("--override", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="experiment only: override a train.yaml value (repeatable)")
     p.add_argument("--mode", default="attention_rescoring",

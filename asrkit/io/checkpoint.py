@@ -1,5 +1,7 @@
-"""Reading asrkit checkpoints (training and inference alike): the ``.yaml`` record beside
-a ``.pt``, its integrity check, and a weights-only load.
+"""Reading asrkit checkpoints (training and inference alike): the integrity check against
+the ``.yaml`` record beside a ``.pt`` (read by :mod:`asrkit.io.checkpoint_record`) and a
+weights-only load.  Which file of a model directory is which checkpoint, and in which
+order they come, is the rule of :mod:`asrkit.io.checkpoint_names`.
 
 A checkpoint ``<name>.pt`` holds tensors and plain Python types only, so
 ``torch.load(weights_only=True)`` loads it and a file carrying any other pickled object
@@ -15,40 +17,16 @@ from __future__ import annotations
 import re
 import zipfile
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
-import yaml
 
+from asrkit.io.checkpoint_record import read_info, read_record  # (read_info: re-exported)
 from asrkit.io.files import file_digest
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint could not be written or is not a valid asrkit checkpoint."""
-
-
-_INTEGRITY_KEYS = ("sha256", "bytes")
-
-
-def read_record(path: str | Path) -> Optional[dict]:
-    """The whole ``.yaml`` record of a checkpoint, integrity fields included."""
-    info_path = Path(path).with_suffix(".yaml")
-    if not info_path.is_file():
-        return None
-    try:
-        record = yaml.safe_load(info_path.read_text()) or {}
-    except yaml.YAMLError:
-        return None
-    return record if isinstance(record, dict) else None
-
-
-def read_info(path: str | Path) -> Optional[dict]:
-    """The ``info`` a checkpoint was saved with (epoch, step, cv_loss, ...; without the
-    integrity fields), or None when it has no readable ``.yaml`` record."""
-    record = read_record(path)
-    if record is None:
-        return None
-    return {k: v for k, v in record.items() if k not in _INTEGRITY_KEYS}
 
 
 def verify_digest(path: str | Path) -> None:

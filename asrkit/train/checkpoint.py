@@ -6,7 +6,8 @@ of tensors and plain Python types only -- model, optimizer, scheduler and grad-s
 states, epoch, step, RNG states, sampler position and the resolved config -- so
 ``torch.load(weights_only=True)`` loads it and a file carrying any other pickled object
 is refused.  Beside it, ``<name>.yaml`` records epoch, step and CV loss (what
-``average_model --mode best`` ranks by).
+``average_model --mode best`` ranks by).  The naming rule, and the order "newest" refers
+to, are :mod:`asrkit.io.checkpoint_names`'s.
 
 Writes are atomic: the file is written to a temporary name in the same directory,
 flushed and fsync'ed, then renamed over the target; a crash or a full disk mid-write
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import random
-import re
 from pathlib import Path
 from typing import Optional
 
@@ -36,13 +36,13 @@ import yaml
 
 # (loading lives in asrkit.io.checkpoint, shared with inference; re-exported here for the trainer)
 from asrkit.io.checkpoint import CheckpointError, load_checkpoint, read_info, read_record
+from asrkit.io.checkpoint_names import step_checkpoints_beyond, training_checkpoints
 from asrkit.models.state import model_state
 from asrkit.io.files import WriteError, atomic_write, atomic_write_text, remove_temporaries
 
 log = logging.getLogger("asrkit.train")
 
 FORMAT_VERSION = 1
-_NAME = re.compile(r"^(step|epoch)_(\d+)\.pt$")
 
 
 # ----------------------------------------------------------------------------- writing
@@ -81,29 +81,13 @@ def update_info(path: str | Path, **values) -> None:
         raise CheckpointError(str(e)) from e
 
 
-def list_checkpoints(model_dir: str | Path) -> list[Path]:
-    """``step_*.pt`` and ``epoch_*.pt`` in ``model_dir``, oldest first by training step
-    (an epoch-end checkpoint sorts after a step checkpoint of the same step)."""
-    model_dir = Path(model_dir)
-    found = []
-    for p in model_dir.glob("*.pt"):
-        m = _NAME.match(p.name)
-        if not m:
-            continue
-        info = read_info(p) or {}
-        step = info.get("step")
-        if step is None:
-            step = int(m.group(2)) if m.group(1) == "step" else -1
-        found.append((int(step), 1 if m.group(1) == "epoch" else 0, p.stat().st_mtime, p))
-    return [p for *_, p in sorted(found)]
-
-
 def find_resume_checkpoint(model_dir: str | Path) -> Optional[Path]:
     """The newest checkpoint in ``model_dir`` that loads (structure, weights-only content
     and recorded SHA-256 all checked); a broken newer one -- truncated, corrupted, carrying
     pickled objects -- is reported with a warning and skipped, falling back to the previous
-    valid one.  None if none."""
-    for path in reversed(list_checkpoints(model_dir)):
+    valid one.  None if none.  Newest means last in the training order of
+    :func:`asrkit.io.checkpoint_names.training_checkpoints` (by recorded step)."""
+    for path in reversed(training_checkpoints(model_dir)):
         try:
             load_checkpoint(path)
         except CheckpointError as e:
@@ -121,9 +105,9 @@ def remove_stale_temporaries(model_dir: str | Path) -> int:
 
 
 def prune_step_checkpoints(model_dir: str | Path, keep: int) -> list[Path]:
-    """Keep the newest ``keep`` ``step_*.pt`` files (epoch checkpoints are never pruned)."""
-    steps = [p for p in list_checkpoints(model_dir) if p.name.startswith("step_")]
-    removed = steps[:-keep] if keep > 0 else steps
+    """Keep the newest ``keep`` ``step_*.pt`` files (training order; epoch checkpoints are
+    never pruned), deleting the others with their ``.yaml`` records; returns the deleted."""
+    removed = step_checkpoints_beyond(model_dir, keep)
     for p in removed:
         p.unlink(missing_ok=True)
         p.with_suffix(".yaml").unlink(missing_ok=True)

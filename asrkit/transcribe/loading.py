@@ -12,7 +12,6 @@ Both then decode with the same code: the searcher's methods, through the mode re
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -22,13 +21,12 @@ from asrkit.decode.modes import ModeError, check_modes
 from asrkit.decode.search import DecodingOptionError, encoder_output
 from asrkit.decode.searcher import Searcher
 from asrkit.export.archive import EXTRA_CONFIG
+from asrkit.io.checkpoint_names import checkpoint_to_decode
 from asrkit.models.chunks import ChunkTraining
 
 # the config keys naming files a transcription reads, resolved by resolve_config_paths
 CONFIG_PATH_KEYS = ("tokenizer_conf.symbol_table_path", "tokenizer_conf.bpe_path",
                     "tokenizer_conf.non_lang_syms_path", "dataset_conf.cmvn_file", "cmvn_conf.cmvn_file")
-_AVG = re.compile(r"avg_(\d+)\.pt$")
-_TRAINED = re.compile(r"^(epoch|step)_\d+\.pt$")
 
 
 class ModelLoadError(ValueError):
@@ -185,19 +183,14 @@ class ScriptBackend(Backend):
 
 
 def find_checkpoint(exp_dir: Path) -> Path:
-    """The checkpoint an experiment decodes with when none is named: the newest
-    ``avg_*.pt`` (modification time; equal times: the larger N), else ``final.pt``, else
-    the newest training checkpoint ``epoch_*.pt``/``step_*.pt`` (modification time)."""
-    averaged = [p for p in exp_dir.glob("avg_*.pt") if _AVG.search(p.name) and p.is_file()]
-    if averaged:
-        return max(averaged, key=lambda p: (p.stat().st_mtime, int(_AVG.search(p.name).group(1))))
-    if (exp_dir / "final.pt").is_file():
-        return exp_dir / "final.pt"
-    trained = [p for p in exp_dir.glob("*.pt") if _TRAINED.match(p.name) and p.is_file()]
-    if trained:
-        return max(trained, key=lambda p: p.stat().st_mtime)
-    raise ModelLoadError(f"{exp_dir}: no checkpoint (avg_*.pt, final.pt, epoch_*.pt or step_*.pt); "
-                         f"name one with checkpoint=")
+    """The checkpoint an experiment decodes with when none is named
+    (:func:`asrkit.io.checkpoint_names.checkpoint_to_decode`: the ``avg_<N>.pt`` with the
+    largest N, else ``final.pt``, else the newest training checkpoint by recorded step)."""
+    chosen = checkpoint_to_decode(exp_dir)
+    if chosen is None:
+        raise ModelLoadError(f"{exp_dir}: no checkpoint (avg_<N>.pt, final.pt, epoch_*.pt or step_*.pt); "
+                             f"name one with checkpoint=")
+    return chosen
 
 
 def _get(cfg, dotted: str):

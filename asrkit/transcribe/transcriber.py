@@ -224,8 +224,9 @@ def load_model(source: Union[str, os.PathLike], checkpoint: Optional[Union[str, 
     * an experiment directory: its ``train.yaml`` (with ``overrides``, ``KEY.PATH=VALUE``
       as recognize's ``--override``; relative file paths resolved as
       :func:`asrkit.transcribe.loading.resolve_config_paths` says) and ``checkpoint``, or
-      by default the one :func:`asrkit.transcribe.loading.find_checkpoint` picks (newest
-      ``avg_*.pt``, else ``final.pt``, else the newest ``epoch_*``/``step_*`` checkpoint);
+      by default the one :func:`asrkit.transcribe.loading.find_checkpoint` picks
+      (``avg_<N>.pt`` with the largest N, else ``final.pt``, else the newest
+      ``epoch_*``/``step_*`` checkpoint by recorded step);
     * an exported archive (``final.zip`` of ``asrkit.bin.export``; takes neither
       ``checkpoint`` nor ``overrides``).
 

@@ -13,6 +13,7 @@ import sys
 import pytest
 import torch
 
+from asrkit.io.checkpoint_names import training_checkpoints
 from asrkit.train import checkpoint as ckpt
 from tests.helpers import REPO, plain_env, train_args, train_here
 
@@ -28,7 +29,7 @@ def trained(tiny_experiment, tmp_path_factory):
     config = tiny_experiment.config(root / "c.yaml", save_interval=2)
     model_dir = root / "exp"
     train_here(tiny_experiment, model_dir, config, "--max_steps", 4)
-    assert [p.name for p in ckpt.list_checkpoints(model_dir)] == ["step_2.pt", "step_4.pt"]
+    assert [p.name for p in training_checkpoints(model_dir)] == ["step_2.pt", "step_4.pt"]
     return config, model_dir
 
 

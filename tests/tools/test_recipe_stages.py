@@ -1,17 +1,21 @@
 """The shared recipe stages' rules for redoing work (tools/recipe_stages.sh), with the
-Python tools replaced by a stub that records its calls: the stale-average trap (training
-longer, then rerunning stage 5, must not decode the old average) and units rebuilt when
-their options or the training text change."""
+Python tools (all but the checkpoint-naming CLI) replaced by a stub that records its
+calls: the stale-average trap (training longer, then rerunning stage 5, must not decode the
+old average) and units rebuilt when their options or the training text change."""
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 from tests.helpers import REPO
 
-STUB = r"""
-python() { echo "python $*" >> calls.log; case "$*" in
+# the checkpoint-naming CLI runs for real (it needs no torch); every other tool is recorded
+STUB = f"""
+python() {{ case "$*" in *asrkit.bin.checkpoints*)
+    PYTHONPATH='{REPO}' command '{sys.executable}' "$@"; return ;; esac
+""" + r"""  echo "python $*" >> calls.log; case "$*" in
   *average_model*) echo averaged > "${@: -1}" ;;
   *bin.export*) echo exported > "${@: -1}" ;;
   *make_units.py*) echo "<blank> 0" > "${@: -1}" ;;
@@ -62,6 +66,25 @@ def test_stage_5_reaverages_after_more_training_and_stage_6_reexports(tmp_path):
     run_stages(tmp_path, f"{AVERAGE}; {EXPORT}")
     again = calls(tmp_path)
     assert any("average_model" in c for c in again) and any("bin.export" in c for c in again), again
+
+
+def test_stage_5_asks_the_naming_rule_in_a_directory_with_spaces(tmp_path):
+    """Any ``avg_*.pt`` is an average (``avg_best.pt`` too), redone when an epoch checkpoint
+    of the directory -- found by ``asrkit.bin.checkpoints``, whose paths may hold spaces --
+    is newer; a newer file that is no epoch checkpoint (``epoch_1.pt.bak``) is no reason."""
+    exp = tmp_path / "my exp"
+    exp.mkdir()
+    (exp / "epoch_0.pt").write_text("weights")
+    stage = ('stage_average_decode_score 5 "${decoding[@]}" dir="my exp" checkpoint="my exp/avg_best.pt" '
+             'type=raw average_num=2')
+    run_stages(tmp_path, stage)
+    assert [c for c in calls(tmp_path) if "average_model" in c]
+    touch_later(exp / "epoch_1.pt.bak", exp / "avg_best.pt")
+    run_stages(tmp_path, stage)
+    assert calls(tmp_path) == []
+    touch_later(exp / "epoch_1.pt", exp / "avg_best.pt")
+    run_stages(tmp_path, stage)
+    assert [c for c in calls(tmp_path) if "average_model" in c]
 
 
 def test_an_explicit_checkpoint_is_never_overwritten_by_an_average(tmp_path):

@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 
+from asrkit.io.checkpoint_names import training_checkpoints
 from asrkit.train import checkpoint as ckpt
 from tests.helpers import REPO
 
@@ -94,7 +95,7 @@ def test_resume_lookup_skips_broken_newest(tmp_path, caplog):
     a = ckpt.save_checkpoint(tmp_path / "step_10.pt", _state(1.0), {"epoch": 0, "step": 10})
     b = ckpt.save_checkpoint(tmp_path / "epoch_0.pt", _state(2.0), {"epoch": 0, "step": 10})
     c = ckpt.save_checkpoint(tmp_path / "step_20.pt", _state(3.0), {"epoch": 1, "step": 20})
-    assert ckpt.list_checkpoints(tmp_path) == [a, b, c]
+    assert training_checkpoints(tmp_path) == [a, b, c]  # (the order the lookup goes through, newest last)
     data = c.read_bytes()
     c.write_bytes(data[: len(data) // 2])  # truncated
     with caplog.at_level("WARNING"):
