@@ -14,6 +14,7 @@ import torch
 from asrkit.config import TrainConfig, dump_config, to_dict
 from asrkit.data.lists import ListError
 from asrkit.inputs import ModelInputs
+from asrkit.io.checkpoint_names import STEP, checkpoint_filename
 from asrkit.train import agreement
 from asrkit.train import checkpoint as ckpt
 from asrkit.train.build import InitError, build_training
@@ -60,7 +61,7 @@ def warm_start(cfg: TrainConfig, inputs: ModelInputs, job: TrainJob, ctx: DistCo
         notes.append(f"warm start: the run resumes from its own checkpoint; {warm.data} is not trained on again")
         return 0, job
     warm_dir = job.model_dir / "warm_start"
-    if not (warm_dir / f"step_{warm.steps}.pt").is_file():
+    if not (warm_dir / checkpoint_filename(STEP, warm.steps)).is_file():
         phase = dataclasses.replace(
             job, train_data=warm.data, checkpoint="auto", max_steps=warm.steps, warm_start=None,
             model_dir=warm_dir, index_cache_dir=job.cache_dir,

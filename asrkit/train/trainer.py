@@ -32,6 +32,7 @@ from typing import Optional
 import torch
 
 from asrkit.config import to_dict
+from asrkit.io.checkpoint_names import EPOCH, STEP, checkpoint_filename
 from asrkit.models.state import load_weights
 from asrkit.models.wenet_state import is_wenet_state
 from asrkit.train import checkpoint as ckpt
@@ -86,11 +87,13 @@ class Trainer:
             "config": self.config_dict,
         }
 
-    def save(self, name: str, *, mid_epoch: bool, cv_loss: Optional[float] = None) -> Optional[Path]:
-        """Rank 0 writes ``<model_dir>/<name>.pt`` (with every rank's RNG states, gathered
+    def save(self, kind: str, number: int, *, mid_epoch: bool, cv_loss: Optional[float] = None) -> Optional[Path]:
+        """Rank 0 writes the checkpoint ``kind`` (``asrkit.io.checkpoint_names.STEP`` or
+        ``EPOCH``) ``number`` into ``model_dir`` (with every rank's RNG states, gathered
         first); then rank 0 broadcasts whether the write succeeded and every rank raises
         :class:`~asrkit.train.checkpoint.CheckpointError` if it did not."""
         rng_ranks = self.ctx.gather_to_main(ckpt.capture_rng_state())
+        name = checkpoint_filename(kind, number)
         path, error = None, None
         if self.ctx.is_main:
             sampler_state = self.train_loader.state_dict() if mid_epoch else None
@@ -98,7 +101,7 @@ class Trainer:
                     "step": self.state.step, "cv_loss": cv_loss,
                     "mid_epoch": mid_epoch, "lr": self.optimizer.param_groups[0]["lr"]}
             try:
-                path = ckpt.save_checkpoint(self.model_dir / f"{name}.pt", self._full_state(sampler_state, rng_ranks),
+                path = ckpt.save_checkpoint(self.model_dir / name, self._full_state(sampler_state, rng_ranks),
                                             info)
                 ckpt.prune_step_checkpoints(self.model_dir, self.cfg.keep_checkpoint_max)
                 log.info("saved %s (epoch %d, step %d)", path, info["epoch"], self.state.step)
@@ -106,7 +109,7 @@ class Trainer:
                 error = e
         if not self.ctx.decide(error is None):
             raise error or ckpt.CheckpointError(
-                f"rank 0 could not write checkpoint {name}.pt (its log says why); the previous checkpoints "
+                f"rank 0 could not write checkpoint {name} (its log says why); the previous checkpoints "
                 f"are intact")
         return path
 
@@ -162,7 +165,7 @@ class Trainer:
         if self.cfg.cv_interval and state.step % self.cfg.cv_interval == 0 and not preempt:
             cv_loss = self.run_cv(f"step {state.step}")["loss"]
         if stop or preempt or (self.cfg.save_interval and state.step % self.cfg.save_interval == 0):
-            self.save(f"step_{state.step}", mid_epoch=True, cv_loss=cv_loss)
+            self.save(STEP, state.step, mid_epoch=True, cv_loss=cv_loss)
         if preempt:
             self._stop_preempted(self.executor.stop_requests, f"after optimizer step {state.step}")
         elif stop:
@@ -235,7 +238,7 @@ class Trainer:
             cv = self.run_cv(f"epoch {epoch}")
             stop = self._early_stop(cv["loss"])
             self.state.epoch = epoch + 1
-            self.save(f"epoch_{epoch}", mid_epoch=False, cv_loss=cv["loss"])
+            self.save(EPOCH, epoch, mid_epoch=False, cv_loss=cv["loss"])
             requests = self.preemption.count_requests(self.ctx) if self.preemption is not None else 0
             if requests and self.state.epoch < self.cfg.max_epoch and not stop:
                 self._stop_preempted(requests, f"after epoch {epoch} and its checkpoint")
