@@ -30,6 +30,14 @@ DECODERS: dict[str, type[nn.Module]] = {
     "bitransformer": BiTransformerDecoder,
 }
 
+def _lookup(key: str, name: str) -> Any:
+    """What ``name`` names in the registry of config key ``key``; ValueError (the message of
+    :func:`name_problems`) when nothing."""
+    problems = name_problems({key: name})
+    if problems or not isinstance(name, str):
+        raise ValueError(problems[0] if problems else f"{key}: expected a name, got {name!r}")
+    return REGISTRIES[key][name]
+
 
 def build_cmvn(cfg, input_dim: int, load_stats: bool) -> Optional[GlobalCMVN]:
     """``GlobalCMVN`` from ``cmvn_conf.cmvn_file`` when ``cmvn: global_cmvn``.  With
@@ -95,15 +103,6 @@ def name_problems(names: dict[str, Any]) -> list[str]:
     left to the type check that reports it."""
     return [f"{key}: {problem}" for key, name in names.items() if isinstance(name, str)
             and (problem := one_of(lambda key=key: REGISTRIES[key])(name))]
-
-
-def _lookup(key: str, name: str) -> Any:
-    """What ``name`` names in the registry of config key ``key``; ValueError (the message of
-    :func:`name_problems`) when nothing."""
-    problems = name_problems({key: name})
-    if problems or not isinstance(name, str):
-        raise ValueError(problems[0] if problems else f"{key}: expected a name, got {name!r}")
-    return REGISTRIES[key][name]
 
 
 def build_model(cfg, input_dim: int, vocabulary: Vocabulary, *, load_cmvn_stats: bool = True) -> nn.Module:
