@@ -30,13 +30,13 @@ DECODERS: dict[str, type[nn.Module]] = {
     "bitransformer": BiTransformerDecoder,
 }
 
-def _lookup(key: str, name: str) -> Any:
-    """What ``name`` names in the registry of config key ``key``; ValueError (the message of
-    :func:`name_problems`) when nothing."""
-    problems = name_problems({key: name})
-    if problems or not isinstance(name, str):
-        raise ValueError(problems[0] if problems else f"{key}: expected a name, got {name!r}")
-    return REGISTRIES[key][name]
+def _lookup(table: dict[str, Any], key: str, name: str) -> Any:
+    """``table[name]``; ValueError with the message of :func:`name_problems` when ``name``
+    is not in ``table`` (the registry of config key ``key``)."""
+    problem = one_of(lambda: table)(name)
+    if problem:
+        raise ValueError(f"{key}: {problem}")
+    return table[name]
 
 
 def build_cmvn(cfg, input_dim: int, load_stats: bool) -> Optional[GlobalCMVN]:
@@ -75,9 +75,9 @@ def build_asr_model(cfg, input_dim: int, vocabulary: Vocabulary, cmvn: Optional[
     if mc.ctc_weight > 0.0 and cfg.ctc_conf.ctc_blank_id != vocabulary.blank_id:
         raise ValueError(f"ctc_conf.ctc_blank_id {cfg.ctc_conf.ctc_blank_id} is not the dictionary's "
                          f"<blank> id {vocabulary.blank_id}")
-    encoder = _lookup("encoder", cfg.encoder)(input_dim, cfg.encoder_conf)
+    encoder = _lookup(ENCODERS, "encoder", cfg.encoder)(input_dim, cfg.encoder_conf)
     d_model = cfg.encoder_conf.output_size
-    decoder = (_lookup("decoder", cfg.decoder)(vocabulary.size, d_model, cfg.decoder_conf)
+    decoder = (_lookup(DECODERS, "decoder", cfg.decoder)(vocabulary.size, d_model, cfg.decoder_conf)
                if mc.ctc_weight < 1.0 else None)
     ctc = CTC(vocabulary.size, d_model, vocabulary.blank_id) if mc.ctc_weight > 0.0 else None
     return AsrModel(vocabulary, encoder, decoder, ctc, cmvn,
@@ -89,20 +89,6 @@ def build_asr_model(cfg, input_dim: int, vocabulary: Vocabulary, cmvn: Optional[
 # name -> builder(cfg, input_dim, vocabulary, cmvn) -> nn.Module.  A model family registers
 # one builder here; "asrmodel" is the spelling some WeNet recipes use for the same model.
 MODELS: dict[str, Callable[..., nn.Module]] = {"asr_model": build_asr_model, "asrmodel": build_asr_model}
-
-
-# config key -> the registry its value names
-REGISTRIES: dict[str, dict[str, Any]] = {"encoder": ENCODERS, "decoder": DECODERS, "model": MODELS}
-
-
-def name_problems(names: dict[str, Any]) -> list[str]:
-    """``"<key>: must be one of [...], got ...; did you mean ...?"`` for each ``key: name``
-    of ``names`` (config keys of :data:`REGISTRIES`: ``encoder``, ``decoder``, ``model``)
-    whose name is not in that key's registry as it is when called (a name registered at
-    run time counts); an empty list when every name is.  A value that is not a string is
-    left to the type check that reports it."""
-    return [f"{key}: {problem}" for key, name in names.items() if isinstance(name, str)
-            and (problem := one_of(lambda key=key: REGISTRIES[key])(name))]
 
 
 def build_model(cfg, input_dim: int, vocabulary: Vocabulary, *, load_cmvn_stats: bool = True) -> nn.Module:
@@ -119,9 +105,23 @@ def build_model(cfg, input_dim: int, vocabulary: Vocabulary, *, load_cmvn_stats:
     if cfg.output_dim is not None and cfg.output_dim != vocabulary.size:
         raise ValueError(f"config output_dim {cfg.output_dim} != vocabulary size {vocabulary.size}")
     check_cmvn_placement(cfg)
-    builder = _lookup("model", cfg.model)
+    builder = _lookup(MODELS, "model", cfg.model)
     return builder(cfg, input_dim, vocabulary, build_cmvn(cfg, input_dim, load_cmvn_stats))
 
 
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+# config key -> the registry its value names
+REGISTRIES: dict[str, dict[str, Any]] = {"encoder": ENCODERS, "decoder": DECODERS, "model": MODELS}
+
+
+def name_problems(names: dict[str, Any]) -> list[str]:
+    """``"<key>: must be one of [...], got ...; did you mean ...?"`` for each ``key: name``
+    of ``names`` (config keys of :data:`REGISTRIES`: ``encoder``, ``decoder``, ``model``)
+    whose name is not in that key's registry as it is when called (a name registered at
+    run time counts); an empty list when every name is.  A value that is not a string is
+    left to the type check that reports it."""
+    return [f"{key}: {problem}" for key, name in names.items() if isinstance(name, str)
+            and (problem := one_of(lambda key=key: REGISTRIES[key])(name))]
