@@ -4,7 +4,8 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    # ``asrkit.load_model`` without importing torch and the models at ``import asrkit``
+    # Deferred to the first use of ``asrkit.load_model``: ``import asrkit`` does not import
+    # torch and the models (tests/test_api.py checks it).
     if name == "load_model":
         from asrkit.transcribe import load_model
         return load_model

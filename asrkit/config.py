@@ -33,8 +33,13 @@ from typing import Any, ClassVar, Iterable, Literal, Optional, Union
 import yaml
 
 from asrkit.config_versions import upgrade
+from asrkit.data.schema import DataSections
 from asrkit.io.files import atomic_write_text
+from asrkit.models.registry import name_problems
+from asrkit.models.schema import ModelSections
 from asrkit.schema import WenetKey, merged_wenet_keys
+from asrkit.text.schema import TextSections
+from asrkit.train.schema import TrainerSections
 
 
 class ConfigError(ValueError):
@@ -54,12 +59,6 @@ class ConfigError(ValueError):
 # asrkit/models/schema.py, asrkit/text/schema.py) and are merged into the root below.
 
 
-from asrkit.data.schema import DataSections  # noqa: E402  (sections live beside their code)
-from asrkit.models.schema import ModelSections  # noqa: E402
-from asrkit.text.schema import TextSections  # noqa: E402
-from asrkit.train.schema import TrainerSections  # noqa: E402
-
-
 _SECTIONS = (TrainerSections, ModelSections, DataSections, TextSections)
 
 
@@ -70,6 +69,13 @@ class TrainConfig(*reversed(_SECTIONS)):
     its own ``schema.py``; they are merged here."""
 
     WENET_KEYS: ClassVar[dict[str, WenetKey]] = merged_wenet_keys(*_SECTIONS)
+
+    def validate(self) -> list[str]:
+        """The checks across fields of every section that has them, then the names of the
+        model parts against the registries that build them
+        (:func:`asrkit.models.registry.name_problems`)."""
+        errors = [msg for section in _SECTIONS if "validate" in vars(section) for msg in section.validate(self)]
+        return errors + name_problems({"encoder": self.encoder, "decoder": self.decoder, "model": self.model})
 
 
 # ----------------------------------------------------------------------------- validation

@@ -1,4 +1,5 @@
-"""Data lists: raw ``data.list`` and shard lists, flattened into :class:`ListEntry` rows.
+"""Data lists of every kind -- raw, shard and WeNet shard lists -- read by :func:`read_list`
+into :class:`ListEntry` rows.
 
 **Raw list** -- one JSON object per line (WeNet's raw format)::
 
@@ -49,61 +50,22 @@ import dataclasses
 import json
 import logging
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import soundfile
 
+from asrkit.data.list_entries import (AUDIO_EXTENSIONS, ListEntry, ListError, checked_field, is_wenet_shard_list,
+                                      shard_entries, shard_list_text, unsafe_member_name)
+from asrkit.data.wenet_shards import load_wenet_shard_list
 from asrkit.io.files import atomic_write_text
 
+# The entry types and checks live in asrkit.data.list_entries, below both list readers (this
+# module and asrkit.data.wenet_shards); they are named here too, so that callers of any list
+# kind import from one place.
+__all__ = ["AUDIO_EXTENSIONS", "ListEntry", "ListError", "is_wenet_shard_list", "measure_duration", "read_list",
+           "read_wav_scp", "unsafe_member_name", "write_shard_list"]
+
 logger = logging.getLogger("asrkit.data")
-
-# Audio member extensions of a shard tar: WeNet's AUDIO_FORMAT_SETS.  Those libsndfile
-# decodes (wav, flac, ogg/opus, mp3) are read; the others (m4a, wma) are counted skips.
-AUDIO_EXTENSIONS = ("flac", "m4a", "mp3", "ogg", "opus", "wav", "wma")
-# Suffixes of compressed tars: a member of one cannot be reached by seeking, so refused.
-COMPRESSED_TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst")
-
-
-class ListError(ValueError):
-    """A data or shard list line is malformed; the message names the file and line."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ListEntry:
-    """One utterance.  Raw and shard entries of the same utterance differ only in where
-    the audio comes from: ``wav`` (+ ``start``/``end``) for raw, ``tar`` + ``offset`` +
-    ``size`` for a shard member.
-
-    ``duration`` is the length in seconds of the utterance (of the segment when
-    ``start``/``end`` are set); ``0.0`` when it could not be measured (the file is
-    missing or unreadable: loading it later is a counted skip).
-    """
-
-    key: str
-    txt: str
-    duration: float
-    wav: Optional[str] = None
-    start: Optional[float] = None
-    end: Optional[float] = None
-    tar: Optional[str] = None
-    offset: Optional[int] = None
-    size: Optional[int] = None
-
-    @property
-    def is_shard_member(self) -> bool:
-        return self.tar is not None
-
-
-def _field(obj: dict, name: str, kinds: tuple, where: str, required: bool = True) -> Any:
-    if name not in obj or obj[name] is None:
-        if required:
-            raise ListError(f"{where}: missing field {name!r}")
-        return None
-    value = obj[name]
-    if isinstance(value, bool) or not isinstance(value, kinds):
-        wanted = " or ".join(k.__name__ for k in kinds)
-        raise ListError(f"{where}: field {name!r} must be {wanted}, got {value!r}")
-    return value
 
 
 def measure_duration(wav: str, start: Optional[float], end: Optional[float]) -> Optional[float]:
@@ -120,12 +82,12 @@ def measure_duration(wav: str, start: Optional[float], end: Optional[float]) -> 
 
 def _raw_entry(obj: dict, where: str) -> tuple[ListEntry, bool]:
     """Entry of a raw line, and whether its duration still has to be measured."""
-    key = _field(obj, "key", (str,), where)
-    wav = _field(obj, "wav", (str,), where)
-    txt = _field(obj, "txt", (str,), where)
-    start = _field(obj, "start", (int, float), where, required=False)
-    end = _field(obj, "end", (int, float), where, required=False)
-    duration = _field(obj, "duration", (int, float), where, required=False)
+    key = checked_field(obj, "key", (str,), where)
+    wav = checked_field(obj, "wav", (str,), where)
+    txt = checked_field(obj, "txt", (str,), where)
+    start = checked_field(obj, "start", (int, float), where, required=False)
+    end = checked_field(obj, "end", (int, float), where, required=False)
+    duration = checked_field(obj, "duration", (int, float), where, required=False)
     if start is not None and start < 0:
         raise ListError(f"{where}: start {start} < 0")
     if end is not None and end <= (start or 0.0):
@@ -136,61 +98,6 @@ def _raw_entry(obj: dict, where: str) -> tuple[ListEntry, bool]:
                       start=None if start is None else float(start),
                       end=None if end is None else float(end))
     return entry, duration is None
-
-
-def shard_entries(obj: dict, where: str) -> list[ListEntry]:
-    """The members of one shard-list line ``{"tar", "members"}`` (:class:`ListError` when malformed)."""
-    tar = _field(obj, "tar", (str,), where)
-    members = _field(obj, "members", (list,), where)
-    out = []
-    for i, m in enumerate(members):
-        at = f"{where}: member {i}"
-        if not isinstance(m, dict):
-            raise ListError(f"{at}: expected an object, got {m!r}")
-        offset = _field(m, "offset", (int,), at)
-        size = _field(m, "size", (int,), at)
-        duration = _field(m, "duration", (int, float), at)
-        if offset < 512 or size < 0 or duration < 0:
-            raise ListError(f"{at}: offset {offset}, size {size}, duration {duration} out of range")
-        out.append(ListEntry(key=_field(m, "key", (str,), at), txt=_field(m, "txt", (str,), at),
-                             duration=float(duration), tar=tar, offset=offset, size=size))
-    return out
-
-
-def unsafe_member_name(name: str) -> Optional[str]:
-    """Why ``name`` must not name a tar member (None when it may): an absolute path, a
-    ``..`` component, an empty component, a backslash or a control character -- names that
-    would escape or confuse a directory if anyone extracted the tar."""
-    if not name:
-        return "empty name"
-    if name.startswith("/"):
-        return "absolute path"
-    if any(ord(c) < 32 or c == "\x7f" for c in name):
-        return "control character"
-    if "\\" in name:
-        return "backslash"
-    parts = name.split("/")
-    if ".." in parts:
-        return "'..' component"
-    if "" in parts or "." in parts:
-        return "empty or '.' component"
-    return None
-
-
-def looks_like_tar_path(line: str) -> bool:
-    """Whether a stripped list line is a tar path rather than a JSON object: it does not
-    start with ``{`` and ends (case-insensitively) with ``.tar`` or a compressed tar suffix."""
-    return not line.startswith("{") and line.lower().endswith((".tar",) + COMPRESSED_TAR_SUFFIXES)
-
-
-def is_wenet_shard_list(path: str | Path) -> bool:
-    """Whether ``path`` is a WeNet shard list: its first non-empty line is a tar path
-    (:func:`looks_like_tar_path`).  OSError (e.g. FileNotFoundError) when it cannot be read."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            if line.strip():
-                return looks_like_tar_path(line.strip())
-    return False
 
 
 def read_list(path: str | Path, cache_dir: Optional[str | Path] = None) -> list[ListEntry]:
@@ -207,7 +114,6 @@ def read_list(path: str | Path, cache_dir: Optional[str | Path] = None) -> list[
     """
     path = Path(path)
     if is_wenet_shard_list(path):
-        from asrkit.data.wenet_shards import load_wenet_shard_list  # (it imports this module)
         return load_wenet_shard_list(path, cache_dir).entries
     entries: list[ListEntry] = []
     to_measure: list[int] = []
@@ -247,23 +153,13 @@ def read_list(path: str | Path, cache_dir: Optional[str | Path] = None) -> list[
 
 
 def write_shard_list(path: str | Path, shards: list[tuple[str, list[ListEntry]]]) -> None:
-    """Write a shard list: one line per ``(tar path, members)``, members in tar order
-    (each needs ``offset``, ``size`` and ``duration``).  Written atomically
+    """Write a shard list (:func:`asrkit.data.list_entries.shard_list_text`): one line per
+    ``(tar path, members)``, members in tar order (each needs ``offset``, ``size`` and
+    ``duration``).  Written atomically
     (:class:`asrkit.io.files.WriteError` on failure, the old file kept)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, shard_list_text(shards))
-
-
-def shard_list_text(shards: list[tuple[str, list[ListEntry]]]) -> str:
-    """The text of a shard list (what :func:`write_shard_list` writes): one JSON line per
-    ``(tar path, members)``, durations rounded to microseconds."""
-    lines = []
-    for tar, members in shards:
-        rows = [{"key": m.key, "txt": m.txt, "duration": round(m.duration, 6),
-                 "offset": m.offset, "size": m.size} for m in members]
-        lines.append(json.dumps({"tar": tar, "members": rows}, ensure_ascii=False) + "\n")
-    return "".join(lines)
 
 
 def read_wav_scp(path: str | Path) -> dict[str, str]:

@@ -65,6 +65,7 @@ import numpy as np
 
 from asrkit.data.batching import (bucket_batches, dynamic_batches, permute_groups, permute_within_windows,
                                   planned_frames, sort_within_windows, split_to_multiple, static_batches)
+from asrkit.data.processors import draw_speed
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +147,6 @@ class EpochPlanner:
         if self.speeds is None:
             return self.frames
         if self._frames_cache is None or self._frames_cache[0] != epoch:
-            from asrkit.data.processors import draw_speed
             drawn = np.fromiter((draw_speed(self.seed, epoch, k, self.speeds) for k in self.keys),
                                 dtype=np.float64, count=len(self.keys))
             self._frames_cache = (epoch, planned_frames(self.durations / drawn))

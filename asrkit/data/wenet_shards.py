@@ -15,7 +15,7 @@ The list
 The tars
     An utterance is a transcript member ``<key>.txt`` (UTF-8, surrounding whitespace
     stripped, as WeNet does) plus an audio member ``<key>.<ext>``, ``ext`` one of
-    ``asrkit.data.lists.AUDIO_EXTENSIONS`` (WeNet's set, case-sensitive as in WeNet);
+    ``asrkit.data.list_entries.AUDIO_EXTENSIONS`` (WeNet's set, case-sensitive as in WeNet);
     ``key`` is the member name up to its last dot.  The two may come in either order,
     anywhere in the tar (WeNet writes the transcript first, asrkit's
     ``tools/make_shard_list.py`` the audio first).  Utterances keep the tar order of their
@@ -60,7 +60,7 @@ The cache
 
 The digest
     :attr:`WenetShardIndex.digest` is the SHA-256 of the index written as asrkit's
-    JSON-lines shard list (``asrkit.data.lists.shard_list_text``): exactly what the
+    JSON-lines shard list (``asrkit.data.list_entries.shard_list_text``): exactly what the
     sampler plans from, without the stamps (which legitimately differ between copies of
     the tars).  The ranks' agreement check compares it (:func:`index_fingerprint`), and
     ``tools/convert_shard_list.py --to asrkit`` writes that very text.
@@ -81,8 +81,8 @@ from typing import Callable, Optional
 
 import soundfile
 
-from asrkit.data.lists import (AUDIO_EXTENSIONS, COMPRESSED_TAR_SUFFIXES, ListEntry, ListError,
-                               is_wenet_shard_list, shard_entries, shard_list_text, unsafe_member_name)
+from asrkit.data.list_entries import (AUDIO_EXTENSIONS, COMPRESSED_TAR_SUFFIXES, ListEntry, ListError,
+                                      is_wenet_shard_list, shard_entries, shard_list_text, unsafe_member_name)
 from asrkit.io.files import WriteError, atomic_write_text
 
 logger = logging.getLogger("asrkit.data")

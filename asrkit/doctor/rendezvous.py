@@ -23,6 +23,7 @@ import time
 from typing import Optional
 
 from asrkit.doctor.results import CheckResult, fail, first_line, ok
+from asrkit.train import agreement
 
 CHECK = "agreement"
 RENDEZVOUS = "rendezvous"
@@ -59,7 +60,6 @@ class NodeFacts:
 def make_facts(rank: int, config: Optional[dict], files: dict, versions: dict, problem: str = "",
                gloo_problem: str = "") -> NodeFacts:
     """This node's :class:`NodeFacts` (hashing the files named in ``files``)."""
-    from asrkit.train import agreement
     if config is None:
         return NodeFacts(rank, socket.gethostname(), versions, None, None, problem or "config not loaded",
                          gloo_problem)
@@ -138,14 +138,14 @@ def compare_facts(all_facts: list[NodeFacts], duplicates: list[int] = ()) -> lis
     """One OK line when every node agrees with node 0 on the versions, the config (less
     ``launch``) and the files; else a FAIL line per node that differs or could not load
     its config, and one per rank claimed twice."""
-    from asrkit.train.agreement import differences
     results = [fail(CHECK, f"node rank {r} was given to more than one node",
                     "give every node its own --node_rank 0..num_nodes-1") for r in duplicates]
     ref = all_facts[0]
     for node in all_facts[1:]:
         who = f"node {node.rank} (host {node.host}) differs from node 0 (host {ref.host}) in: "
         if node.fingerprint is not None and ref.fingerprint is not None:
-            items = differences(node.fingerprint, ref.fingerprint, node.flat, ref.flat, rank=node.rank, ref_rank=0)
+            items = agreement.differences(node.fingerprint, ref.fingerprint, node.flat, ref.flat,
+                                          rank=node.rank, ref_rank=0)
         else:
             items = _version_items(node.versions, ref.versions, node.rank)
         if items:

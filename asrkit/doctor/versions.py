@@ -10,6 +10,8 @@ import platform
 from typing import Optional
 
 from asrkit.doctor.results import CheckResult, fail, ok, warn
+from asrkit.train.agreement import package_digest
+from asrkit.train.dist import LaunchError, resolve_backend
 
 CHECK = "versions"
 
@@ -31,8 +33,6 @@ def node_facts() -> dict[str, Optional[str]]:
     ``torch version``, ``asrkit source`` (digest of the package's sources) and ``nccl version``
     (None without CUDA)."""
     import torch
-
-    from asrkit.train.agreement import package_digest
     return {"torch version": torch.__version__, "asrkit source": package_digest(),
             "nccl version": nccl_version()}
 
@@ -44,7 +44,6 @@ def check_versions(dist_backend: Optional[str] = None) -> list[CheckResult]:
     import torch
     import torch.distributed as dist
 
-    from asrkit.train.dist import LaunchError, resolve_backend
     parts = [f"python {platform.python_version()}", f"torch {torch.__version__}"]
     if torch.cuda.is_available():
         parts.append(f"CUDA {torch.version.cuda} with {torch.cuda.device_count()} GPU(s)")

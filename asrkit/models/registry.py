@@ -1,5 +1,10 @@
 """Registries: name -> class for encoders and decoders, name -> builder for models, and
-``build_model``, the one way a model is built from a config."""
+``build_model``, the one way a model is built from a config.
+
+The names a config gives (``encoder``, ``decoder``, ``model``) are checked here, against
+these tables (:func:`name_problems`): by ``build_model``, and by config loading
+(``asrkit.config.TrainConfig.validate``), so a config naming nothing registered is refused
+when it is loaded."""
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
@@ -13,6 +18,7 @@ from asrkit.models.cmvn import GlobalCMVN
 from asrkit.models.ctc import CTC
 from asrkit.models.decoder import BiTransformerDecoder, TransformerDecoder
 from asrkit.models.encoder import ConformerEncoder, TransformerEncoder
+from asrkit.schema import one_of
 from asrkit.text.vocabulary import Vocabulary
 
 ENCODERS: dict[str, type[nn.Module]] = {
@@ -24,9 +30,12 @@ DECODERS: dict[str, type[nn.Module]] = {
     "bitransformer": BiTransformerDecoder,
 }
 
-def _lookup(table: dict[str, Any], kind: str, name: str) -> Any:
-    if name not in table:
-        raise ValueError(f"unknown {kind} {name!r}; registered: {sorted(table)}")
+def _lookup(table: dict[str, Any], key: str, name: str) -> Any:
+    """``table[name]``; ValueError with the message of :func:`name_problems` when ``name``
+    is not in ``table`` (the registry of config key ``key``)."""
+    problem = one_of(lambda: table)(name)
+    if problem:
+        raise ValueError(f"{key}: {problem}")
     return table[name]
 
 
@@ -114,3 +123,17 @@ def build_model(cfg, input_dim: int, vocabulary: Vocabulary, *, load_cmvn_stats:
 
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+# config key -> the registry its value names
+REGISTRIES: dict[str, dict[str, Any]] = {"encoder": ENCODERS, "decoder": DECODERS, "model": MODELS}
+
+
+def name_problems(names: dict[str, Any]) -> list[str]:
+    """``"<key>: must be one of [...], got ...; did you mean ...?"`` for each ``key: name``
+    of ``names`` (config keys of :data:`REGISTRIES`: ``encoder``, ``decoder``, ``model``)
+    whose name is not in that key's registry as it is when called (a name registered at
+    run time counts); an empty list when every name is.  A value that is not a string is
+    left to the type check that reports it."""
+    return [f"{key}: {problem}" for key, name in names.items() if isinstance(name, str)
+            and (problem := one_of(lambda key=key: REGISTRIES[key])(name))]

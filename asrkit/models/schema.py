@@ -9,9 +9,9 @@ default" (conformer: swish / rel_pos / rel_selfattn; transformer: relu / abs_pos
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, ClassVar, Literal, Optional
+from typing import ClassVar, Literal, Optional
 
-from asrkit.schema import WenetKey, between, checked, non_negative, off, one_of, only, positive, same_as
+from asrkit.schema import WenetKey, between, checked, non_negative, off, only, positive, same_as
 
 # WeNet keys of encoder_conf and decoder_conf that are not fields (wenet/transformer/encoder.py,
 # decoder.py): each at the value that is what asrkit always does, or that switches off a WeNet
@@ -171,14 +171,6 @@ class CmvnConf:
     }
 
 
-def _registered(table: str) -> Callable[[], list[str]]:
-    """The names in ``asrkit.models.registry.<table>`` (imported when a config is checked)."""
-    def names() -> list[str]:
-        from asrkit.models import registry
-        return list(getattr(registry, table))
-    return names
-
-
 @dataclasses.dataclass
 class ModelSections:
     """Top-level keys of ``asrkit.models``.
@@ -186,13 +178,17 @@ class ModelSections:
     ``input_dim`` / ``output_dim`` (feature dim, vocabulary size) are written into the
     experiment's ``train.yaml`` by the trainer so that decoding and export can rebuild
     the model without the data; ``build_model`` checks them when set.
+
+    ``encoder``, ``decoder`` and ``model`` name entries of the registries; they are typed
+    here and checked against the registries by ``asrkit.models.registry.name_problems``,
+    which config loading calls (``asrkit.config.TrainConfig``).
     """
 
-    encoder: str = checked("conformer", one_of(_registered("ENCODERS")))
+    encoder: str = "conformer"
     encoder_conf: EncoderConf = dataclasses.field(default_factory=EncoderConf)
-    decoder: str = checked("transformer", one_of(_registered("DECODERS")))
+    decoder: str = "transformer"
     decoder_conf: DecoderConf = dataclasses.field(default_factory=DecoderConf)
-    model: str = checked("asr_model", one_of(_registered("MODELS")))
+    model: str = "asr_model"
     model_conf: ModelConf = dataclasses.field(default_factory=ModelConf)
     ctc_conf: CtcConf = dataclasses.field(default_factory=CtcConf)
     cmvn: Optional[Literal["global_cmvn"]] = None

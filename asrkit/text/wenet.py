@@ -22,11 +22,11 @@ wenet/utils/file_utils.py reads it):
    run that is not all whitespace is encoded by the sentencepiece model as it is (its
    surrounding spaces included).  ``split_with_space`` plays no part (config loading
    refuses it with BPE).
-5. Symbols not in the units file become ``<unk>`` (:meth:`asrkit.text.Tokenizer.encode`;
+5. Symbols not in the units file become ``<unk>`` (:meth:`asrkit.text.base.Tokenizer.encode`;
    asrkit also maps the literal symbols ``<blank>`` and ``<sos/eos>`` to ``<unk>``, which
    WeNet would look up).
 
-Decoding (:meth:`asrkit.text.Tokenizer.decode`) joins the units -- with
+Decoding (:meth:`asrkit.text.base.Tokenizer.decode`) joins the units -- with
 ``connect_symbol`` for char units (WeNet's key; asrkit's default is a space with
 ``split_with_space``, WeNet's is nothing), with nothing for pieces -- then shows ``▁`` as a
 space and strips the ends; WeNet's char ``tokens2text`` leaves ``▁`` in place.
@@ -37,7 +37,7 @@ import re
 from pathlib import Path
 from typing import Optional, Sequence
 
-from asrkit.text.tokenizer import SentencePieceModel, Tokenizer
+from asrkit.text.base import SentencePieceModel, Tokenizer
 from asrkit.text.units import SPACE
 
 NON_LANG_SYM = re.compile(r"(\[[^\[\]]+\]|<[^<>]+>|{[^{}]+})")

@@ -32,6 +32,7 @@ from typing import Any, Iterable, Optional
 
 import torch.distributed as dist
 
+from asrkit.data.wenet_shards import index_fingerprint
 from asrkit.io.files import file_digest
 from asrkit.train.dist import DistContext
 
@@ -132,7 +133,6 @@ def shard_indexes(train_data: Optional[str], cv_data: Optional[str], cache_dir: 
     """``{"train shard index"/"CV shard index": fingerprint}`` for the lists that are WeNet
     shard lists (``asrkit.data.wenet_shards.index_fingerprint``; their tars are scanned
     here when not cached, the cache falling back to ``cache_dir``); ``{}`` for none."""
-    from asrkit.data.wenet_shards import index_fingerprint
     out = {}
     for label, path in (("train shard index", train_data), ("CV shard index", cv_data)):
         fp = index_fingerprint(path, cache_dir)

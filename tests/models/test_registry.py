@@ -33,6 +33,8 @@ def test_a_registered_model_builder_is_validated_and_built(monkeypatch):
     monkeypatch.delitem(registry.MODELS, "probe")
     with pytest.raises(ConfigError, match=r"model: must be one of \['asr_model', 'asrmodel'\], got 'probe'"):
         build(TrainConfig, merge(TINY, {"model": "probe"}))
+    with pytest.raises(ValueError, match=r"model: must be one of \['asr_model', 'asrmodel'\], got 'probe'"):
+        build_model(cfg, 20, vocab)  # (the registry checks the name where it builds, too)
 
 
 def test_a_registered_encoder_is_accepted_by_the_config(monkeypatch):
