@@ -10,7 +10,7 @@ from asrkit.bin.recognize import main
 from asrkit.config import load_config
 from asrkit.data.lists import read_list
 from asrkit.data.processors import build_sample_processor
-from asrkit.decode import MODES, decode
+from asrkit.decode import MODES, DecodingOptions, decode
 from asrkit.models import AsrModel, build_model
 from asrkit.text import build_tokenizer, write_units
 from tests.helpers import REPO
@@ -78,7 +78,7 @@ def test_recognize_writes_one_text_per_mode_matching_direct_decoding(experiment,
     expected = {m: [] for m in MODES}
     for entry in entries:  # one utterance at a time, no batching
         batch = processor.collate([processor(entry, 0)])
-        hyps = decode(model, batch["feats"], batch["feats_lengths"], MODES, beam_size=3)
+        hyps = decode(model, batch["feats"], batch["feats_lengths"], DecodingOptions(modes=MODES, beam_size=3))
         for mode in MODES:
             expected[mode].append(tokenizer.decode(hyps[mode][0]))
     for mode in MODES:
@@ -175,8 +175,8 @@ def test_recognize_hands_penalties_and_chunking_to_decoding(experiment, tiny_cor
     expected = {mode: [] for mode in modes}
     for entry in entries:  # one utterance at a time
         batch = processor.collate([processor(entry, 0)])
-        hyps = decode(model, batch["feats"], batch["feats_lengths"], modes, beam_size=3, length_penalty=1.5,
-                      blank_penalty=1.0)
+        options = DecodingOptions(modes=modes, beam_size=3, length_penalty=1.5, blank_penalty=1.0)
+        hyps = decode(model, batch["feats"], batch["feats_lengths"], options)
         for mode in modes:
             expected[mode].append(tokenizer.decode(hyps[mode][0]))
     for mode in modes:
