@@ -147,6 +147,7 @@ def test_recognize_decodes_a_wenet_shard_list_as_its_raw_list(experiment, tiny_c
     (["--decoding_chunk_size", "4", "--num_decoding_left_chunks", "-3"], "num_decoding_left_chunks must be -1"),
     (["--length_penalty", "-1"], "length_penalty must be >= 0, got -1.0"),
     (["--blank_penalty", "-0.5"], "blank_penalty must be >= 0, got -0.5"),
+    (["--batch_size", "0"], "batch_size must be >= 1, got 0"),
 ])
 def test_bad_decoding_options_exit_2_in_one_line_before_anything_loads(options, message, tmp_path, caplog):
     code = main(["--config", str(tmp_path / "absent.yaml"), "--checkpoint", str(tmp_path / "absent.pt"),
@@ -173,9 +174,9 @@ def test_recognize_hands_penalties_and_chunking_to_decoding(experiment, tiny_cor
     tokenizer = build_tokenizer(cfg)
     processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False)
     expected = {mode: [] for mode in modes}
+    options = DecodingOptions(modes=modes, beam_size=3, length_penalty=1.5, blank_penalty=1.0)
     for entry in entries:  # one utterance at a time
         batch = processor.collate([processor(entry, 0)])
-        options = DecodingOptions(modes=modes, beam_size=3, length_penalty=1.5, blank_penalty=1.0)
         hyps = decode(model, batch["feats"], batch["feats_lengths"], options)
         for mode in modes:
             expected[mode].append(tokenizer.decode(hyps[mode][0]))
