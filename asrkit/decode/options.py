@@ -40,8 +40,8 @@ class DecodingOptions:
 
     Streaming (:class:`asrkit.stream.recognizer.StreamingRecognizer`) reads the chunk
     options (``decoding_chunk_size > 0``), ``beam_size``, ``ctc_weight`` and
-    ``reverse_weight``; transcription reads all but ``simulate_streaming`` for an exported
-    archive and ``batch_size``.
+    ``reverse_weight``; transcription every field but ``batch_size`` (and, for an exported
+    archive, ``simulate_streaming``).
 
     Building one with a value out of range raises :class:`DecodingOptionError`, with an
     unknown or no mode :class:`asrkit.decode.modes.ModeError` (one line naming the first
