@@ -23,6 +23,7 @@ import argparse
 import json
 import logging
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -33,10 +34,9 @@ from asrkit.bin.bad_input import load_text_inputs  # noqa: E402
 from asrkit.config import load_config  # noqa: E402
 from asrkit.data.lists import read_list  # noqa: E402
 from asrkit.data.processors import build_sample_processor  # noqa: E402
-from asrkit.decode import DecodingOptionError, check_decoding_options  # noqa: E402
+from asrkit.decode import DecodingOptionError, DecodingOptions  # noqa: E402
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD  # noqa: E402
-from asrkit.decode.modes import check_modes  # noqa: E402
-from asrkit.decode.recognizer import load_model, recognize  # noqa: E402
+from asrkit.decode.recognizer import build_trained_model, recognize  # noqa: E402
 from asrkit.metrics import score  # noqa: E402
 
 BLANK_MODES = ("ctc_greedy_search", "ctc_prefix_beam_search", "attention_rescoring")
@@ -70,11 +70,14 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if not args.length_penalty and not args.blank_penalty:
         raise SystemExit("give --length_penalty and/or --blank_penalty values")
-    try:
-        for value in args.length_penalty:
-            check_decoding_options(args.decoding_chunk_size, args.num_decoding_left_chunks, length_penalty=value)
-        for value in args.blank_penalty:
-            check_decoding_options(args.decoding_chunk_size, args.num_decoding_left_chunks, blank_penalty=value)
+    common = dict(beam_size=args.beam_size, ctc_weight=args.ctc_weight, reverse_weight=args.reverse_weight,
+                  blank_skip_threshold=args.blank_skip_threshold, decoding_chunk_size=args.decoding_chunk_size,
+                  num_decoding_left_chunks=args.num_decoding_left_chunks, batch_size=args.batch_size)
+    try:  # every row's options, checked before anything loads
+        grid = [("length_penalty", v, DecodingOptions(modes=["attention"], length_penalty=v, **common))
+                for v in args.length_penalty]
+        grid += [("blank_penalty", v, DecodingOptions(modes=BLANK_MODES, blank_penalty=v, **common))
+                 for v in args.blank_penalty]
     except DecodingOptionError as e:
         raise SystemExit(str(e))
     logging.basicConfig(level=logging.WARNING)
@@ -84,23 +87,17 @@ def main(argv=None) -> int:
     tokenizer = load_text_inputs(cfg, model_cmvn=False)
     entries = read_list(args.data)
     processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False)
-    model = load_model(cfg, args.checkpoint, tokenizer.vocabulary, args.device)
+    model = build_trained_model(cfg, args.checkpoint, tokenizer.vocabulary, args.device)
     refs = {e.key: e.txt for e in entries}
-    blank_modes = [m for m in BLANK_MODES if m != "attention_rescoring" or model.decoder is not None]
-    grid = [("length_penalty", v, ["attention"]) for v in args.length_penalty]
-    grid += [("blank_penalty", v, blank_modes) for v in args.blank_penalty]
+    if model.decoder is None:  # (no decoder: the blank penalty rows without attention_rescoring)
+        grid = [(name, value, replace(options, modes=[m for m in options.modes if m != "attention_rescoring"]))
+                for name, value, options in grid]
     label = "CER" if args.score == "char" else "WER"
     rows = []
     print(f"{'penalty':<15} {'value':>6}  {'mode':<23} {label:>7} {'ins':>5} {'del':>5} {'sub':>5}")
-    for name, value, modes in grid:
-        check_modes(model, modes)
-        results = recognize(model, entries, processor, tokenizer, modes, batch_size=args.batch_size,
-                            beam_size=args.beam_size, ctc_weight=args.ctc_weight,
-                            reverse_weight=args.reverse_weight, blank_skip_threshold=args.blank_skip_threshold,
-                            decoding_chunk_size=args.decoding_chunk_size,
-                            num_decoding_left_chunks=args.num_decoding_left_chunks,
-                            device=args.device, **{name: value})
-        for mode in modes:
+    for name, value, options in grid:
+        results = recognize(model, entries, processor, tokenizer, options, device=args.device)
+        for mode in options.modes:
             totals, _ = score(refs, results[mode], args.score)
             row = {"penalty": name, "value": value, "mode": mode, label.lower(): round(100 * totals.rate, 2),
                    "ins": totals.ins, "del": totals.dels, "sub": totals.sub, "ref_len": totals.ref_len}

@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from asrkit.config import load_config  # noqa: E402
 from asrkit.data.features import compute_fbank  # noqa: E402
 from asrkit.data.lists import read_list  # noqa: E402
-from asrkit.decode import MODES, decode  # noqa: E402
+from asrkit.decode import MODES, DecodingOptions, decode  # noqa: E402
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD  # noqa: E402
-from asrkit.decode.recognizer import duration_batches, load_model  # noqa: E402
+from asrkit.decode.recognizer import build_trained_model, duration_batches  # noqa: E402
 from asrkit.models import build_model, count_parameters  # noqa: E402
 from asrkit.text.vocabulary import Vocabulary  # noqa: E402
 
@@ -82,20 +82,21 @@ def main(argv=None) -> int:
         entries = entries[: args.max_utts]
     feats, fbank_s = load_audio_features(entries, cfg.dataset_conf.fbank_conf)
     if args.checkpoint:
-        model = load_model(cfg, args.checkpoint, Vocabulary.of_size(vocab))
+        model = build_trained_model(cfg, args.checkpoint, Vocabulary.of_size(vocab))
     else:
         torch.manual_seed(0)
         input_dim = cfg.dataset_conf.fbank_conf.num_mel_bins
         model = build_model(cfg, input_dim, Vocabulary.of_size(vocab), load_cmvn_stats=False).eval()
     batches = duration_batches(entries, args.batch_size)
+    options = DecodingOptions(modes=args.modes, beam_size=args.beam_size, ctc_weight=args.ctc_weight,
+                              blank_skip_threshold=args.blank_skip_threshold)
     min_frames = model.encoder.min_input_length
 
     def run(indices):
         chosen = [i for i in indices if feats[i].size(0) >= min_frames]
         x = torch.nn.utils.rnn.pad_sequence([feats[i] for i in chosen], batch_first=True)
         lengths = torch.tensor([feats[i].size(0) for i in chosen])
-        return decode(model, x, lengths, args.modes, beam_size=args.beam_size, ctc_weight=args.ctc_weight,
-                      blank_skip_threshold=args.blank_skip_threshold)
+        return decode(model, x, lengths, options)
 
     run(batches[0])  # warm-up
     t0 = time.perf_counter()

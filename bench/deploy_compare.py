@@ -34,8 +34,8 @@ from asrkit.bin.bad_input import load_text_inputs  # noqa: E402
 from asrkit.config import load_config  # noqa: E402
 from asrkit.data.features import compute_fbank  # noqa: E402
 from asrkit.data.lists import read_list  # noqa: E402
-from asrkit.decode import decode  # noqa: E402
-from asrkit.decode.recognizer import load_model  # noqa: E402
+from asrkit.decode import DecodingOptions, decode  # noqa: E402
+from asrkit.decode.recognizer import build_trained_model  # noqa: E402
 from asrkit.export import load_exported  # noqa: E402
 from asrkit.export.onnx import OFFLINE_FILE, STREAMING_FILE, int8_name, ort_session, session_runner  # noqa: E402
 from asrkit.export.sherpa import (decode_offline, decode_streaming, offline_recognizer,  # noqa: E402
@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     exp = Path(args.exp)
     cfg = load_config(exp / "train.yaml", args.override)
     tokenizer = load_text_inputs(cfg, model_cmvn=False)
-    model = load_model(cfg, args.checkpoint, tokenizer.vocabulary)
+    model = build_trained_model(cfg, args.checkpoint, tokenizer.vocabulary)
     fb = cfg.dataset_conf.fbank_conf
     rate = cfg.dataset_conf.resample_conf.resample_rate
     import soundfile as sf
@@ -97,9 +97,10 @@ def main(argv=None) -> int:
         def run(samples, _rate):
             with torch.inference_mode():
                 f = feats_of(samples).unsqueeze(0)
-                ids = decode(model, f, torch.tensor([f.size(1)]), [mode], beam_size=args.beam_size,
-                             ctc_weight=args.ctc_weight, reverse_weight=args.reverse_weight,
-                             decoding_chunk_size=chunk, num_decoding_left_chunks=left)[mode][0]
+                options = DecodingOptions(modes=[mode], beam_size=args.beam_size, ctc_weight=args.ctc_weight,
+                                          reverse_weight=args.reverse_weight, decoding_chunk_size=chunk,
+                                          num_decoding_left_chunks=left)
+                ids = decode(model, f, torch.tensor([f.size(1)]), options)[mode][0]
             return tokenizer.decode(ids)
         return run
 
@@ -109,8 +110,9 @@ def main(argv=None) -> int:
         def run(samples, _rate):
             with torch.inference_mode():
                 f = feats_of(samples).unsqueeze(0)
-                ids = scripted.decode(f, torch.tensor([f.size(1)]), args.beam_size, args.ctc_weight,
-                                      args.reverse_weight, modes=[mode])[mode][0]
+                ids = scripted.decode(f, torch.tensor([f.size(1)]), beam_size=args.beam_size,
+                                      ctc_weight=args.ctc_weight, reverse_weight=args.reverse_weight,
+                                      modes=[mode])[mode][0]
             return tokenizer.decode(ids)
         return run
 

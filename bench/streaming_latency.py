@@ -59,13 +59,14 @@ def make_utterances(count: int, seed: int) -> list[dict]:
 def run_chunk(model, tokenizer, utterances, chunk: int, piece_ms: float, fbank) -> dict:
     import torch
 
+    from asrkit.decode import DecodingOptions
     from asrkit.metrics import align
     from asrkit.stream.recognizer import StreamingRecognizer
     delays, misses, compute_ms, errors, chars = [], 0, [], 0, 0
     for utt in utterances:
-        stream = StreamingRecognizer(model, chunk_size=chunk, num_left_chunks=-1, beam_size=10,
-                                     ctc_weight=0.3, reverse_weight=getattr(model, "reverse_weight", 0.0),
-                                     sample_rate=16000, num_mel_bins=fbank.num_mel_bins,
+        options = DecodingOptions(beam_size=10, ctc_weight=0.3, reverse_weight=getattr(model, "reverse_weight", 0.0),
+                                  decoding_chunk_size=chunk, num_decoding_left_chunks=-1)
+        stream = StreamingRecognizer(model, options, sample_rate=16000, num_mel_bins=fbank.num_mel_bins,
                                      frame_length=fbank.frame_length, frame_shift=fbank.frame_shift,
                                      endpoint_rules=None)
         audio = torch.from_numpy(utt["samples"])
@@ -114,12 +115,12 @@ def main(argv=None) -> int:
 
     from asrkit.bin.bad_input import BAD_INPUT, load_text_inputs
     from asrkit.config import load_config
-    from asrkit.decode.recognizer import load_model
+    from asrkit.decode.recognizer import build_trained_model
     torch.set_num_threads(args.num_threads)
     try:
         cfg = load_config(args.config)
         tokenizer = load_text_inputs(cfg, model_cmvn=False)
-        model = load_model(cfg, args.checkpoint, tokenizer.vocabulary)
+        model = build_trained_model(cfg, args.checkpoint, tokenizer.vocabulary)
     except BAD_INPUT as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

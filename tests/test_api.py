@@ -26,7 +26,7 @@ import torch
 import asrkit
 from asrkit.data.audio import resample
 from asrkit.decode.alignment import best_path_spans
-from asrkit.decode.modes import ModeError
+from asrkit.decode import DecodingOptionError, DecodingOptions, ModeError
 from asrkit.transcribe import AudioError, ModelLoadError, Segmentation, find_checkpoint, load_model
 from asrkit.transcribe import TokenTime, group_words
 from asrkit.transcribe.segments import Segment, blank_probabilities, segment_features
@@ -204,16 +204,25 @@ def test_by_default_only_chunk_trained_models_are_cut_at_pauses(u2pp, offline, e
     assert whole.segments == [(0.0, pytest.approx(whole.duration, abs=0.1))]
 
 
+def test_transcribe_with_options_built_beforehand(u2pp):
+    """What ``asrkit transcribe`` calls: the same transcript as the keywords make; one mode only."""
+    options = DecodingOptions(modes=["ctc_prefix_beam_search"], beam_size=4, decoding_chunk_size=4)
+    assert u2pp.transcribe_with_options(MIKE, options) == u2pp.transcribe(MIKE, mode="ctc_prefix_beam_search",
+                                                                          beam_size=4, chunk=4)
+    with pytest.raises(DecodingOptionError, match="transcription decodes with one mode, got 2"):
+        u2pp.transcribe_with_options(MIKE, DecodingOptions(modes=["attention", "attention_rescoring"]))
+
+
 def test_the_windowed_ctc_pass_covers_every_frame(u2pp):
     samples, rate = sf.read(MIKE, dtype="float32")
     audio = np.concatenate([samples] * 3)
     feats = u2pp.features(torch.from_numpy(audio).unsqueeze(0), rate)
-    one = blank_probabilities(u2pp.backend, feats, 0, -1, window_s=100.0, context_s=1.0)
+    one = blank_probabilities(u2pp.backend, feats, DecodingOptions(), window_s=100.0, context_s=1.0)
     with torch.inference_mode():
         enc, _ = u2pp.backend.model.encode(feats.unsqueeze(0), torch.tensor([feats.size(0)]))
         want = u2pp.backend.model.ctc_log_probs(enc)[0, :, 0].exp()
     assert torch.equal(one, want)
-    small = blank_probabilities(u2pp.backend, feats, 0, -1, window_s=0.5, context_s=0.5)
+    small = blank_probabilities(u2pp.backend, feats, DecodingOptions(), window_s=0.5, context_s=0.5)
     assert small.shape == want.shape and (small - want).abs().mean() < 0.1
 
 
@@ -224,7 +233,7 @@ def test_segment_features_give_exactly_the_segments_encoder_frames(u2pp):
     for start, end in [(0, 1), (0, 10), (3, 17), (5, total)]:
         x = segment_features(feats, Segment(start, end, True), 4, 6)
         assert x.size(0) >= 7 and x.size(0) - 4 < 7 + 4 * (end - start - 1)  # no frame to spare
-        _, lengths = u2pp.backend.encode(x.unsqueeze(0), torch.tensor([x.size(0)]), 0, -1)
+        _, lengths = u2pp.backend.encode(x.unsqueeze(0), torch.tensor([x.size(0)]), DecodingOptions())
         assert int(lengths[0]) == end - start
         assert torch.equal(x, feats[4 * start: 4 * start + x.size(0)])
 
@@ -291,6 +300,8 @@ def test_bad_input_raises_one_line_errors(u2pp, tmp_path):
         assert "\n" not in str(caught.value)
     with pytest.raises(ModeError):
         u2pp.transcribe(MIKE, mode="no_such_mode")
+    with pytest.raises(DecodingOptionError, match="num_decoding_left_chunks"):
+        u2pp.transcribe(MIKE, chunk=4, left_chunks=-2)
     with pytest.raises(ModelLoadError):
         load_model(tmp_path / "nothing_here")
     with pytest.raises(ModelLoadError, match="no train.yaml"):

@@ -168,8 +168,9 @@ def main(argv: list[str] | None = None) -> int:
             padded[i, : f.shape[0]] = f
         t0 = time.perf_counter()
         with torch.no_grad():
-            hyps = model.decode(padded, lengths, args.beam_size, args.ctc_weight, args.reverse_weight,
-                                args.blank_skip_threshold, modes)
+            hyps = model.decode(padded, lengths, beam_size=args.beam_size, ctc_weight=args.ctc_weight,
+                                reverse_weight=args.reverse_weight, blank_skip_threshold=args.blank_skip_threshold,
+                                modes=modes)
         model_s += time.perf_counter() - t0
         for i, (key, _) in enumerate(feats):
             texts[key] = {mode: to_text(hyps[mode][i], units, separator, skip) for mode in hyps}

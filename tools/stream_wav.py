@@ -10,7 +10,8 @@ each segment (segments end at endpoints: 1 s of silence after speech, 5 s of sil
 
 Output lines (tab-separated): ``<wav>  partial|final  <audio s>  <compute ms>  <text>``,
 then per file the median and maximum compute per chunk.  Bad input (a missing file, an
-unreadable WAV, a config or checkpoint problem) is one line on stderr and exit status 2.
+unreadable WAV, a config or checkpoint problem, a decoding option out of range) is one line on
+stderr and exit status 2.
 """
 from __future__ import annotations
 
@@ -19,7 +20,16 @@ import statistics
 import sys
 from pathlib import Path
 
+import soundfile
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from asrkit.bin.bad_input import BAD_INPUT, load_text_inputs  # noqa: E402
+from asrkit.config import load_config  # noqa: E402
+from asrkit.decode.options import DecodingOptionError, DecodingOptions  # noqa: E402
+from asrkit.decode.recognizer import build_trained_model  # noqa: E402
+from asrkit.stream.recognizer import StreamingRecognizer  # noqa: E402
 
 
 def parse_args(argv):
@@ -37,25 +47,26 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
+def decoding_options(args) -> DecodingOptions:
+    """The decoding options of the command line (checked as they are built;
+    :class:`StreamingRecognizer` refuses a ``--chunk_size`` below 1)."""
+    return DecodingOptions(modes=("attention_rescoring",), beam_size=args.beam_size, ctc_weight=args.ctc_weight,
+                           reverse_weight=args.reverse_weight, decoding_chunk_size=args.chunk_size,
+                           num_decoding_left_chunks=args.num_left_chunks)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    import soundfile
-    import torch
-
-    from asrkit.bin.bad_input import BAD_INPUT, load_text_inputs
-    from asrkit.config import load_config
-    from asrkit.decode.recognizer import load_model
-    from asrkit.stream.recognizer import StreamingRecognizer
-
     torch.set_num_threads(args.num_threads)
     try:
+        options = decoding_options(args)
         cfg = load_config(args.config)
         tokenizer = load_text_inputs(cfg, model_cmvn=False)
-        model = load_model(cfg, args.checkpoint, tokenizer.vocabulary)
+        model = build_trained_model(cfg, args.checkpoint, tokenizer.vocabulary)
         missing = [str(w) for w in args.wavs if not w.is_file()]
         if missing:
             raise FileNotFoundError(f"no such WAV: {', '.join(missing)}")
-    except BAD_INPUT as e:
+    except (*BAD_INPUT, DecodingOptionError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     fbank = cfg.dataset_conf.fbank_conf
@@ -65,11 +76,12 @@ def main(argv=None) -> int:
         except (RuntimeError, soundfile.LibsndfileError) as e:
             print(f"error: {wav}: not a readable audio file ({e})", file=sys.stderr)
             return 2
-        stream = StreamingRecognizer(model, chunk_size=args.chunk_size, num_left_chunks=args.num_left_chunks,
-                                     beam_size=args.beam_size, ctc_weight=args.ctc_weight,
-                                     reverse_weight=args.reverse_weight, sample_rate=rate,
-                                     num_mel_bins=fbank.num_mel_bins, frame_length=fbank.frame_length,
-                                     frame_shift=fbank.frame_shift)
+        try:
+            stream = StreamingRecognizer(model, options, sample_rate=rate, num_mel_bins=fbank.num_mel_bins,
+                                         frame_length=fbank.frame_length, frame_shift=fbank.frame_shift)
+        except DecodingOptionError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         audio = torch.from_numpy(samples[:, 0].copy())
         piece = max(1, int(rate * args.piece_ms / 1000.0))
         chunk_ms: list[float] = []

@@ -79,7 +79,7 @@ def configure_transcribe(p: argparse.ArgumentParser) -> None:
 
 def _segmentation(model, cut_at_pauses, long_audio_s: float):
     """``--cut_at_pauses``: ``None`` the model's default, ``0`` only long audio, ``S`` at ``S`` s pauses."""
-    from asrkit.transcribe import Segmentation
+    from asrkit.transcribe import Segmentation  # (deferred: torch, as the module docstring says)
     if cut_at_pauses is None:
         return model.default_segmentation(long_audio_s)
     if cut_at_pauses <= 0:
@@ -88,11 +88,10 @@ def _segmentation(model, cut_at_pauses, long_audio_s: float):
 
 
 def run_transcribe(args: argparse.Namespace) -> int:
-    import torch
+    import torch  # (these defer torch and the models, as the module docstring says)
 
     from asrkit.bin.bad_input import BAD_INPUT
-    from asrkit.decode.modes import ModeError
-    from asrkit.decode.search import DecodingOptionError, check_decoding_options
+    from asrkit.decode import DecodingOptionError, DecodingOptions, ModeError
     from asrkit.transcribe import AudioError, ModelLoadError, load_model
 
     if not args.model:
@@ -101,24 +100,23 @@ def run_transcribe(args: argparse.Namespace) -> int:
     if args.num_threads > 0:
         torch.set_num_threads(args.num_threads)
     try:
-        check_decoding_options(args.chunk or 0, args.left_chunks)
+        options = DecodingOptions(modes=(args.mode,), beam_size=args.beam_size, ctc_weight=args.ctc_weight,
+                                  reverse_weight=args.reverse_weight, decoding_chunk_size=args.chunk or 0,
+                                  num_decoding_left_chunks=args.left_chunks)
         model = load_model(args.model, args.checkpoint, args.device, args.override)
-    except (ModelLoadError, DecodingOptionError, *BAD_INPUT) as e:
-        message = _one_line(e)
-        print(f"error: {message}" if args.model in message else f"error: {args.model}: {message}", file=sys.stderr)
-        return 2
-    try:
         model.check_mode(args.mode)
     except ModeError as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2
-    options = dict(mode=args.mode, chunk=args.chunk, left_chunks=args.left_chunks, beam_size=args.beam_size,
-                   ctc_weight=args.ctc_weight, reverse_weight=args.reverse_weight,
-                   segmentation=_segmentation(model, args.cut_at_pauses, args.long_audio_s))
+    except (ModelLoadError, DecodingOptionError, *BAD_INPUT) as e:
+        message = _one_line(e)
+        print(f"error: {message}" if args.model in message else f"error: {args.model}: {message}", file=sys.stderr)
+        return 2
+    segmentation = _segmentation(model, args.cut_at_pauses, args.long_audio_s)
     failed = 0
     for wav in args.wavs:
         try:
-            result = model.transcribe(wav, **options)
+            result = model.transcribe_with_options(wav, options, segmentation=segmentation)
         except AudioError as e:
             print(f"error: {e}", file=sys.stderr)
             failed += 1

@@ -22,9 +22,13 @@ import sys
 from pathlib import Path
 
 import torch
+import yaml
 
-from asrkit.config import load_config, to_dict
 from asrkit.bin.bad_input import load_text_inputs, run_tool
+from asrkit.config import load_config, to_dict
+from asrkit.data.features import load_cmvn
+from asrkit.decode.recognizer import build_trained_model
+from asrkit.export import export_model
 
 log = logging.getLogger("asrkit.export")
 
@@ -54,25 +58,19 @@ def load_for_export(args: argparse.Namespace):
     """``(cfg, tokenizer, model, feature_cmvn)`` from ``--config``/``--override``/
     ``--checkpoint``; ``feature_cmvn`` is the data pipeline's CMVN (``dataset_conf.cmvn_file``),
     which an exported model applies itself, or ``None``."""
-    from asrkit.data.features import load_cmvn
-    from asrkit.decode.recognizer import load_model
-
     if args.num_threads > 0:
         torch.set_num_threads(args.num_threads)
     cfg = load_config(args.config, args.override)
     tokenizer = load_text_inputs(cfg, model_cmvn=False)  # (checked before the model is built)
-    model = load_model(cfg, args.checkpoint, tokenizer.vocabulary, "cpu")
+    model = build_trained_model(cfg, args.checkpoint, tokenizer.vocabulary, "cpu")
     cmvn_file = cfg.dataset_conf.cmvn_file
     return cfg, tokenizer, model, (load_cmvn(cmvn_file) if cmvn_file else None)
 
 
 def run(args: argparse.Namespace) -> int:
-    from asrkit.export import export_model
-
     cfg, tokenizer, model, feature_cmvn = load_for_export(args)
     config_text = Path(args.config).read_text(encoding="utf-8")
     if args.override:  # store the config the model was built from
-        import yaml
         config_text = yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True)
     dc = cfg.dataset_conf
     fb = dc.fbank_conf

@@ -22,6 +22,8 @@ from pathlib import Path
 
 from asrkit.bin.bad_input import run_tool
 from asrkit.bin.export import add_model_args, load_for_export
+from asrkit.export.onnx import export_onnx
+from asrkit.models.chunks import ChunkTraining
 
 log = logging.getLogger("asrkit.export_onnx")
 
@@ -39,9 +41,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from asrkit.export.onnx import export_onnx
-    from asrkit.models.chunks import ChunkTraining
-
     cfg, tokenizer, model, feature_cmvn = load_for_export(args)
     if model.ctc is None:
         log.error("the model has no CTC head (ctc_weight 0): sherpa-onnx's WeNet CTC models are CTC "

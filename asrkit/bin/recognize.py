@@ -19,7 +19,8 @@ encoder and searches).  Exit status 0 on success, 1 on a clear error, 2 on bad u
 including a mode the model cannot run (e.g. ``attention`` on a CTC-only model) and
 decoding options out of range or not fitting together (``--simulate_streaming`` without
 a chunk size, a negative penalty, ``--decoding_chunk_size`` below -1,
-``--num_decoding_left_chunks`` below -1), refused with one line before anything is decoded.
+``--num_decoding_left_chunks`` below -1, ``--batch_size`` below 1), refused with one line before anything
+is decoded.
 """
 from __future__ import annotations
 
@@ -30,12 +31,14 @@ from pathlib import Path
 
 import torch
 
-from asrkit.config import load_config
-from asrkit.decode import MODES, DecodingOptionError, ModeError, check_decoding_options, check_modes
-from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
-from asrkit.decode.recognizer import Progress, load_model, recognize, write_text
-from asrkit.metrics import format_alignment, score
 from asrkit.bin.bad_input import load_text_inputs, run_tool
+from asrkit.config import load_config
+from asrkit.data.lists import read_list
+from asrkit.data.processors import build_sample_processor
+from asrkit.decode import MODES, DecodingOptionError, DecodingOptions, ModeError
+from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
+from asrkit.decode.recognizer import Progress, build_trained_model, recognize, write_text
+from asrkit.metrics import format_alignment, score
 
 log = logging.getLogger("asrkit.recognize")
 
@@ -87,33 +90,27 @@ def write_scores(result_dir: Path, mode: str, refs: dict[str, str], hyps: dict[s
     return totals.summary(label)
 
 
-def run(args: argparse.Namespace) -> int:
-    from asrkit.data.lists import read_list
-    from asrkit.data.processors import build_sample_processor
+def decoding_options(args: argparse.Namespace) -> DecodingOptions:
+    """The decoding options of the command line (checked as they are built)."""
+    return DecodingOptions(modes=tuple(args.modes), beam_size=args.beam_size, ctc_weight=args.ctc_weight,
+                           reverse_weight=args.reverse_weight, blank_skip_threshold=args.blank_skip_threshold,
+                           length_penalty=args.length_penalty, blank_penalty=args.blank_penalty,
+                           decoding_chunk_size=args.decoding_chunk_size,
+                           num_decoding_left_chunks=args.num_decoding_left_chunks,
+                           simulate_streaming=args.simulate_streaming, batch_size=args.batch_size)
 
-    check_decoding_options(args.decoding_chunk_size, args.num_decoding_left_chunks, args.simulate_streaming,
-                           args.length_penalty, args.blank_penalty)  # before anything loads
+
+def run(args: argparse.Namespace) -> int:
+    options = decoding_options(args)  # before anything loads
     if args.num_threads > 0:
         torch.set_num_threads(args.num_threads)
     cfg = load_config(args.config, args.override)
     tokenizer = load_text_inputs(cfg, model_cmvn=False)  # (checked before the model is built)
     entries = read_list(args.data, cache_dir=args.result_dir)  # (a WeNet shard list's index, if not cached)
     processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False)
-    model = load_model(cfg, args.checkpoint, tokenizer.vocabulary, args.device)
-    check_modes(model, args.modes)
-    context = ("full context" if args.decoding_chunk_size <= 0 else
-               f"chunk {args.decoding_chunk_size}, left chunks {args.num_decoding_left_chunks}"
-               + (", chunk by chunk" if args.simulate_streaming else ""))
-    log.info("decoding %d utterances in modes %s (beam %d, batch %d, %s)", len(entries), " ".join(args.modes),
-             args.beam_size, args.batch_size, context)
+    model = build_trained_model(cfg, args.checkpoint, tokenizer.vocabulary, args.device)
     progress = Progress()
-    results = recognize(model, entries, processor, tokenizer, args.modes, batch_size=args.batch_size,
-                        beam_size=args.beam_size, ctc_weight=args.ctc_weight,
-                        reverse_weight=args.reverse_weight, blank_skip_threshold=args.blank_skip_threshold,
-                        length_penalty=args.length_penalty, blank_penalty=args.blank_penalty,
-                        decoding_chunk_size=args.decoding_chunk_size,
-                        num_decoding_left_chunks=args.num_decoding_left_chunks,
-                        simulate_streaming=args.simulate_streaming, device=args.device, progress=progress)
+    results = recognize(model, entries, processor, tokenizer, options, device=args.device, progress=progress)
     result_dir = Path(args.result_dir)
     refs = {e.key: e.txt for e in entries}
     for mode, texts in results.items():

@@ -4,11 +4,14 @@ prefix-beam n-best).  A new mode is one :func:`register_mode` call."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Iterable, List, Optional, Tuple
 
 import torch
 
 from asrkit.decode.searcher import Searcher
+
+if TYPE_CHECKING:
+    from asrkit.decode.options import DecodingOptions
 
 
 class ModeError(ValueError):
@@ -48,6 +51,15 @@ class SharedOutputs:
     blank_penalty: float = 0.0
     _log_probs: Optional[torch.Tensor] = None
     _nbest: Optional[Tuple[List[List[List[int]]], List[List[float]]]] = None
+
+    @classmethod
+    def from_options(cls, searcher: Searcher, encoder_out: torch.Tensor, encoder_lengths: torch.Tensor,
+                     options: "DecodingOptions") -> "SharedOutputs":
+        """The shared outputs of one encoder pass, searched with ``options``."""
+        return cls(searcher, encoder_out, encoder_lengths, beam_size=options.beam_size,
+                   ctc_weight=options.ctc_weight, reverse_weight=options.reverse_weight,
+                   blank_skip_threshold=options.blank_skip_threshold, length_penalty=options.length_penalty,
+                   blank_penalty=options.blank_penalty)
 
     def log_probs(self) -> torch.Tensor:
         if self._log_probs is None:
@@ -116,20 +128,49 @@ def mode_names() -> tuple[str, ...]:
     return tuple(REGISTRY)
 
 
-def check_modes(model, modes: Iterable[str]) -> list[str]:
-    """``modes`` as a list, after checking each is registered and that ``model`` (an
-    :class:`asrkit.models.AsrModel` or a :class:`Searcher`) has what it needs.
-    Raises :class:`ModeError` with a one-line message naming the first problem."""
+# the refusal of a mode name that is not registered: .format(name, known names); the exported
+# module fills in its known names at export time (asrkit.export.torchscript)
+UNKNOWN_MODE = "unknown decoding mode '{}'; choose from {}"
+
+
+def unknown_mode_message(name: str) -> str:
+    """The refusal of ``name``, a mode that is not registered (:data:`UNKNOWN_MODE`)."""
+    return UNKNOWN_MODE.format(name, list(REGISTRY))
+
+
+def check_mode_names(modes: Iterable[str]) -> list[str]:
+    """``modes`` as a list, after checking that there is one at least and that each is
+    registered; raises :class:`ModeError` naming the first problem."""
     modes = list(modes)
-    searcher = model if isinstance(model, Searcher) else Searcher.of_model(model)
     if not modes:
         raise ModeError(f"no decoding mode given; choose from {list(REGISTRY)}")
     for name in modes:
-        mode = REGISTRY.get(name)
-        if mode is None:
-            raise ModeError(f"unknown decoding mode {name!r}; choose from {list(REGISTRY)}")
-        for need in mode.needs:
-            if not need.present(searcher):
-                raise ModeError(f"mode {name} needs {need.description}; this model has none "
-                                f"({need.absent_because})")
+        if name not in REGISTRY:
+            raise ModeError(unknown_mode_message(name))
     return modes
+
+
+def refusal(name: str, searcher: Searcher) -> Optional[str]:
+    """Why ``searcher``'s model cannot run the registered mode ``name`` (the first part it
+    needs and lacks, in one line), or ``None`` when it can."""
+    for need in REGISTRY[name].needs:
+        if not need.present(searcher):
+            return f"mode {name} needs {need.description}; this model has none ({need.absent_because})"
+    return None
+
+
+def check_modes(model, modes: Iterable[str]) -> list[str]:
+    """``modes`` as a list, after checking that all are registered (:func:`check_mode_names`)
+    and that ``model`` (an :class:`asrkit.models.AsrModel` or a :class:`Searcher`) has
+    what it needs (:func:`refusal`).  Raises :class:`ModeError` with a one-line message
+    naming the first problem."""
+    modes = check_mode_names(modes)
+    searcher = model if isinstance(model, Searcher) else Searcher.of_model(model)
+    for name in modes:
+        reason = refusal(name, searcher)
+        if reason is not None:
+            raise ModeError(reason)
+    return modes
+
+
+MODES = mode_names()  # the modes registered here (a mode registered later is not in it)

@@ -7,10 +7,11 @@ import dataclasses
 import logging
 import time
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Optional, Sequence
 
-from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
-from asrkit.decode.search import check_decoding_options, check_modes, decode
+from asrkit.decode.batch import decode
+from asrkit.decode.modes import check_modes
+from asrkit.decode.options import DecodingOptions
 from asrkit.io.checkpoint import load_checkpoint
 from asrkit.models import AsrModel, build_model
 from asrkit.models.state import load_weights
@@ -18,10 +19,11 @@ from asrkit.models.state import load_weights
 log = logging.getLogger("asrkit.recognize")
 
 
-def load_model(cfg, checkpoint: str | Path, vocabulary, device: str = "cpu") -> AsrModel:
-    """Build the model of ``cfg`` (the experiment's resolved ``train.yaml``) and load
-    ``checkpoint`` (a training checkpoint holding ``"model"``, a bare state_dict, or a WeNet
-    checkpoint: :func:`asrkit.models.state.load_weights`).
+def build_trained_model(cfg, checkpoint: str | Path, vocabulary, device: str = "cpu") -> AsrModel:
+    """The model of ``cfg`` (the experiment's resolved ``train.yaml``; built as
+    :func:`asrkit.models.build_model` builds it) with the weights of ``checkpoint`` (a
+    training checkpoint holding ``"model"``, a bare state_dict, or a WeNet checkpoint:
+    :func:`asrkit.models.state.load_weights`).
     The feature dimension is ``cfg.input_dim`` or else ``dataset_conf.fbank_conf.num_mel_bins``.
     CMVN statistics come from the checkpoint.  Returns the model in eval mode."""
     input_dim = cfg.input_dim if cfg.input_dim is not None else cfg.dataset_conf.fbank_conf.num_mel_bins
@@ -63,28 +65,26 @@ def duration_batches(entries: Sequence, batch_size: int) -> list[list[int]]:
     return [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
 
 
-def recognize(model: AsrModel, entries: Sequence, processor, tokenizer, modes: Iterable[str], *,
-              batch_size: int = 16, beam_size: int = 10, ctc_weight: float = 0.3,
-              reverse_weight: float = 0.0, blank_skip_threshold: float = DEFAULT_BLANK_SKIP_THRESHOLD,
-              length_penalty: float = 0.0, blank_penalty: float = 0.0, decoding_chunk_size: int = 0,
-              num_decoding_left_chunks: int = -1, simulate_streaming: bool = False,
+def recognize(model: AsrModel, entries: Sequence, processor, tokenizer, options: DecodingOptions, *,
               device: str = "cpu", log_every_s: float = 10.0,
               progress: Optional[Progress] = None) -> dict[str, dict[str, str]]:
     """Decode ``entries`` (``asrkit.data.lists.ListEntry``) with ``processor`` (from
-    ``build_sample_processor(..., train=False, apply_filter=False)``) in every mode; the
-    decoding options are those of :func:`asrkit.decode.search.decode`.
+    ``build_sample_processor(..., train=False, apply_filter=False)``) in every mode of
+    ``options``, ``options.batch_size`` utterances per :func:`asrkit.decode.batch.decode`.
 
     Returns ``{mode: {key: text}}`` in the order of ``entries``.  A skipped utterance
     (unreadable audio) is left out and counted; an utterance shorter than the
-    encoder's minimum input gets the empty text in every mode, with a warning."""
-    modes = check_modes(model, modes)
-    check_decoding_options(decoding_chunk_size, num_decoding_left_chunks, simulate_streaming, length_penalty,
-                           blank_penalty)
+    encoder's minimum input gets the empty text in every mode, with a warning.  A mode
+    the model cannot run raises :class:`asrkit.decode.modes.ModeError` before anything
+    is decoded."""
+    modes = check_modes(model, options.modes)
+    log.info("decoding %d utterances in modes %s (beam %d, batch %d, %s)", len(entries), " ".join(modes),
+             options.beam_size, options.batch_size, options.encoder_context())
     progress = progress if progress is not None else Progress()
     texts: dict[str, list[Optional[str]]] = {m: [None] * len(entries) for m in modes}
     min_frames = model.encoder.min_input_length
     start = last_log = time.perf_counter()
-    for indices in duration_batches(entries, batch_size):
+    for indices in duration_batches(entries, options.batch_size):
         samples = [processor(entries[i], 0) for i in indices]
         batch = processor.collate(samples)
         if batch["skipped"]:
@@ -105,12 +105,7 @@ def recognize(model: AsrModel, entries: Sequence, processor, tokenizer, modes: I
             t0 = time.perf_counter()
             feats = batch["feats"][rows].to(device)
             feats = feats[:, : int(lengths[rows].max())]
-            hyps = decode(model, feats, lengths[rows].to(device), modes, beam_size=beam_size,
-                          ctc_weight=ctc_weight, reverse_weight=reverse_weight,
-                          blank_skip_threshold=blank_skip_threshold, length_penalty=length_penalty,
-                          blank_penalty=blank_penalty, decoding_chunk_size=decoding_chunk_size,
-                          num_decoding_left_chunks=num_decoding_left_chunks,
-                          simulate_streaming=simulate_streaming)
+            hyps = decode(model, feats, lengths[rows].to(device), options)
             progress.model_s += time.perf_counter() - t0
             for mode in modes:
                 for j, row in enumerate(rows.tolist()):

@@ -1,6 +1,6 @@
 """The searches that need the model's heads: one ``nn.Module`` holding the CTC head, the
 attention decoder and the special ids, with every search as a TorchScript-compatible
-method.  Eager decoding (:func:`asrkit.decode.search.decode`) runs these methods as
+method.  Eager decoding (:func:`asrkit.decode.batch.decode`) runs these methods as
 Python; the exported module (:class:`asrkit.export.ScriptableAsr`) holds a
 :class:`Searcher` and ``torch.jit.script`` compiles the same methods."""
 from __future__ import annotations

@@ -16,7 +16,9 @@ from typing import List, Optional, Tuple
 import torch
 from torch import nn
 
+from asrkit.decode.batch import decode
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
+from asrkit.decode.options import DecodingOptions
 from asrkit.export.torchscript import ScriptableAsr
 from asrkit.io.files import atomic_write_bytes
 from asrkit.models.mask import valid_mask
@@ -87,17 +89,16 @@ def check_against_eager(model: nn.Module, scripted, feats: torch.Tensor, feats_l
     ``decode`` (its ``default_modes()``).  Raises :class:`ExportCheckError` naming the
     first difference; returns ``{"max_abs_diff": ..., "modes": [...]}``.
     ``feature_cmvn``: the data-pipeline CMVN eager decoding applies to ``feats`` first."""
-    from asrkit.decode.search import decode
-
     modes = list(scripted.default_modes())
     eager_feats = feats if feature_cmvn is None else (feats - feature_cmvn[0]) * feature_cmvn[1]
+    options = DecodingOptions(modes=modes, beam_size=beam_size, ctc_weight=ctc_weight,
+                              reverse_weight=reverse_weight, blank_skip_threshold=blank_skip_threshold)
     with torch.inference_mode():
         enc, enc_lengths = model.encode(eager_feats, feats_lengths)
-        expected = decode(model, eager_feats, feats_lengths, modes, beam_size=beam_size,
-                          ctc_weight=ctc_weight, reverse_weight=reverse_weight,
-                          blank_skip_threshold=blank_skip_threshold)
+        expected = decode(model, eager_feats, feats_lengths, options)
         s_enc, s_lengths = scripted(feats, feats_lengths)
-        got = scripted.decode(feats, feats_lengths, beam_size, ctc_weight, reverse_weight, blank_skip_threshold)
+        got = scripted.decode(feats, feats_lengths, beam_size=beam_size, ctc_weight=ctc_weight,
+                              reverse_weight=reverse_weight, blank_skip_threshold=blank_skip_threshold)
     if not torch.equal(s_lengths, enc_lengths):
         raise ExportCheckError(f"encoder lengths differ: {s_lengths.tolist()} vs eager {enc_lengths.tolist()}")
     valid = valid_mask(enc_lengths, enc.size(1)).unsqueeze(-1)

@@ -109,7 +109,7 @@ def padded_mask(required: int, chunk: int, chunks_done: int) -> torch.Tensor:
 
 
 def _save_with_metadata(src: Path, dst: Path, meta: Dict[str, str]) -> None:
-    import onnx
+    import onnx  # (deferred: optional dependency onnx)
     proto = onnx.load(str(src))
     del proto.metadata_props[:]
     for key, value in meta.items():
@@ -134,7 +134,7 @@ def _trace_to_onnx(graph: nn.Module, args: Tuple[torch.Tensor, ...], path: Path,
 def quantize_int8(src: Path, dst: Path, meta: Dict[str, str]) -> None:
     """Dynamic int8 quantization of the MatMul weights (onnxruntime's
     ``quantize_dynamic``, as sherpa-onnx's own WeNet export does); metadata kept."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization import QuantType, quantize_dynamic  # (deferred: optional onnxruntime)
     raw = dst.with_name(dst.name + ".raw")
     try:
         with warnings.catch_warnings():
@@ -151,7 +151,7 @@ def quantize_int8(src: Path, dst: Path, meta: Dict[str, str]) -> None:
 def ort_session(path: Path | str, num_threads: int = 1):
     """An onnxruntime CPU session with ``num_threads`` intra-op threads (sherpa-onnx's
     default for its recognizers is set by the caller, too)."""
-    import onnxruntime as ort
+    import onnxruntime as ort  # (deferred: optional dependency onnxruntime)
     options = ort.SessionOptions()
     options.intra_op_num_threads = num_threads
     options.inter_op_num_threads = 1

@@ -25,13 +25,13 @@ TAIL_PADDING_S = 0.66  # ... then this much silence, so the last window fills
 
 def read_metadata(path: Path | str) -> Dict[str, str]:
     """The metadata of an ONNX file (``key -> value``)."""
-    import onnx
+    import onnx  # (deferred: optional dependency onnx)
     proto = onnx.load(str(path), load_external_data=False)
     return {p.key: p.value for p in proto.metadata_props}
 
 
 def _match_features(recognizer, meta: Dict[str, str]):
-    from sherpa_onnx.offline_recognizer import _Recognizer as OfflineImpl
+    from sherpa_onnx.offline_recognizer import _Recognizer as OfflineImpl  # (deferred: optional sherpa_onnx)
     from sherpa_onnx.online_recognizer import _Recognizer as OnlineImpl
     for key, fixed in (("asrkit_frame_length_ms", 25.0), ("asrkit_frame_shift_ms", 10.0)):
         if float(meta.get(key, fixed)) != fixed:
@@ -50,7 +50,7 @@ def _match_features(recognizer, meta: Dict[str, str]):
 def offline_recognizer(onnx_dir: Path | str, model: str = OFFLINE_FILE, num_threads: int = 1,
                        matched_features: bool = True):
     """``sherpa_onnx.OfflineRecognizer.from_wenet_ctc`` for ``onnx_dir/model`` (greedy CTC)."""
-    import sherpa_onnx
+    import sherpa_onnx  # (deferred: optional dependency sherpa_onnx)
     path = Path(onnx_dir) / model
     meta = read_metadata(path)
     recognizer = sherpa_onnx.OfflineRecognizer.from_wenet_ctc(
@@ -63,7 +63,7 @@ def online_recognizer(onnx_dir: Path | str, model: str = STREAMING_FILE, chunk_s
                       num_left_chunks: int = 4, num_threads: int = 1, matched_features: bool = True):
     """``sherpa_onnx.OnlineRecognizer.from_wenet_ctc`` for ``onnx_dir/model`` (greedy CTC,
     ``chunk_size`` encoder frames, ``num_left_chunks >= 1`` chunks of attention cache)."""
-    import sherpa_onnx
+    import sherpa_onnx  # (deferred: optional dependency sherpa_onnx)
     path = Path(onnx_dir) / model
     meta = read_metadata(path)
     recognizer = sherpa_onnx.OnlineRecognizer.from_wenet_ctc(

@@ -9,10 +9,13 @@ methods delegate to the searcher, whose methods call :mod:`asrkit.decode.ctc_sea
 exported module returns the same hypotheses and scores as eager
 :func:`asrkit.decode.decode`.
 
-Which methods a model supports depends on its heads: ``ctc_greedy_search`` and
-``ctc_prefix_beam_search`` need a CTC head, ``attention`` an attention decoder,
-``attention_rescoring`` both; ``supported_modes()`` lists them and a method whose head is
-missing raises "... needs a CTC head ..." / "... needs an attention decoder ...".
+Which modes a model supports, and the message refusing each other one, are read from the
+decoding-mode registry (:mod:`asrkit.decode.modes`) when the module is built and stored in
+it (TorchScript cannot call the registry): ``supported_modes()`` lists what the model's
+heads allow (``ctc_greedy_search`` and ``ctc_prefix_beam_search`` need a CTC head,
+``attention`` an attention decoder, ``attention_rescoring`` both), and ``decode`` refuses a
+mode with the registry's words ("mode attention needs an attention decoder; this model has
+none (...)", "unknown decoding mode '...'; choose from [...]").
 
 WeNet's C++ runtime (``TorchAsrModel``) loads the archive as it loads WeNet's own
 ``final.zip``: at load time it reads ``subsampling_rate()``, ``right_context()``,
@@ -29,16 +32,20 @@ The wrapper reaches the model only through its submodules' ``forward`` methods
 ``decoder(memory, memory_mask, ys_in, ys_in_lengths, r_ys_in, memory_index)``,
 ``decoder.forward_one_step``), so it follows refactors inside them.
 """
-from __future__ import annotations
-
+# (no ``from __future__ import annotations``: TorchScript reads the class-level attribute
+# annotations of ScriptableAsr as typing objects, not strings)
 from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
 
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
+from asrkit.decode.modes import CTC_HEAD, REGISTRY, UNKNOWN_MODE, refusal
 from asrkit.decode.searcher import Searcher
 from asrkit.models.cmvn import RawFbankNormalization
+
+# the registered modes ScriptableAsr.decode runs (each one a branch of it)
+SCRIPTED_MODES = ("ctc_greedy_search", "ctc_prefix_beam_search", "attention", "attention_rescoring")
 
 
 class ScriptableAsr(nn.Module):
@@ -50,6 +57,13 @@ class ScriptableAsr(nn.Module):
     so that the exported module takes raw fbank features in every case; the model's own
     CMVN layer (``cmvn: global_cmvn``) is used as it is.
     """
+
+    # read from the registry at export time (see the module docstring); typed here because
+    # TorchScript cannot infer the type of an empty container
+    modes: List[str]             # supported modes, in registration order
+    mode_refusals: Dict[str, str]  # mode -> why this model cannot run it
+    ctc_modes: List[str]         # the modes needing a CTC head
+    unknown_mode: str            # the message for a mode name not registered, .format(name)
 
     def __init__(self, model: nn.Module, units: List[str], *, sample_rate: int, num_mel_bins: int,
                  frame_length: float, frame_shift: float,
@@ -77,6 +91,12 @@ class ScriptableAsr(nn.Module):
         self.mel_bins = int(num_mel_bins)
         self.frame_length_ms = float(frame_length)
         self.frame_shift_ms = float(frame_shift)
+        known = [name for name in REGISTRY if name in SCRIPTED_MODES]
+        reasons = {name: refusal(name, self.searcher) for name in known}
+        self.modes = [name for name in known if reasons[name] is None]
+        self.mode_refusals = {name: r for name, r in reasons.items() if r is not None}
+        self.ctc_modes = [name for name in known if CTC_HEAD in REGISTRY[name].needs]
+        self.unknown_mode = UNKNOWN_MODE.format("{}", known)
 
     # ------------------------------------------------------------------ metadata
     @torch.jit.export
@@ -138,17 +158,10 @@ class ScriptableAsr(nn.Module):
 
     @torch.jit.export
     def supported_modes(self) -> List[str]:
-        """Every decoding mode this module runs: the CTC searches with a CTC head,
-        ``attention`` with a decoder, ``attention_rescoring`` with both."""
-        modes: List[str] = []
-        if self.has_ctc():
-            modes.append("ctc_greedy_search")
-            modes.append("ctc_prefix_beam_search")
-        if self.has_decoder():
-            modes.append("attention")
-            if self.has_ctc():
-                modes.append("attention_rescoring")
-        return modes
+        """Every decoding mode this module runs, in the registry's order: the registered
+        modes whose needs the model meets (the CTC searches with a CTC head, ``attention``
+        with a decoder, ``attention_rescoring`` with both)."""
+        return list(self.modes)
 
     @torch.jit.export
     def default_modes(self) -> List[str]:
@@ -279,27 +292,33 @@ class ScriptableAsr(nn.Module):
         log-posteriors ``[B, T', V]``, with their CTC log-probabilities."""
         return self.searcher.ctc_nbest(log_probs, lengths, beam_size, blank_skip_threshold)
 
+    # (TorchScript takes keyword arguments between methods but not their defaults: every
+    # argument of decode is named, the unused ones at values that change nothing)
     @torch.jit.export
     def ctc_greedy_search(self, feats: torch.Tensor, feats_lengths: torch.Tensor, blank_penalty: float = 0.0
                           ) -> List[List[int]]:
         """Token ids per utterance, best CTC path."""
-        return self.decode(feats, feats_lengths, 1, 0.0, 0.0, 1.0, ["ctc_greedy_search"], 0.0,
-                           blank_penalty)["ctc_greedy_search"]
+        return self.decode(feats=feats, feats_lengths=feats_lengths, beam_size=1, ctc_weight=0.0,
+                           reverse_weight=0.0, blank_skip_threshold=1.0, modes=["ctc_greedy_search"],
+                           length_penalty=0.0, blank_penalty=blank_penalty)["ctc_greedy_search"]
 
     @torch.jit.export
     def ctc_prefix_beam_search(self, feats: torch.Tensor, feats_lengths: torch.Tensor, beam_size: int = 10,
                                blank_skip_threshold: float = DEFAULT_BLANK_SKIP_THRESHOLD,
                                blank_penalty: float = 0.0) -> List[List[int]]:
         """Token ids per utterance, best prefix of the CTC prefix beam search."""
-        return self.decode(feats, feats_lengths, beam_size, 0.0, 0.0, blank_skip_threshold,
-                           ["ctc_prefix_beam_search"], 0.0, blank_penalty)["ctc_prefix_beam_search"]
+        return self.decode(feats=feats, feats_lengths=feats_lengths, beam_size=beam_size, ctc_weight=0.0,
+                           reverse_weight=0.0, blank_skip_threshold=blank_skip_threshold,
+                           modes=["ctc_prefix_beam_search"], length_penalty=0.0,
+                           blank_penalty=blank_penalty)["ctc_prefix_beam_search"]
 
     @torch.jit.export
     def attention(self, feats: torch.Tensor, feats_lengths: torch.Tensor, beam_size: int = 10,
                   length_penalty: float = 0.0) -> List[List[int]]:
         """Token ids per utterance, attention-decoder beam search."""
-        return self.decode(feats, feats_lengths, beam_size, 0.0, 0.0, 1.0, ["attention"], length_penalty,
-                           0.0)["attention"]
+        return self.decode(feats=feats, feats_lengths=feats_lengths, beam_size=beam_size, ctc_weight=0.0,
+                           reverse_weight=0.0, blank_skip_threshold=1.0, modes=["attention"],
+                           length_penalty=length_penalty, blank_penalty=0.0)["attention"]
 
     @torch.jit.export
     def attention_rescoring(self, feats: torch.Tensor, feats_lengths: torch.Tensor, beam_size: int = 10,
@@ -307,8 +326,10 @@ class ScriptableAsr(nn.Module):
                             blank_skip_threshold: float = DEFAULT_BLANK_SKIP_THRESHOLD,
                             blank_penalty: float = 0.0) -> List[List[int]]:
         """Token ids per utterance: the prefix-beam n-best rescored by the decoder(s)."""
-        return self.decode(feats, feats_lengths, beam_size, ctc_weight, reverse_weight, blank_skip_threshold,
-                           ["attention_rescoring"], 0.0, blank_penalty)["attention_rescoring"]
+        return self.decode(feats=feats, feats_lengths=feats_lengths, beam_size=beam_size, ctc_weight=ctc_weight,
+                           reverse_weight=reverse_weight, blank_skip_threshold=blank_skip_threshold,
+                           modes=["attention_rescoring"], length_penalty=0.0,
+                           blank_penalty=blank_penalty)["attention_rescoring"]
 
     @torch.jit.export
     def decode(self, feats: torch.Tensor, feats_lengths: torch.Tensor, beam_size: int = 10,
@@ -320,20 +341,15 @@ class ScriptableAsr(nn.Module):
         from one full-context encoder pass; the CTC modes and ``attention_rescoring`` share
         one prefix beam search.  ``length_penalty`` and ``blank_penalty`` are WeNet's, as in
         eager :func:`asrkit.decode.decode` (0: none).  A mode not in
-        :meth:`supported_modes` raises."""
+        :meth:`supported_modes` raises ``RuntimeError`` with the registry's message."""
         chosen = self.default_modes() if modes is None else modes
-        supported = self.supported_modes()
         needs_ctc = False
         for mode in chosen:
-            if mode not in supported:
-                if (mode == "attention" or mode == "attention_rescoring") and not self.has_decoder():
-                    raise RuntimeError("mode " + mode + " needs an attention decoder; this model has none "
-                                       "(trained with ctc_weight 1)")
-                if mode != "attention" and not self.has_ctc():
-                    raise RuntimeError("mode " + mode + " needs a CTC head; this model has none "
-                                       "(trained with ctc_weight 0)")
-                raise RuntimeError("unknown decoding mode " + mode + "; choose from " + ", ".join(supported))
-            needs_ctc = needs_ctc or mode != "attention"
+            if mode in self.mode_refusals:
+                raise RuntimeError(self.mode_refusals[mode])
+            if mode not in self.modes:
+                raise RuntimeError(self.unknown_mode.format(mode))
+            needs_ctc = needs_ctc or mode in self.ctc_modes
         encoder_out, encoder_lengths = self.forward(feats, feats_lengths)
         results: Dict[str, List[List[int]]] = {}
         nbest: List[List[List[int]]] = []

@@ -5,9 +5,9 @@ a rescored final result per segment.
 
 1. :class:`~asrkit.stream.features.StreamingFbank` turns the samples into fbank frames
    (equal to the whole-utterance fbank), the model's CMVN layer normalises them;
-2. every ``chunk_size`` encoder frames, :meth:`BaseEncoder.forward_chunk` runs on the
+2. every ``decoding_chunk_size`` encoder frames, :meth:`BaseEncoder.forward_chunk` runs on the
    window of ``(chunk − 1)·rate + right_context + 1`` feature frames that produces them,
-   with the attention cache of ``num_left_chunks`` chunks (all when < 0) and the causal
+   with the attention cache of ``num_decoding_left_chunks`` chunks (all when < 0) and the causal
    convolution's cache -- what :meth:`BaseEncoder.forward_chunk_by_chunk` does for a
    whole utterance, so the encoder frames equal it;
 3. the chunk's CTC log-probabilities advance one incremental CTC prefix beam search
@@ -33,6 +33,7 @@ from typing import Optional
 import torch
 
 from asrkit.decode.ctc_search import PrefixBeamSearch
+from asrkit.decode.options import DecodingOptionError, DecodingOptions
 from asrkit.decode.searcher import Searcher
 from asrkit.stream.endpoint import DEFAULT_RULES, EndpointDetector, EndpointRule
 from asrkit.stream.features import StreamingFbank
@@ -50,28 +51,34 @@ class Result:
 
 class StreamingRecognizer:
     """One stream through a streaming model (causal convolution, or none; any encoder with
-    ``forward_chunk``).  ``fbank`` holds the features' ``sample_rate``, ``num_mel_bins``,
-    ``frame_length`` and ``frame_shift`` (the training config's).  Not thread-safe; one
-    instance per stream."""
+    ``forward_chunk``), decoded with ``options``
+    (:class:`asrkit.decode.options.DecodingOptions`): chunks of
+    ``options.decoding_chunk_size`` encoder frames (> 0) with
+    ``options.num_decoding_left_chunks`` left chunks, ``beam_size``, and ``ctc_weight`` /
+    ``reverse_weight`` for the rescoring; its other fields do not apply (the prefix search
+    skips no blank frames, as WeNet's streaming decoder, and sees no penalties).  ``fbank``
+    options: the features' ``sample_rate``, ``num_mel_bins``, ``frame_length`` and
+    ``frame_shift`` (the training config's).  Not thread-safe; one instance per stream."""
 
-    def __init__(self, model, *, chunk_size: int = 16, num_left_chunks: int = -1, beam_size: int = 10,
-                 ctc_weight: float = 0.3, reverse_weight: float = 0.0, sample_rate: int = 16000,
-                 num_mel_bins: int = 80, frame_length: float = 25.0, frame_shift: float = 10.0,
+    def __init__(self, model, options: DecodingOptions, *, sample_rate: int = 16000, num_mel_bins: int = 80,
+                 frame_length: float = 25.0, frame_shift: float = 10.0,
                  endpoint_rules: Optional[tuple[EndpointRule, ...]] = DEFAULT_RULES,
                  blank_threshold: float = 0.8):
-        if chunk_size <= 0:
-            raise ValueError(f"chunk_size must be > 0 encoder frames, got {chunk_size}")
+        if not options.chunked:
+            raise DecodingOptionError(f"streaming needs decoding_chunk_size > 0 (encoder frames per chunk), "
+                                      f"got {options.decoding_chunk_size}")
         self.model = model.eval()
         self.searcher = Searcher.of_model(model)
         encoder = model.encoder
+        chunk_size = options.decoding_chunk_size
         self.rate = encoder.embed.rate
         self.window = (chunk_size - 1) * self.rate + encoder.embed.right_context + 1
         self.stride = chunk_size * self.rate
         self.chunk_size = chunk_size
-        self.num_left_chunks = num_left_chunks
-        self.beam_size = beam_size
-        self.ctc_weight = ctc_weight
-        self.reverse_weight = reverse_weight
+        self.num_left_chunks = options.num_decoding_left_chunks
+        self.beam_size = options.beam_size
+        self.ctc_weight = options.ctc_weight
+        self.reverse_weight = options.reverse_weight
         self.frame_shift_s = frame_shift / 1000.0
         self.fbank = StreamingFbank(sample_rate, num_mel_bins, frame_length, frame_shift)
         self.endpoint = (EndpointDetector(self.rate * self.frame_shift_s, endpoint_rules, blank_threshold)

@@ -2,7 +2,7 @@
 (:class:`Backend`): features in, encoder output and a searcher out.
 
 * an **experiment directory** (:class:`EagerBackend`): ``train.yaml`` and a checkpoint,
-  built and loaded as ``asrkit.bin.recognize`` does (:func:`asrkit.decode.recognizer.load_model`);
+  built and loaded as ``asrkit.bin.recognize`` does (:func:`asrkit.decode.recognizer.build_trained_model`);
   features go through the config's data-pipeline CMVN (``dataset_conf.cmvn_file``) when set;
 * an **exported archive** ``final.zip`` (:class:`ScriptBackend`): the TorchScript module of
   ``asrkit.bin.export`` (:func:`asrkit.export.load_exported`), which takes raw fbank.
@@ -16,13 +16,23 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import torch
+import yaml
 
+from asrkit.config import load_config
+from asrkit.data.features import CmvnError, apply_cmvn, load_cmvn
+from asrkit.decode.batch import encoder_output
+from asrkit.decode.ctc_search import apply_blank_penalty
 from asrkit.decode.modes import ModeError, check_modes
-from asrkit.decode.search import DecodingOptionError, encoder_output
+from asrkit.decode.options import DecodingOptionError, DecodingOptions
+from asrkit.decode.recognizer import build_trained_model
 from asrkit.decode.searcher import Searcher
-from asrkit.export.archive import EXTRA_CONFIG
+from asrkit.export.archive import EXTRA_CONFIG, load_exported
+from asrkit.inputs import load_text_inputs
 from asrkit.io.checkpoint_names import checkpoint_to_decode
 from asrkit.models.chunks import ChunkTraining
+from asrkit.text.tokenizer import BpeModelError
+from asrkit.text.units import UnitsError
+from asrkit.text.wenet import NonLangSymsError
 
 # the config keys naming files a transcription reads, resolved by resolve_config_paths
 CONFIG_PATH_KEYS = ("tokenizer_conf.symbol_table_path", "tokenizer_conf.bpe_path",
@@ -45,8 +55,10 @@ class Backend:
         """``feats [T, F]`` (raw fbank) as :meth:`encode` takes them."""
         return feats
 
-    def encode(self, feats: torch.Tensor, lengths: torch.Tensor, chunk: int,
-               left_chunks: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode(self, feats: torch.Tensor, lengths: torch.Tensor,
+               options: DecodingOptions) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(encoder_out [B, T', D], encoder_lengths [B])`` of normalised ``feats``, with
+        the encoder context of ``options`` (its chunk options)."""
         raise NotImplementedError
 
     def check_mode(self, mode: str) -> None:
@@ -58,8 +70,6 @@ class Backend:
 
 class EagerBackend(Backend):
     def __init__(self, model, cfg, tokenizer, description: str):
-        from asrkit.data.features import load_cmvn
-
         fbank = cfg.dataset_conf.fbank_conf
         self.model, self.tokenizer, self.description = model, tokenizer, description
         self.sample_rate = int(cfg.dataset_conf.resample_conf.resample_rate)
@@ -79,11 +89,10 @@ class EagerBackend(Backend):
         self.chunk_trained = ChunkTraining.from_config(cfg).chunked
 
     def normalise(self, feats: torch.Tensor) -> torch.Tensor:
-        from asrkit.data.features import apply_cmvn
         return feats if self.feature_cmvn is None else apply_cmvn(feats, *self.feature_cmvn)
 
-    def encode(self, feats, lengths, chunk, left_chunks):
-        return encoder_output(self.model, feats, lengths, chunk, left_chunks)
+    def encode(self, feats, lengths, options):
+        return encoder_output(self.model, feats, lengths, options)
 
     def check_mode(self, mode: str) -> None:
         check_modes(self.model, [mode])
@@ -108,7 +117,6 @@ class ArchiveSearcher:
         return getattr(self.scripted, name)
 
     def ctc_log_probs(self, encoder_out: torch.Tensor, blank_penalty: float = 0.0) -> torch.Tensor:
-        from asrkit.decode.ctc_search import apply_blank_penalty
         return apply_blank_penalty(self.scripted.ctc_log_probs(encoder_out), self.blank, blank_penalty)
 
     def attention_beam(self, encoder_out, encoder_lengths, beam_size: int, length_penalty: float = 0.0):
@@ -123,7 +131,6 @@ class ArchiveSearcher:
 def _archive_chunk_trained(config_text: str) -> bool:
     """Whether the ``train.yaml`` an archive carries trained with chunks (``encoder_conf``
     ``use_dynamic_chunk`` or ``static_chunk_size > 0``); ``False`` when it says nothing."""
-    import yaml
     try:
         conf = (yaml.safe_load(config_text) or {}).get("encoder_conf") or {}
     except (yaml.YAMLError, AttributeError):
@@ -152,8 +159,8 @@ class ScriptBackend(Backend):
         self.chunks = "chunk_size" in str(module.encoder.forward.schema)  # (older archives: full context only)
         self.chunk_trained = self.chunks and _archive_chunk_trained(extra.get(EXTRA_CONFIG, ""))
 
-    def encode(self, feats, lengths, chunk, left_chunks):
-        if chunk <= 0:
+    def encode(self, feats, lengths, options):
+        if not options.chunked:
             return self.module(feats, lengths)
         if not self.chunks:
             raise DecodingOptionError(f"{self.description}: this archive's encoder takes no chunk size "
@@ -164,7 +171,7 @@ class ScriptBackend(Backend):
         else:  # (archives exported before RawFbankNormalization held the two CMVNs themselves)
             for cmvn in (module.feature_cmvn, module.cmvn):
                 feats = feats if cmvn is None else cmvn(feats)
-        return module.encoder(feats, lengths, chunk, left_chunks)
+        return module.encoder(feats, lengths, options.decoding_chunk_size, options.num_decoding_left_chunks)
 
     def check_mode(self, mode: str) -> None:
         if mode not in self.modes:
@@ -225,14 +232,6 @@ def resolve_config_paths(cfg, exp_dir: Path) -> list[str]:
 
 def load_experiment(exp_dir: Path, checkpoint: Optional[str | Path], device: str,
                     overrides: Sequence[str]) -> EagerBackend:
-    from asrkit.bin.bad_input import load_text_inputs
-    from asrkit.config import load_config
-    from asrkit.data.features import CmvnError
-    from asrkit.text.tokenizer import BpeModelError
-    from asrkit.text.units import UnitsError
-    from asrkit.text.wenet import NonLangSymsError
-    from asrkit.decode.recognizer import load_model as load_weights
-
     config = exp_dir / "train.yaml"
     if not config.is_file():
         raise ModelLoadError(f"{exp_dir}: no train.yaml (an experiment directory holds the training config)")
@@ -251,12 +250,11 @@ def load_experiment(exp_dir: Path, checkpoint: Optional[str | Path], device: str
     except (UnitsError, BpeModelError, NonLangSymsError, CmvnError) as e:
         raise type(e)(f"{e} (relative paths of train.yaml are looked up in {exp_dir.parent.parent}, {exp_dir} "
                       f"and the working directory; pass overrides=['KEY.PATH=/absolute/path'])") from None
-    model = load_weights(cfg, path, tokenizer.vocabulary, device)
+    model = build_trained_model(cfg, path, tokenizer.vocabulary, device)
     return EagerBackend(model, cfg, tokenizer, f"{exp_dir} ({path.name})")
 
 
 def load_archive(path: Path, device: str) -> ScriptBackend:
-    from asrkit.export import load_exported
     try:
         module, extra = load_exported(path)
     except (RuntimeError, ValueError, OSError) as e:

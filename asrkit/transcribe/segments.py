@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import torch
 
+from asrkit.decode.options import DecodingOptions
 from asrkit.stream.endpoint import DEFAULT_RULES, EndpointDetector, EndpointRule
 
 
@@ -77,10 +78,11 @@ def _multiple(seconds: float, frame_shift_ms: float, rate: int) -> int:
 
 
 @torch.inference_mode()
-def blank_probabilities(backend, feats: torch.Tensor, chunk: int, left_chunks: int, window_s: float,
+def blank_probabilities(backend, feats: torch.Tensor, options: DecodingOptions, window_s: float,
                         context_s: float, device: str = "cpu") -> torch.Tensor:
     """P(blank) per encoder frame of ``feats [T, F]`` (normalised features), ``[T']``,
-    from the CTC pass of the module docstring."""
+    from the CTC pass of the module docstring (the encoder context of ``options``; no
+    ``blank_penalty``)."""
     rate, shift = backend.subsampling, backend.frame_shift
     window = _multiple(window_s, shift, rate)
     context = max(_multiple(context_s, shift, rate), -(-backend.min_input_length // rate) * rate)
@@ -91,7 +93,7 @@ def blank_probabilities(backend, feats: torch.Tensor, chunk: int, left_chunks: i
         first = max(0, core - context)
         last = min(total, core + window + context)
         x = feats[first:last].unsqueeze(0).to(device)
-        enc, lengths = backend.encode(x, torch.tensor([x.size(1)], device=device), chunk, left_chunks)
+        enc, lengths = backend.encode(x, torch.tensor([x.size(1)], device=device), options)
         log_probs = backend.searcher.ctc_log_probs(enc, 0.0)[0, :int(lengths[0])]
         skip = (core - first) // rate
         pieces.append(log_probs[skip: skip + window // rate, backend.blank].exp().cpu())

@@ -7,7 +7,7 @@ soundfile reads: WAV, FLAC, ...; channels averaged), resampled to the model's ra
 :class:`asrkit.stream.features.StreamingFbank` in 30 s pieces (equal to the whole-file
 fbank, without its memory peak) and normalised as the model expects (the data-pipeline
 CMVN of the config, when set).  Decoding is :mod:`asrkit.decode`'s: the encoder output of
-:func:`asrkit.decode.search.encoder_output` (or the archive's encoder), the mode from
+:func:`asrkit.decode.batch.encoder_output` (or the archive's encoder), the mode from
 :data:`asrkit.decode.modes.REGISTRY`; token times come from :mod:`asrkit.decode.alignment`.
 """
 from __future__ import annotations
@@ -25,8 +25,9 @@ from asrkit.data.lists import ListEntry
 from asrkit.decode.alignment import AlignmentError, best_path_spans, forced_alignment
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
 from asrkit.decode.modes import REGISTRY, SharedOutputs
-from asrkit.decode.search import DecodingOptionError, check_decoding_options
+from asrkit.decode.options import DecodingOptionError, DecodingOptions
 from asrkit.stream.features import StreamingFbank
+from asrkit.transcribe.loading import ModelLoadError, load_archive, load_experiment
 from asrkit.transcribe.result import TokenTime, Transcript, group_words
 from asrkit.transcribe.segments import (Segment, Segmentation, blank_probabilities, endpoint_segments,
                                         segment_features)
@@ -128,9 +129,10 @@ class Transcriber:
         ``mode``: a decoding mode (:data:`asrkit.decode.MODES`); ``chunk``: decode as a
         streaming model with chunks of that many encoder frames and ``left_chunks`` left
         chunks (-1: all; recognize's ``--decoding_chunk_size`` /
-        ``--num_decoding_left_chunks``); ``None`` or 0: full context.  The other options
-        are those of :func:`asrkit.decode.decode`.  ``segmentation``: where audio is cut
-        into parts decoded one by one (:mod:`asrkit.transcribe.segments`); ``None``:
+        ``--num_decoding_left_chunks``); ``None``, 0 or negative: full context.  The other
+        options are those of :class:`asrkit.decode.DecodingOptions`, which they make up
+        (see :meth:`transcribe_with_options`).  ``segmentation``: where audio is cut into
+        parts decoded one by one (:mod:`asrkit.transcribe.segments`); ``None``:
         :meth:`default_segmentation` (a chunk-trained model with a CTC head: at 0.25 s
         pauses; any other: only audio longer than 30 s, at endpoints).
 
@@ -138,11 +140,27 @@ class Transcriber:
         audio, empty, shorter than the model's shortest input),
         :class:`asrkit.decode.ModeError` / :class:`asrkit.decode.DecodingOptionError` for
         a mode or option this model cannot run."""
-        chunk = 0 if chunk is None or chunk < 0 else int(chunk)
-        check_decoding_options(chunk, left_chunks, False, length_penalty, blank_penalty)
+        options = DecodingOptions(modes=(mode,), beam_size=beam_size, ctc_weight=ctc_weight,
+                                  reverse_weight=reverse_weight, blank_skip_threshold=blank_skip_threshold,
+                                  length_penalty=length_penalty, blank_penalty=blank_penalty,
+                                  decoding_chunk_size=0 if chunk is None or chunk < 0 else int(chunk),
+                                  num_decoding_left_chunks=left_chunks)
+        return self.transcribe_with_options(audio, options, sample_rate, segmentation)
+
+    def transcribe_with_options(self, audio: Union[str, os.PathLike, np.ndarray, torch.Tensor],
+                                options: DecodingOptions, sample_rate: Optional[int] = None,
+                                segmentation: Optional[Segmentation] = None) -> Transcript:
+        """:meth:`transcribe` with the decoding options built beforehand (as ``asrkit
+        transcribe`` builds them once for all its files): ``options.modes`` holds the one
+        mode; ``batch_size`` does not apply, nor ``simulate_streaming`` to an exported
+        archive (whose encoder has no chunk-by-chunk form).  Raises as :meth:`transcribe`."""
+        if len(options.modes) != 1:
+            raise DecodingOptionError(f"transcription decodes with one mode, got {len(options.modes)}: "
+                                      f"{' '.join(options.modes)}")
+        mode = options.modes[0]
         b = self.backend
         self.check_mode(mode)
-        if reverse_weight > 0.0 and not b.bidirectional:
+        if options.reverse_weight > 0.0 and not b.bidirectional:
             raise DecodingOptionError("reverse_weight > 0 needs a model with decoder bitransformer")
         samples, rate, name = read_samples(audio, sample_rate)
         feats = self.features(samples, rate)
@@ -155,30 +173,27 @@ class Transcriber:
         segments = [Segment(0, out_frames, True)]
         segmentation = segmentation or self.default_segmentation()
         if duration > segmentation.threshold_s:
-            probs = (blank_probabilities(b, feats, chunk, left_chunks, segmentation.window_s,
-                                         segmentation.context_s, self.device)
+            probs = (blank_probabilities(b, feats, options, segmentation.window_s, segmentation.context_s,
+                                         self.device)
                      if b.has_ctc else torch.zeros(out_frames))  # (no CTC head: only the length rules cut)
             segments = endpoint_segments(probs, b.subsampling * b.frame_shift / 1000.0, segmentation.rules,
                                          segmentation.blank_threshold)
-        options = dict(beam_size=beam_size, ctc_weight=ctc_weight, reverse_weight=reverse_weight,
-                       blank_skip_threshold=blank_skip_threshold, length_penalty=length_penalty,
-                       blank_penalty=blank_penalty)
         decoded = []
         for segment in segments:
             if segment.speech:
                 x = segment_features(feats, segment, b.subsampling, b.right_context)
-                decoded.append((segment, *self._decode(x, mode, chunk, left_chunks, options)))
+                decoded.append((segment, *self._decode(x, mode, options)))
         return self._transcript(decoded, duration, mode)
 
     @torch.inference_mode()
-    def _decode(self, feats: torch.Tensor, mode: str, chunk: int, left_chunks: int, options: dict
+    def _decode(self, feats: torch.Tensor, mode: str, options: DecodingOptions
                 ) -> tuple[list[int], Optional[list[tuple[int, int]]]]:
         """Token ids of one segment and their spans in its encoder frames (``None``: no
         CTC head, or tokens the CTC frames cannot hold)."""
         b = self.backend
         x = feats.unsqueeze(0).to(self.device)
-        enc, lengths = b.encode(x, torch.tensor([x.size(1)], device=self.device), chunk, left_chunks)
-        shared = SharedOutputs(b.searcher, enc, lengths, **options)
+        enc, lengths = b.encode(x, torch.tensor([x.size(1)], device=self.device), options)
+        shared = SharedOutputs.from_options(b.searcher, enc, lengths, options)
         ids = [int(t) for t in REGISTRY[mode].run(shared)[0]]
         if not b.has_ctc:
             return ids, None
@@ -233,8 +248,6 @@ def load_model(source: Union[str, os.PathLike], checkpoint: Optional[Union[str, 
     ``device``: where the model runs (``cpu``, ``cuda``, ...).  Raises
     :class:`asrkit.transcribe.loading.ModelLoadError` (or the config/units/checkpoint
     loaders' own errors, all ``ValueError``/``RuntimeError`` with one-line messages)."""
-    from asrkit.transcribe.loading import ModelLoadError, load_archive, load_experiment
-
     path = Path(source)
     if path.is_dir():
         backend = load_experiment(path, checkpoint, device, list(overrides))

@@ -240,8 +240,8 @@ def test_decode_rtf_times_a_checkpoint_decoding_every_utterance_once(tiny_experi
     assert sorted(n for _, (_, _, lengths, _) in timed for n in lengths.tolist()) == \
         sorted(fbank_frames(w) for w in files)
     assert len(timed) == 3  # 12 utterances, batches of 4
-    for _, (decoding_model, _, _, modes) in decoded:
-        assert modes == list(MODES)
+    for _, (decoding_model, _, _, options) in decoded:
+        assert options.modes == MODES
         torch.testing.assert_close(decoding_model.ctc.ctc_lo.bias, model.ctc.ctc_lo.bias, rtol=0, atol=0)
     timed_s = sum(s for s, _ in timed)
     assert timed_s - 1e-4 * audio <= report["rtf"] * audio < wall

@@ -10,7 +10,7 @@ from asrkit.bin.recognize import main
 from asrkit.config import load_config
 from asrkit.data.lists import read_list
 from asrkit.data.processors import build_sample_processor
-from asrkit.decode import MODES, decode
+from asrkit.decode import MODES, DecodingOptions, decode
 from asrkit.models import AsrModel, build_model
 from asrkit.text import build_tokenizer, write_units
 from tests.helpers import REPO
@@ -78,7 +78,7 @@ def test_recognize_writes_one_text_per_mode_matching_direct_decoding(experiment,
     expected = {m: [] for m in MODES}
     for entry in entries:  # one utterance at a time, no batching
         batch = processor.collate([processor(entry, 0)])
-        hyps = decode(model, batch["feats"], batch["feats_lengths"], MODES, beam_size=3)
+        hyps = decode(model, batch["feats"], batch["feats_lengths"], DecodingOptions(modes=MODES, beam_size=3))
         for mode in MODES:
             expected[mode].append(tokenizer.decode(hyps[mode][0]))
     for mode in MODES:
@@ -147,6 +147,7 @@ def test_recognize_decodes_a_wenet_shard_list_as_its_raw_list(experiment, tiny_c
     (["--decoding_chunk_size", "4", "--num_decoding_left_chunks", "-3"], "num_decoding_left_chunks must be -1"),
     (["--length_penalty", "-1"], "length_penalty must be >= 0, got -1.0"),
     (["--blank_penalty", "-0.5"], "blank_penalty must be >= 0, got -0.5"),
+    (["--batch_size", "0"], "batch_size must be >= 1, got 0"),
 ])
 def test_bad_decoding_options_exit_2_in_one_line_before_anything_loads(options, message, tmp_path, caplog):
     code = main(["--config", str(tmp_path / "absent.yaml"), "--checkpoint", str(tmp_path / "absent.pt"),
@@ -173,10 +174,10 @@ def test_recognize_hands_penalties_and_chunking_to_decoding(experiment, tiny_cor
     tokenizer = build_tokenizer(cfg)
     processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False)
     expected = {mode: [] for mode in modes}
+    options = DecodingOptions(modes=modes, beam_size=3, length_penalty=1.5, blank_penalty=1.0)
     for entry in entries:  # one utterance at a time
         batch = processor.collate([processor(entry, 0)])
-        hyps = decode(model, batch["feats"], batch["feats_lengths"], modes, beam_size=3, length_penalty=1.5,
-                      blank_penalty=1.0)
+        hyps = decode(model, batch["feats"], batch["feats_lengths"], options)
         for mode in modes:
             expected[mode].append(tokenizer.decode(hyps[mode][0]))
     for mode in modes:

@@ -14,8 +14,8 @@ from asrkit.bin import average_model, export, recognize
 from asrkit.bin.bad_input import load_text_inputs
 from asrkit.config import load_config
 from asrkit.data.lists import read_list
-from asrkit.decode import MODES, decode
-from asrkit.decode.recognizer import load_model
+from asrkit.decode import MODES, DecodingOptions, decode
+from asrkit.decode.recognizer import build_trained_model
 from asrkit.export import load_exported
 from asrkit.text import read_units
 from tests.helpers import train_here
@@ -54,23 +54,24 @@ def test_the_trained_model_decodes_with_the_dictionary_ids(experiment, tiny_expe
         ids = tokenizer.encode(entry.txt)
         assert min(ids) >= 3 and tokenizer.decode(ids) == entry.txt
     assert tokenizer.unk_count == 0
-    model = load_model(cfg, avg, tokenizer.vocabulary)
+    model = build_trained_model(cfg, avg, tokenizer.vocabulary)
     assert (model.sos, model.eos, model.blank_id, model.vocab_size) == (SOS_EOS, SOS_EOS, 0, 19)
     g = torch.Generator().manual_seed(3)
     feats, lengths = torch.randn(3, 90, 40, generator=g), torch.tensor([90, 70, 50])
     with torch.no_grad():
-        hyps = decode(model, feats, lengths, MODES, beam_size=4, reverse_weight=0.3)
+        hyps = decode(model, feats, lengths, DecodingOptions(modes=MODES, beam_size=4, reverse_weight=0.3))
         for mode in MODES:
             assert all(0 < t < 19 and t != SOS_EOS for h in hyps[mode] for t in h), (mode, hyps[mode])
         limit = model.encode(feats, lengths)[1].tolist()
         # attention search ends a hypothesis at id 2 ...
         bias = model.decoder.left_decoder.output_layer.bias
         bias[SOS_EOS] += 100.0
-        assert decode(model, feats, lengths, ["attention"], beam_size=4)["attention"] == [[], [], []]
+        attention = DecodingOptions(modes=["attention"], beam_size=4)
+        assert decode(model, feats, lengths, attention)["attention"] == [[], [], []]
         bias[SOS_EOS] -= 100.0
         # ... and not at the last id: a decoder that only says 18 runs to the length limit
         bias[LAST] += 100.0
-        assert decode(model, feats, lengths, ["attention"], beam_size=4)["attention"] == [[LAST] * n for n in limit]
+        assert decode(model, feats, lengths, attention)["attention"] == [[LAST] * n for n in limit]
         bias[LAST] -= 100.0
 
 
@@ -81,7 +82,7 @@ def test_training_targets_use_the_dictionary_ids(experiment, tiny_experiment, mo
     root, model_dir, avg = experiment
     cfg = load_config(model_dir / "train.yaml")
     tokenizer = load_text_inputs(cfg, model_cmvn=False)
-    model = load_model(cfg, avg, tokenizer.vocabulary).train()
+    model = build_trained_model(cfg, avg, tokenizer.vocabulary).train()
     texts = [e.txt for e in read_list(tiny_experiment.corpus.splits["dev"].data_list) if " " in e.txt][:3]
     ids = [torch.tensor(tokenizer.encode(t)) for t in texts]
     target = torch.nn.utils.rnn.pad_sequence(ids, batch_first=True, padding_value=-1)

@@ -7,7 +7,8 @@ import sys
 import pytest
 import torch
 
-from asrkit.decode import MODES, REGISTRY, DecodingMode, ModeError, Searcher, check_modes, decode, register_mode
+from asrkit.decode import (MODES, REGISTRY, DecodingMode, DecodingOptions, ModeError, Searcher, check_modes, decode,
+                           register_mode)
 from asrkit.decode.modes import ATTENTION_DECODER, CTC_HEAD
 from tests.helpers import REPO
 from tests.models.tiny import tiny_model
@@ -43,7 +44,7 @@ def test_impossible_modes_are_refused_in_one_line(ctc_weight, mode, message):
 def test_attention_only_model_decodes_with_attention():
     model = tiny_model(vocab_size=9, seed=4, model_conf={"ctc_weight": 0.0}).eval()
     x, lengths = torch.randn(2, 40, 20), torch.tensor([40, 29])
-    hyps = decode(model, x, lengths, ["attention"], beam_size=3)
+    hyps = decode(model, x, lengths, DecodingOptions(modes=["attention"], beam_size=3))
     assert list(hyps) == ["attention"] and len(hyps["attention"]) == 2
 
 
@@ -65,8 +66,8 @@ def test_a_new_mode_is_one_entry_and_shares_the_nbest(monkeypatch):
     register_mode(second)
     try:
         x, lengths = torch.randn(2, 50, 20, generator=torch.Generator().manual_seed(0)), torch.tensor([50, 41])
-        hyps = decode(model, x, lengths, ["ctc_second_best", "ctc_prefix_beam_search", "attention_rescoring"],
-                      beam_size=4)
+        modes = ["ctc_second_best", "ctc_prefix_beam_search", "attention_rescoring"]
+        hyps = decode(model, x, lengths, DecodingOptions(modes=modes, beam_size=4))
         assert len(calls) == 1  # one prefix beam search for the three modes
         with torch.no_grad():
             enc, enc_lengths = model.encode(x, lengths)

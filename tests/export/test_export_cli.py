@@ -12,7 +12,7 @@ from asrkit.bin.export import main
 from asrkit.config import load_config
 from asrkit.data.lists import read_list
 from asrkit.data.processors import build_sample_processor
-from asrkit.decode import decode
+from asrkit.decode import DecodingOptions, decode
 from asrkit.export import load_exported
 from asrkit.models import build_model
 from asrkit.text import build_tokenizer
@@ -126,7 +126,7 @@ def test_decode_exported_tool_matches_eager_recognition(exported, tiny_corpus, t
     for first in range(0, len(order), 2):
         group = order[first:first + 2]
         batch = processor.collate([processor(entries[i], 0) for i in group])
-        hyps = decode(model, batch["feats"], batch["feats_lengths"], MODES, beam_size=3)
+        hyps = decode(model, batch["feats"], batch["feats_lengths"], DecodingOptions(modes=MODES, beam_size=3))
         for mode in MODES:
             for j, i in enumerate(group):
                 expected[mode][keys[i]] = tokenizer.decode(hyps[mode][j])
@@ -154,7 +154,8 @@ def test_decode_exported_tool_decodes_with_attention(exported, tiny_corpus, tmp_
     expected = {}
     for entry in entries:
         batch = processor.collate([processor(entry, 0)])
-        hyps = decode(model, batch["feats"], batch["feats_lengths"], ["attention"], beam_size=2)
+        hyps = decode(model, batch["feats"], batch["feats_lengths"], DecodingOptions(modes=["attention"],
+                                                                                     beam_size=2))
         expected[entry.key] = tokenizer.decode(hyps["attention"][0])
     printed = dict((line.split(" ", 1) + [""])[:2] for line in proc.stdout.splitlines())
     assert printed == expected

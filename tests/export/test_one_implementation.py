@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from asrkit.config import TrainConfig, build
-from asrkit.decode import MODES, decode
+from asrkit.decode import MODES, DecodingOptions, decode
 from asrkit.export import script_model
 from asrkit.models import build_model
 from asrkit.text.vocabulary import Vocabulary
@@ -99,11 +99,11 @@ def sos_at_2():
 def test_sos_eos_at_id_2_decodes_correctly_eager_and_scripted(sos_at_2):
     """Every mode gives the transcripts (ids 3.., no <sos/eos>), eager and exported alike."""
     model, units, x, lengths, targets = sos_at_2
-    expected = decode(model, x, lengths, MODES, beam_size=4)
+    expected = decode(model, x, lengths, DecodingOptions(modes=MODES, beam_size=4))
     for mode in MODES:
         assert expected[mode] == targets, mode
     exported = script_model(model, units, **FEAT)
     assert exported.sos_symbol() == exported.eos_symbol() == 2
     with torch.no_grad():
-        got = exported.decode(x, lengths, 4, 0.3, 0.0, 0.999, list(MODES))
+        got = exported.decode(x, lengths, beam_size=4, modes=list(MODES))
         assert got == expected

@@ -12,8 +12,7 @@ import soundfile as sf
 import torch
 import torchaudio
 
-from asrkit.decode import decode
-from asrkit.decode import rescoring_scores
+from asrkit.decode import DecodingOptions, decode, rescoring_scores
 from asrkit.decode.ctc_search import Hypothesis, ctc_prefix_beam_search
 from asrkit.export import ExportCheckError, check_against_eager, export_model, load_exported, script_model
 from tests.models.tiny import tiny_model
@@ -40,11 +39,11 @@ def batch(lengths, dim=20, seed=0):
 def assert_same(model, scripted, x, lengths, **kw):
     """Every mode of the scripted module equals eager decode(); encoder within 1e-5."""
     modes = [m for m in MODES if m != "attention_rescoring" or model.decoder is not None]
-    expected = decode(model, x, lengths, modes, **kw)
+    expected = decode(model, x, lengths, DecodingOptions(modes=modes, **kw))
     beam, cw = kw.get("beam_size", 10), kw.get("ctc_weight", 0.3)
     rw, thr = kw.get("reverse_weight", 0.0), kw.get("blank_skip_threshold", 0.999)
     with torch.no_grad():
-        got = scripted.decode(x, lengths, beam, cw, rw, thr)
+        got = scripted.decode(x, lengths, beam_size=beam, ctc_weight=cw, reverse_weight=rw, blank_skip_threshold=thr)
         assert got == expected
         assert scripted.ctc_greedy_search(x, lengths) == expected["ctc_greedy_search"]
         assert scripted.ctc_prefix_beam_search(x, lengths, beam, thr) == expected["ctc_prefix_beam_search"]
@@ -82,7 +81,7 @@ def test_random_models_match_eager(kind):
     assert scripted.is_bidirectional_decoder() == (kind == "transformer_bidirectional")
     assert scripted.has_decoder() == (kind != "ctc_only")
     if kind == "ctc_only":
-        assert "attention_rescoring" not in scripted.decode(x, lengths, 4, 0.3, 0.0, 0.999)
+        assert "attention_rescoring" not in scripted.decode(x, lengths, beam_size=4)
         with pytest.raises(Exception, match="needs an attention decoder"):
             scripted.attention_rescoring(x, lengths, 4, 0.3, 0.0, 0.999)
     else:
@@ -100,11 +99,13 @@ def test_wenet_penalties_match_eager():
     scripted = script_model(model, units_for(9), **FEAT)
     x, lengths = batch([61, 45, 30], seed=5)
     modes = ["ctc_greedy_search", "ctc_prefix_beam_search", "attention", "attention_rescoring"]
-    plain = decode(model, x, lengths, modes, beam_size=4)
+    plain = decode(model, x, lengths, DecodingOptions(modes=modes, beam_size=4))
     for lp, bp in ((1.5, 0.0), (0.0, 2.0)):
-        expected = decode(model, x, lengths, modes, beam_size=4, length_penalty=lp, blank_penalty=bp)
+        expected = decode(model, x, lengths, DecodingOptions(modes=modes, beam_size=4, length_penalty=lp,
+                                                             blank_penalty=bp))
         with torch.no_grad():
-            assert scripted.decode(x, lengths, 4, 0.3, 0.0, 0.999, modes, lp, bp) == expected
+            got = scripted.decode(x, lengths, beam_size=4, modes=modes, length_penalty=lp, blank_penalty=bp)
+            assert got == expected
             assert scripted.attention(x, lengths, 4, lp) == expected["attention"]
             assert scripted.ctc_greedy_search(x, lengths, bp) == expected["ctc_greedy_search"]
             assert scripted.ctc_prefix_beam_search(x, lengths, 4, 0.999, bp) == expected["ctc_prefix_beam_search"]
@@ -237,9 +238,9 @@ def test_saved_archive_round_trip(tmp_path):
     # the data-pipeline CMVN is inside the exported module: raw features in, same hypotheses
     x, lengths = batch([50, 33, 12], seed=7)
     normalised = (x - cmvn[0]) * cmvn[1]
-    expected = decode(model, normalised, lengths, MODES, beam_size=3)
+    expected = decode(model, normalised, lengths, DecodingOptions(modes=MODES, beam_size=3))
     with torch.no_grad():
-        assert plain.decode(x, lengths, 3, 0.3, 0.0, 0.999) == expected
+        assert plain.decode(x, lengths, beam_size=3) == expected
         # batch of one, and a different batch size than the one scripted with
         assert plain.ctc_greedy_search(x[2:, :12], lengths[2:]) == expected["ctc_greedy_search"][2:]
         with pytest.raises(Exception, match="frames"):  # too short for the subsampling
@@ -294,11 +295,11 @@ def test_attention_only_model_exports_and_refuses_the_ctc_modes(tmp_path):
     scripted, extra = load_exported(tmp_path / "final.zip")
     assert json.loads(extra["meta.json"])["modes"] == ["attention"] == scripted.supported_modes()
     x, lengths = batch([50, 31], seed=9)
-    expected = decode(model, x, lengths, ["attention"], beam_size=3)
+    expected = decode(model, x, lengths, DecodingOptions(modes=["attention"], beam_size=3))
     assert any(expected["attention"])
     with torch.no_grad():
         assert scripted.attention(x, lengths, 3) == expected["attention"]
-        assert scripted.decode(x, lengths, 3, 0.3, 0.0, 0.999) == expected
+        assert scripted.decode(x, lengths, beam_size=3) == expected
         with pytest.raises(Exception, match="mode ctc_greedy_search needs a CTC head"):
             scripted.ctc_greedy_search(x, lengths)
         with pytest.raises(Exception, match="mode attention_rescoring needs a CTC head"):

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from asrkit.decode import decode
+from asrkit.decode import DecodingOptions, decode
 from asrkit.decode.ctc_search import PrefixBeamSearch, ctc_prefix_beam_search_nbest
 from asrkit.export import export_model, load_exported, script_model
 from asrkit.text.units import read_units
@@ -193,9 +193,10 @@ def test_runtime_drive_equals_eager_asrkit(model, archive, utterances, chunk_siz
             log_probs = model.ctc_log_probs(masked)
             want_nbest, want_scores = ctc_prefix_beam_search_nbest(log_probs, torch.tensor([masked.size(1)]), 10,
                                                                    0, 1.0)
-            want = decode(model, feats[None], lengths, ["attention_rescoring"], beam_size=10, ctc_weight=0.5,
-                          reverse_weight=reverse_weight, blank_skip_threshold=1.0,
-                          decoding_chunk_size=chunk_size, num_decoding_left_chunks=num_left_chunks)
+            options = DecodingOptions(modes=["attention_rescoring"], beam_size=10, ctc_weight=0.5,
+                                      reverse_weight=reverse_weight, blank_skip_threshold=1.0,
+                                      decoding_chunk_size=chunk_size, num_decoding_left_chunks=num_left_chunks)
+            want = decode(model, feats[None], lengths, options)
         assert got.nbest == want_nbest[0], utt["wav"]
         assert got.ctc_scores == pytest.approx(want_scores[0], abs=1e-3), utt["wav"]
         assert got.tokens == want["attention_rescoring"][0], utt["wav"]

@@ -8,6 +8,7 @@ import pytest
 import soundfile
 import torch
 
+from asrkit.decode import DecodingOptionError, DecodingOptions
 from asrkit.stream.recognizer import StreamingRecognizer
 from tests.models.test_wenet_reference import FIXTURES, load_wenet_model
 
@@ -26,8 +27,9 @@ def audio(name: str) -> torch.Tensor:
 
 
 def stream(model, samples: torch.Tensor, piece: int, left: int, **kwargs):
-    recognizer = StreamingRecognizer(model, chunk_size=4, num_left_chunks=left, beam_size=4, ctc_weight=0.3,
-                                     reverse_weight=0.3, **kwargs)
+    options = DecodingOptions(decoding_chunk_size=4, num_decoding_left_chunks=left, beam_size=4, ctc_weight=0.3,
+                              reverse_weight=0.3)
+    recognizer = StreamingRecognizer(model, options, **kwargs)
     results = []
     for start in range(0, samples.numel(), piece):
         results += recognizer.accept_waveform(samples[start:start + piece])
@@ -69,3 +71,9 @@ def test_an_endpoint_ends_the_first_utterance_in_the_silence_after_it(model):
     assert end_of_first + 0.5 <= finals[0].audio_s < end_of_first + 2.0, [(r.final, r.audio_s) for r in results]
     assert finals[0].tokens == alone.tokens
     assert len(finals) >= 2 and results[-1].final and results[-1].tokens
+
+
+def test_streaming_needs_a_chunk_size(model):
+    for full_context in (0, -1):
+        with pytest.raises(DecodingOptionError, match="streaming needs decoding_chunk_size > 0"):
+            StreamingRecognizer(model, DecodingOptions(decoding_chunk_size=full_context))

@@ -1,11 +1,14 @@
-"""``decode``: all four modes from one encoder pass, on a tiny model overfit to real
-synthesized speech; where WeNet's penalties apply; what the chunk options hand the encoder."""
+"""``decode`` (asrkit.decode.batch): all four modes from one encoder pass, on a tiny model
+overfit to real synthesized speech; where WeNet's penalties apply; what the chunk options
+hand the encoder."""
+from dataclasses import replace
+
 import pytest
 import soundfile as sf
 import torch
 import torchaudio
 
-from asrkit.decode import MODES, DecodingOptionError, Searcher, decode
+from asrkit.decode import MODES, DecodingOptions, Searcher, decode
 from asrkit.models.cmvn import GlobalCMVN
 from tests.models.tiny import tiny_model
 
@@ -55,7 +58,7 @@ def overfit(tiny_corpus):
 @pytest.mark.slow
 def test_overfit_model_decodes_exact_transcripts_in_all_modes(overfit):
     model, x, x_lengths, targets = overfit
-    hyps = decode(model, x, x_lengths, MODES, beam_size=4, ctc_weight=0.3)
+    hyps = decode(model, x, x_lengths, DecodingOptions(modes=MODES, beam_size=4, ctc_weight=0.3))
     assert list(hyps) == list(MODES)
     for mode in MODES:
         assert hyps[mode] == targets, mode
@@ -63,9 +66,9 @@ def test_overfit_model_decodes_exact_transcripts_in_all_modes(overfit):
 
 def test_hypotheses_same_alone_and_in_padded_batch(overfit):
     model, x, x_lengths, _ = overfit
-    batch = decode(model, x, x_lengths, MODES, beam_size=4)
+    batch = decode(model, x, x_lengths, DecodingOptions(modes=MODES, beam_size=4))
     for b, n in enumerate(x_lengths.tolist()):
-        alone = decode(model, x[b:b + 1, :n], x_lengths[b:b + 1], MODES, beam_size=4)
+        alone = decode(model, x[b:b + 1, :n], x_lengths[b:b + 1], DecodingOptions(modes=MODES, beam_size=4))
         for mode in MODES:
             assert alone[mode][0] == batch[mode][b], mode
 
@@ -77,9 +80,10 @@ def test_random_model_hypotheses_same_alone_and_in_batch():
     g = torch.Generator().manual_seed(0)
     lengths = [50, 37, 29]
     x = torch.randn(3, 50, 20, generator=g)
-    batch = decode(model, x, torch.tensor(lengths), MODES, beam_size=3, ctc_weight=0.5)
+    options = DecodingOptions(modes=MODES, beam_size=3, ctc_weight=0.5)
+    batch = decode(model, x, torch.tensor(lengths), options)
     for b, n in enumerate(lengths):
-        alone = decode(model, x[b:b + 1, :n], torch.tensor([n]), MODES, beam_size=3, ctc_weight=0.5)
+        alone = decode(model, x[b:b + 1, :n], torch.tensor([n]), options)
         for mode in MODES:
             assert alone[mode][0] == batch[mode][b], mode
 
@@ -88,10 +92,10 @@ def test_modes_are_checked():
     model = tiny_model(model_conf={"ctc_weight": 1.0}).eval()
     x, lengths = torch.randn(1, 30, 20), torch.tensor([30])
     with pytest.raises(ValueError, match="unknown decoding mode"):
-        decode(model, x, lengths, ["beam"])
+        decode(model, x, lengths, DecodingOptions(modes=["beam"]))
     with pytest.raises(ValueError, match="mode attention needs an attention decoder; this model has none"):
-        decode(model, x, lengths, ["attention"])
-    assert list(decode(model, x, lengths, ["ctc_greedy_search"])) == ["ctc_greedy_search"]
+        decode(model, x, lengths, DecodingOptions(modes=["attention"]))
+    assert list(decode(model, x, lengths, DecodingOptions(modes=["ctc_greedy_search"]))) == ["ctc_greedy_search"]
 
 
 # ------------------------------------------------------------------ penalties
@@ -111,8 +115,9 @@ def test_blank_penalty_reaches_every_ctc_search_and_the_rescoring_scores_only():
     model = penalised_model()
     x, lengths = torch.randn(3, 50, 20, generator=torch.Generator().manual_seed(1)), torch.tensor([50, 37, 29])
     penalty = 2.0
-    got = decode(model, x, lengths, MODES, beam_size=3, ctc_weight=0.5, blank_penalty=penalty)
-    plain = decode(model, x, lengths, MODES, beam_size=3, ctc_weight=0.5)
+    plain = DecodingOptions(modes=MODES, beam_size=3, ctc_weight=0.5)
+    got = decode(model, x, lengths, replace(plain, blank_penalty=penalty))
+    plain = decode(model, x, lengths, plain)
     searcher = Searcher.of_model(model)
     with torch.no_grad():
         enc, enc_lengths = model.encode(x, lengths)
@@ -133,8 +138,8 @@ def test_blank_penalty_reaches_every_ctc_search_and_the_rescoring_scores_only():
 def test_length_penalty_reaches_the_attention_mode_only():
     model = penalised_model()
     x, lengths = torch.randn(3, 50, 20, generator=torch.Generator().manual_seed(1)), torch.tensor([50, 37, 29])
-    got = decode(model, x, lengths, MODES, beam_size=4, length_penalty=1.0)
-    plain = decode(model, x, lengths, MODES, beam_size=4)
+    got = decode(model, x, lengths, DecodingOptions(modes=MODES, beam_size=4, length_penalty=1.0))
+    plain = decode(model, x, lengths, DecodingOptions(modes=MODES, beam_size=4))
     with torch.no_grad():
         enc, enc_lengths = model.encode(x, lengths)
         expected, _ = Searcher.of_model(model).attention_beam(enc, enc_lengths, 4, 1.0)
@@ -164,14 +169,14 @@ def recording_encode(monkeypatch, model):
 def test_chunk_size_reaches_the_masked_encoder_forward(monkeypatch):
     model = penalised_model()
     x, lengths = torch.randn(2, 40, 20, generator=torch.Generator().manual_seed(3)), torch.tensor([40, 26])
-    expected = decode(model, x, lengths, MODES, beam_size=3)
+    expected = decode(model, x, lengths, DecodingOptions(modes=MODES, beam_size=3))
     calls = recording_encode(monkeypatch, model)
-    assert decode(model, x, lengths, MODES, beam_size=3, decoding_chunk_size=4, num_decoding_left_chunks=2) \
-        == expected
-    assert decode(model, x, lengths, MODES, beam_size=3, decoding_chunk_size=16) == expected
+    options = DecodingOptions(modes=MODES, beam_size=3)
+    assert decode(model, x, lengths, replace(options, decoding_chunk_size=4, num_decoding_left_chunks=2)) == expected
+    assert decode(model, x, lengths, replace(options, decoding_chunk_size=16)) == expected
     for full_context in (0, -1):  # full context: the plain forward, left chunks ignored
-        assert decode(model, x, lengths, MODES, beam_size=3, decoding_chunk_size=full_context,
-                      num_decoding_left_chunks=3) == expected
+        assert decode(model, x, lengths, replace(options, decoding_chunk_size=full_context,
+                                                 num_decoding_left_chunks=3)) == expected
     assert calls == [{"chunk_size": 4, "num_left_chunks": 2}, {"chunk_size": 16, "num_left_chunks": -1}, {}, {}]
 
 
@@ -183,7 +188,7 @@ def test_simulate_streaming_runs_each_utterance_alone_through_forward_chunk_by_c
     model.cmvn = GlobalCMVN(torch.randn(20, generator=g), torch.rand(20, generator=g) + 0.5)
     lengths = torch.tensor([31, 48, 22])
     x = torch.randn(3, 48, 20, generator=g)
-    expected = decode(model, x, lengths, MODES, beam_size=3)
+    expected = decode(model, x, lengths, DecodingOptions(modes=MODES, beam_size=3))
     calls = []
 
     def forward_chunk_by_chunk(xs, decoding_chunk_size, num_decoding_left_chunks):
@@ -191,8 +196,8 @@ def test_simulate_streaming_runs_each_utterance_alone_through_forward_chunk_by_c
         return model.encoder(xs, torch.tensor([xs.size(1)]))
     monkeypatch.setattr(model.encoder, "forward_chunk_by_chunk", forward_chunk_by_chunk, raising=False)
     encode_calls = recording_encode(monkeypatch, model)
-    got = decode(model, x, lengths, MODES, beam_size=3, decoding_chunk_size=8, num_decoding_left_chunks=1,
-                 simulate_streaming=True)
+    got = decode(model, x, lengths, DecodingOptions(modes=MODES, beam_size=3, decoding_chunk_size=8,
+                                                    num_decoding_left_chunks=1, simulate_streaming=True))
     assert got == expected
     assert encode_calls == []  # (the batch forward is not used)
     assert [(c[1], c[2]) for c in calls] == [(8, 1)] * 3
@@ -200,17 +205,3 @@ def test_simulate_streaming_runs_each_utterance_alone_through_forward_chunk_by_c
         n = int(lengths[b])
         assert xs.shape == (1, n, 20)
         torch.testing.assert_close(xs, model.cmvn(x[b:b + 1, :n]))
-
-
-@pytest.mark.parametrize("options, message", [
-    (dict(decoding_chunk_size=-2), "decoding_chunk_size must be -1 or 0"),
-    (dict(num_decoding_left_chunks=-2, decoding_chunk_size=4), "num_decoding_left_chunks must be -1"),
-    (dict(simulate_streaming=True), "simulate_streaming needs decoding_chunk_size > 0, got 0"),
-    (dict(simulate_streaming=True, decoding_chunk_size=-1), "simulate_streaming needs decoding_chunk_size > 0"),
-    (dict(length_penalty=-0.5), "length_penalty must be >= 0"),
-    (dict(blank_penalty=-1.0), "blank_penalty must be >= 0"),
-])
-def test_bad_decoding_options_are_refused(options, message):
-    model = tiny_model(vocab_size=9).eval()
-    with pytest.raises(DecodingOptionError, match=message):
-        decode(model, torch.randn(1, 30, 20), torch.tensor([30]), MODES, **options)

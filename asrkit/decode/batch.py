@@ -1,0 +1,68 @@
+"""Decoding a padded batch: the encoder runs once (full context, masked chunks, or chunk
+by chunk with caches) and its output feeds every requested mode (the registry,
+:mod:`asrkit.decode.modes`; the searches themselves are :class:`asrkit.decode.searcher.Searcher`'s
+methods)."""
+from __future__ import annotations
+
+import torch
+
+from asrkit.decode.modes import REGISTRY, SharedOutputs, check_modes
+from asrkit.decode.options import DecodingOptions
+from asrkit.decode.searcher import Searcher
+
+
+def encoder_output(model, feats: torch.Tensor, feats_lengths: torch.Tensor, options: DecodingOptions
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(encoder_out [B, T', D], encoder_lengths [B])`` of ``feats [B, T, F]`` (padded)
+    as decoding with ``options`` sees it (``decoding_chunk_size``,
+    ``num_decoding_left_chunks`` and ``simulate_streaming``; the others do not matter here):
+
+    * ``decoding_chunk_size`` -1 or 0: full context, ``model.encode(feats, lengths)``;
+      ``num_decoding_left_chunks`` has no effect.
+    * ``decoding_chunk_size = N > 0``: the masked full forward,
+      ``model.encode(feats, lengths, chunk_size=N, num_left_chunks=M)``: each encoder frame
+      attends to its chunk of ``N`` frames and ``M`` chunks before it (all for ``M = -1``).
+    * with ``simulate_streaming`` (``N > 0``): each utterance alone, trimmed to its length,
+      CMVN applied, through ``model.encoder.forward_chunk_by_chunk(xs [1, T_b, F], N, M)``
+      (the encoder fed chunk by chunk, carrying its attention and convolution caches); the
+      outputs zero-padded to the longest, lengths as the encoder returned them.  It equals
+      the masked forward (to rounding) -- it is the streaming path, run offline.
+    """
+    chunk, left_chunks = options.decoding_chunk_size, options.num_decoding_left_chunks
+    if not options.chunked:
+        return model.encode(feats, feats_lengths)
+    if not options.simulate_streaming:
+        return model.encode(feats, feats_lengths, chunk_size=chunk, num_left_chunks=left_chunks)
+    outputs, lengths = [], []
+    for b, n in enumerate(feats_lengths.tolist()):
+        xs = feats[b:b + 1, :n]
+        if model.cmvn is not None:
+            xs = model.cmvn(xs)
+        out, out_lengths = model.encoder.forward_chunk_by_chunk(xs, chunk, left_chunks)
+        outputs.append(out[0, : int(out_lengths[0])])
+        lengths.append(int(out_lengths[0]))
+    padded = torch.nn.utils.rnn.pad_sequence(outputs, batch_first=True)
+    return padded, torch.tensor(lengths, dtype=torch.long, device=feats.device)
+
+
+@torch.inference_mode()
+def decode(model, feats: torch.Tensor, feats_lengths: torch.Tensor, options: DecodingOptions
+           ) -> dict[str, list[list[int]]]:
+    """Token ids per utterance for each of ``options.modes``, in that order, decoded as
+    :class:`asrkit.decode.options.DecodingOptions` says.
+
+    The encoder output comes from :func:`encoder_output`; every mode then runs on it as on
+    a full-context output.  ``ctc_prefix_beam_search`` and ``attention_rescoring`` share
+    one prefix beam search.  ``blank_penalty`` applies to every CTC search, including the
+    n-best and CTC scores of ``attention_rescoring``; ``length_penalty`` only ranks
+    ``attention`` hypotheses.  A mode the model cannot run raises
+    :class:`asrkit.decode.modes.ModeError`, ``reverse_weight > 0`` with
+    ``attention_rescoring`` on a model without a right-to-left decoder ``ValueError``.
+    The model should be in eval mode (``model.eval()``)."""
+    searcher = Searcher.of_model(model)
+    modes = check_modes(searcher, options.modes)
+    if options.reverse_weight > 0.0 and "attention_rescoring" in modes and not searcher.bidirectional:
+        raise ValueError("reverse_weight > 0 needs a model with decoder bitransformer")
+    enc_out, enc_lengths = encoder_output(model, feats, feats_lengths, options)
+    shared = SharedOutputs.from_options(searcher, enc_out, enc_lengths, options)
+    return {mode: REGISTRY[mode].run(shared) for mode in modes}

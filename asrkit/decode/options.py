@@ -1,0 +1,93 @@
+"""What a decoding run is told to do: one frozen :class:`DecodingOptions`, checked once,
+when it is built.  The command-line tools build it from their arguments and hand it to
+recognition (:mod:`asrkit.decode.recognizer`), transcription (:mod:`asrkit.transcribe`)
+and streaming (:mod:`asrkit.stream`); nothing below them checks it again.  Whether a
+model can run the modes is the registry's question (:func:`asrkit.decode.modes.check_modes`),
+asked where the model is known."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Tuple
+
+from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
+from asrkit.decode.modes import check_mode_names
+
+
+class DecodingOptionError(ValueError):
+    """A decoding option outside its range, or options that do not go together."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodingOptions:
+    """How to decode (WeNet's option names and defaults).
+
+    * ``modes``: registered decoding modes (:data:`asrkit.decode.modes.REGISTRY`), results
+      in this order; a list is stored as a tuple.  Transcription runs exactly one.
+    * ``beam_size``: beam of ``ctc_prefix_beam_search``, ``attention`` and the n-best of
+      ``attention_rescoring`` (and of the streaming prefix search).
+    * ``ctc_weight``, ``reverse_weight``: ``attention_rescoring`` ranks hypotheses by
+      ``(1 − reverse_weight)·l2r + reverse_weight·r2l + ctc_weight·CTC``.
+    * ``blank_skip_threshold``: prefix beam search: frames with P(blank) above it add no
+      new prefixes (1.0: none skipped).
+    * ``length_penalty`` (>= 0; 0: none): ``attention`` ranks by ``score / tokens **
+      length_penalty``.  ``blank_penalty`` (>= 0; 0: none): subtracted from the blank's
+      logit before every CTC search.
+    * ``decoding_chunk_size`` (-1 or 0: full context; ``N > 0``: every encoder frame sees
+      its chunk of ``N`` frames and ``num_decoding_left_chunks`` chunks before it, -1: all);
+      ``simulate_streaming`` (needs ``N > 0``): the encoder runs chunk by chunk with its
+      caches (see :func:`asrkit.decode.batch.encoder_output`).
+    * ``batch_size`` (>= 1): utterances per encoder pass when a data list is recognised.
+
+    Streaming (:class:`asrkit.stream.recognizer.StreamingRecognizer`) reads the chunk
+    options (``decoding_chunk_size > 0``), ``beam_size``, ``ctc_weight`` and
+    ``reverse_weight``; transcription every field but ``batch_size`` (and, for an exported
+    archive, ``simulate_streaming``).
+
+    Building one with a value out of range raises :class:`DecodingOptionError`, with an
+    unknown or no mode :class:`asrkit.decode.modes.ModeError` (one line naming the first
+    problem)."""
+
+    modes: Tuple[str, ...] = ("attention_rescoring",)
+    beam_size: int = 10
+    ctc_weight: float = 0.3
+    reverse_weight: float = 0.0
+    blank_skip_threshold: float = DEFAULT_BLANK_SKIP_THRESHOLD
+    length_penalty: float = 0.0
+    blank_penalty: float = 0.0
+    decoding_chunk_size: int = 0
+    num_decoding_left_chunks: int = -1
+    simulate_streaming: bool = False
+    batch_size: int = 16
+
+    def __post_init__(self):
+        if self.decoding_chunk_size < -1:
+            raise DecodingOptionError(f"decoding_chunk_size must be -1 or 0 (full context) or > 0 (chunk size in "
+                                      f"encoder frames), got {self.decoding_chunk_size}")
+        if self.num_decoding_left_chunks < -1:
+            raise DecodingOptionError(f"num_decoding_left_chunks must be -1 (all left chunks) or >= 0, "
+                                      f"got {self.num_decoding_left_chunks}")
+        if self.simulate_streaming and self.decoding_chunk_size <= 0:
+            raise DecodingOptionError(f"simulate_streaming needs decoding_chunk_size > 0, "
+                                      f"got {self.decoding_chunk_size}")
+        if self.length_penalty < 0.0:
+            raise DecodingOptionError(f"length_penalty must be >= 0, got {self.length_penalty}")
+        if self.blank_penalty < 0.0:
+            raise DecodingOptionError(f"blank_penalty must be >= 0, got {self.blank_penalty}")
+        if self.batch_size < 1:
+            raise DecodingOptionError(f"batch_size must be >= 1, got {self.batch_size}")
+        if isinstance(self.modes, str):
+            raise TypeError(f"modes is a sequence of mode names, got the string {self.modes!r}")
+        object.__setattr__(self, "modes", tuple(check_mode_names(self.modes)))
+
+    @property
+    def chunked(self) -> bool:
+        """Whether the encoder sees chunks (``decoding_chunk_size > 0``), not full context."""
+        return self.decoding_chunk_size > 0
+
+    def encoder_context(self) -> str:
+        """What the encoder sees, in words: ``full context`` or ``chunk N, left chunks M``
+        (``, chunk by chunk`` with ``simulate_streaming``)."""
+        if not self.chunked:
+            return "full context"
+        return (f"chunk {self.decoding_chunk_size}, left chunks {self.num_decoding_left_chunks}"
+                + (", chunk by chunk" if self.simulate_streaming else ""))

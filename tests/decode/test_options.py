@@ -1,0 +1,57 @@
+"""``DecodingOptions``: checked once, when built, with one-line messages naming the option;
+frozen; the modes a registered, non-empty tuple."""
+import dataclasses
+
+import pytest
+
+from asrkit.decode import MODES, DecodingOptionError, DecodingOptions, ModeError
+from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(decoding_chunk_size=-2), "decoding_chunk_size must be -1 or 0 (full context) or > 0 (chunk size in "
+                                   "encoder frames), got -2"),
+    (dict(num_decoding_left_chunks=-2, decoding_chunk_size=4),
+     "num_decoding_left_chunks must be -1 (all left chunks) or >= 0, got -2"),
+    (dict(simulate_streaming=True), "simulate_streaming needs decoding_chunk_size > 0, got 0"),
+    (dict(simulate_streaming=True, decoding_chunk_size=-1), "simulate_streaming needs decoding_chunk_size > 0, got -1"),
+    (dict(length_penalty=-0.5), "length_penalty must be >= 0, got -0.5"),
+    (dict(blank_penalty=-1.0), "blank_penalty must be >= 0, got -1.0"),
+    (dict(batch_size=0), "batch_size must be >= 1, got 0"),
+])
+def test_bad_options_are_refused_when_built(options, message):
+    with pytest.raises(DecodingOptionError) as caught:
+        DecodingOptions(modes=MODES, **options)
+    assert str(caught.value) == message
+
+
+def test_modes_are_registered_names_kept_as_a_tuple():
+    assert DecodingOptions(modes=["attention", "ctc_greedy_search"]).modes == ("attention", "ctc_greedy_search")
+    with pytest.raises(ModeError) as caught:
+        DecodingOptions(modes=["ctc_greedy_search", "beam"])
+    assert str(caught.value) == f"unknown decoding mode 'beam'; choose from {list(MODES)}"
+    with pytest.raises(ModeError, match="no decoding mode given"):
+        DecodingOptions(modes=[])
+    with pytest.raises(TypeError, match="sequence of mode names"):
+        DecodingOptions(modes="attention")
+
+
+def test_defaults_are_wenets_and_the_options_are_frozen():
+    options = DecodingOptions()
+    assert (options.modes, options.beam_size, options.ctc_weight, options.reverse_weight) == (
+        ("attention_rescoring",), 10, 0.3, 0.0)
+    assert options.blank_skip_threshold == DEFAULT_BLANK_SKIP_THRESHOLD
+    assert (options.decoding_chunk_size, options.num_decoding_left_chunks, options.simulate_streaming) == (0, -1, False)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.beam_size = 3
+    with pytest.raises(DecodingOptionError, match="length_penalty"):  # a changed copy is checked too
+        dataclasses.replace(options, length_penalty=-1.0)
+
+
+def test_encoder_context_in_words():
+    assert DecodingOptions(decoding_chunk_size=-1).encoder_context() == "full context"
+    assert not DecodingOptions(decoding_chunk_size=0).chunked
+    chunked = DecodingOptions(decoding_chunk_size=16, num_decoding_left_chunks=4)
+    assert chunked.chunked and chunked.encoder_context() == "chunk 16, left chunks 4"
+    assert dataclasses.replace(chunked, simulate_streaming=True).encoder_context() == \
+        "chunk 16, left chunks 4, chunk by chunk"
