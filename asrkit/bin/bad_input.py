@@ -8,7 +8,7 @@ import argparse
 import logging
 from typing import Callable
 
-from asrkit.inputs import BAD_INPUT, load_text_inputs  # noqa: F401  (re-exported for the tools)
+from asrkit.inputs import BAD_INPUT
 
 
 def run_tool(run: Callable[[argparse.Namespace], int], args: argparse.Namespace, log: logging.Logger,

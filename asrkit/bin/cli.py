@@ -90,7 +90,7 @@ def _segmentation(model, cut_at_pauses, long_audio_s: float):
 def run_transcribe(args: argparse.Namespace) -> int:
     import torch  # (these defer torch and the models, as the module docstring says)
 
-    from asrkit.bin.bad_input import BAD_INPUT
+    from asrkit.inputs import BAD_INPUT
     from asrkit.decode import DecodingOptionError, DecodingOptions, ModeError
     from asrkit.transcribe import AudioError, ModelLoadError, load_model
 

@@ -24,7 +24,8 @@ from pathlib import Path
 import torch
 import yaml
 
-from asrkit.bin.bad_input import load_text_inputs, run_tool
+from asrkit.bin.bad_input import run_tool
+from asrkit.inputs import load_text_inputs
 from asrkit.config import load_config, to_dict
 from asrkit.data.features import load_cmvn
 from asrkit.decode.recognizer import build_trained_model

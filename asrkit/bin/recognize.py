@@ -31,7 +31,8 @@ from pathlib import Path
 
 import torch
 
-from asrkit.bin.bad_input import load_text_inputs, run_tool
+from asrkit.bin.bad_input import run_tool
+from asrkit.inputs import load_text_inputs
 from asrkit.config import load_config
 from asrkit.data.lists import read_list
 from asrkit.data.processors import build_sample_processor

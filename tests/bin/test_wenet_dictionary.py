@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from asrkit.bin import average_model, export, recognize
-from asrkit.bin.bad_input import load_text_inputs
+from asrkit.inputs import load_text_inputs
 from asrkit.config import load_config
 from asrkit.data.lists import read_list
 from asrkit.decode import MODES, DecodingOptions, decode

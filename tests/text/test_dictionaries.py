@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from asrkit.bin.bad_input import load_text_inputs
+from asrkit.inputs import load_text_inputs
 from asrkit.config import TrainConfig, build
 from asrkit.text import SPACE, UnitsError, Vocabulary, build_tokenizer, read_units, units_from_symbols, write_units
 from tests.helpers import run_tool
