@@ -4,10 +4,9 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    # Deferred to the first use of ``asrkit.load_model``: ``import asrkit`` does not import
-    # torch and the models (tests/test_api.py checks it).
+    # ``import asrkit`` does not import torch and the models (tests/test_api.py checks it)
     if name == "load_model":
-        from asrkit.transcribe import load_model
+        from asrkit.transcribe import load_model  # (deferred: torch and the models, to first use)
         return load_model
     raise AttributeError(f"module 'asrkit' has no attribute {name!r}")
 

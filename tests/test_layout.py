@@ -224,6 +224,41 @@ def test_nothing_below_bin_imports_argparse():
 # ----------------------------------------------------------------------------- the rules, broken on purpose
 
 
+def undeclared_deferred_imports(root: Path, package: str = PACKAGE) -> list[str]:
+    """``path:line`` of each import of a module of ``package`` inside a function (outside
+    ``if TYPE_CHECKING:``) that neither its lines nor the import and comment lines just above
+    it say what it defers: a function-level import is kept only to defer a heavy dependency (the comment
+    names it, with the word "defer")."""
+    found = []
+    for module, path in package_modules(root, package).items():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        tree = ast.parse("\n".join(lines), str(path))
+        for func in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            for node in _statements(func):
+                if not isinstance(node, (ast.Import, ast.ImportFrom)) or node.lineno == func.lineno:
+                    continue
+                names = _named(module, path.name == "__init__.py", node)
+                if not any(n == package or n.startswith(package + ".") for n in names):
+                    continue
+                if not _says_defer(lines, node.lineno - 1, node.end_lineno):
+                    found.append(f"{path.relative_to(root)}:{node.lineno}")
+    return sorted(set(found))
+
+
+def _says_defer(lines: list[str], first: int, end: int) -> bool:
+    """Whether lines ``first..end`` (0-based, end excluded) or the run of import, comment and
+    blank lines just above them say "defer"."""
+    while first > 0 and (not lines[first - 1].strip() or lines[first - 1].lstrip().startswith(("#", "import ", "from "))):
+        first -= 1
+    return any("defer" in line.lower() for line in lines[first:end])
+
+
+def test_function_level_imports_say_what_they_defer():
+    found = undeclared_deferred_imports(REPO)
+    assert not found, f"function-level imports of {PACKAGE} modules without a comment saying what they defer " \
+                      f"(hoist them to the module's top, or say which heavy dependency they defer): {found}"
+
+
 def _plant(root: Path, files: dict[str, str]) -> Path:
     for name, text in files.items():
         path = root / name
@@ -290,3 +325,9 @@ def test_argparse_below_bin_is_reported(tmp_path):
     files = {**CLEAN, "asrkit/lib.py": "import argparse\n",
              "asrkit/other.py": "def f():\n    from argparse import Namespace\n"}
     assert imports_below_bin(_plant(tmp_path, files), "argparse") == ["asrkit/lib.py:1", "asrkit/other.py:2"]
+
+
+def test_a_function_level_import_must_say_what_it_defers(tmp_path):
+    files = {**CLEAN, "asrkit/lazy.py": "def f():\n    from asrkit import low\n\n"
+                                         "def g():\n    # (deferred: torch)\n    from asrkit import high\n"}
+    assert undeclared_deferred_imports(_plant(tmp_path, files)) == ["asrkit/lazy.py:2"]

@@ -90,8 +90,8 @@ def _segmentation(model, cut_at_pauses, long_audio_s: float):
 def run_transcribe(args: argparse.Namespace) -> int:
     import torch  # (these defer torch and the models, as the module docstring says)
 
-    from asrkit.inputs import BAD_INPUT
     from asrkit.decode import DecodingOptionError, DecodingOptions, ModeError
+    from asrkit.inputs import BAD_INPUT
     from asrkit.transcribe import AudioError, ModelLoadError, load_model
 
     if not args.model:

@@ -19,6 +19,8 @@ import os
 import sys
 from typing import Optional
 
+from asrkit.doctor.results import exit_status, fail, ok
+
 SUMMARY = "preflight for a multi-node job: versions, network, master port, all-reduce, data files"
 
 
@@ -95,7 +97,6 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    from asrkit.doctor.results import exit_status
     report = Report()
     try:
         check_all(args, report)
@@ -111,7 +112,6 @@ def run(args: argparse.Namespace) -> int:
 def guarded(check: str, fn, *args, **kwargs):
     """``fn(*args, **kwargs)``, or -- when it raises unexpectedly (a bug, or something no
     check foresaw) -- one FAIL line for ``check`` with the exception, instead of a traceback."""
-    from asrkit.doctor.results import fail
     try:
         return fn(*args, **kwargs)
     except Exception as e:
@@ -121,10 +121,10 @@ def guarded(check: str, fn, *args, **kwargs):
 
 def check_all(args: argparse.Namespace, report: Report) -> None:
     """The checks in order (module doc); each one's unexpected failure is its FAIL line."""
+    # (deferred: these import torch, which must load after run() set TORCH_CPP_LOG_LEVEL)
     from asrkit.doctor.files import JobInputs, check_inputs
     from asrkit.doctor.network import check_network
     from asrkit.doctor.port import check_port_free, wait_port_reachable
-    from asrkit.doctor.results import ok
     from asrkit.doctor.versions import check_versions, node_facts
     from asrkit.train.dist import LaunchError, resolve_backend
     inputs = guarded("files", check_inputs, args.config, args.override, args.train_data, args.cv_data,
@@ -161,9 +161,9 @@ def meet(args: argparse.Namespace, report: Report, versions: dict, job, network_
     """The nodes' rendezvous at the master port: agreement, then the all-reduce -- run only
     when every node's gloo can open its device and no node's network check failed (it would
     only wait out the timeout)."""
+    # (deferred: these import torch, which must load after run() set TORCH_CPP_LOG_LEVEL)
     from asrkit.doctor import rendezvous as rdv
     from asrkit.doctor.allreduce import run_allreduce
-    from asrkit.doctor.results import fail
     gloo_problem = rdv.gloo_device_problem(os.environ) or (
         "its network check failed (its report says why)" if network_failed else "")
     facts = rdv.make_facts(args.node_rank, job.config, job.files, versions, job.problem, gloo_problem)

@@ -2,10 +2,10 @@
 
 
 def __getattr__(name: str):
-    # ``asrkit.train.run`` without importing the whole training stack whenever a submodule
-    # (asrkit.train.checkpoint, asrkit.train.agreement, ...) is imported
+    # importing a submodule (asrkit.train.checkpoint, asrkit.train.agreement, ...) does not
+    # import the whole training stack (build, trainer, executor) with it
     if name == "run":
-        from asrkit.train.entry import run
+        from asrkit.train.entry import run  # (deferred: the training stack, to first use)
         return run
     raise AttributeError(f"module 'asrkit.train' has no attribute {name!r}")
 
