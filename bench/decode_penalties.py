@@ -27,17 +27,15 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from asrkit.bin.bad_input import load_text_inputs  # noqa: E402
-from asrkit.config import load_config  # noqa: E402
-from asrkit.data.lists import read_list  # noqa: E402
-from asrkit.data.processors import build_sample_processor  # noqa: E402
-from asrkit.decode import DecodingOptionError, check_decoding_options  # noqa: E402
-from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD  # noqa: E402
-from asrkit.decode.modes import check_modes  # noqa: E402
-from asrkit.decode.recognizer import load_model, recognize  # noqa: E402
-from asrkit.metrics import score  # noqa: E402
+from asrkit.bin.bad_input import load_text_inputs
+from asrkit.config import load_config
+from asrkit.data.lists import read_list
+from asrkit.data.processors import build_sample_processor
+from asrkit.decode import DecodingOptionError, check_decoding_options
+from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
+from asrkit.decode.modes import check_modes
+from asrkit.decode.recognizer import load_model, recognize
+from asrkit.metrics import score
 
 BLANK_MODES = ("ctc_greedy_search", "ctc_prefix_beam_search", "attention_rescoring")
 
