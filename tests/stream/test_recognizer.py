@@ -9,7 +9,7 @@ import soundfile
 import torch
 
 from asrkit.stream.recognizer import StreamingRecognizer
-from tests.models.test_wenet_reference import FIXTURES, load_wenet_model
+from tests.models.wenet_reference import FIXTURES, load_wenet_model
 
 WAVS = FIXTURES / "wavs"
 
