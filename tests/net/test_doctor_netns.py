@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from tests.bin.test_doctor import FAST, doctor_env, lines_of, make_recipe
+from tests.bin.doctor_helpers import FAST, doctor_env, lines_of, make_recipe
 from tests.helpers import free_port
 
 TIMEOUT = 120
