@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, Dataset
 from asrkit.data import processors
 from asrkit.data.audio import load_audio
 from asrkit.data.features import compute_fbank
-from asrkit.data.lists import ListEntry, read_list
+from asrkit.data.lists import read_list
 from asrkit.data.processors import Skip, SkipStats, build_sample_processor, collate, sample_generator
 from tests.data.audio_helpers import AUGMENT_ALL, config, tokenizer_for, tone, write_list, write_wav
 
