@@ -4,7 +4,7 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    # ``import asrkit`` does not import torch and the models (tests/test_api.py checks it)
+    # ``import asrkit`` does not import torch and the models (tests/transcribe/test_load_model.py checks it)
     if name == "load_model":
         from asrkit.transcribe import load_model  # (deferred: torch and the models, to first use)
         return load_model

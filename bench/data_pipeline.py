@@ -24,17 +24,15 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
+from asrkit.config import TrainConfig, build
+from asrkit.data import processors
+from asrkit.data.audio import speed_perturb
+from asrkit.data.lists import read_list
+from asrkit.text import build_tokenizer
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-import torch  # noqa: E402
-
-from asrkit.config import TrainConfig, build  # noqa: E402
-from asrkit.data import processors  # noqa: E402
-from asrkit.data.audio import speed_perturb  # noqa: E402
-from asrkit.data.lists import read_list  # noqa: E402
-from asrkit.text import build_tokenizer  # noqa: E402
-
 BATCH = 16
 DATASET_CONF = {"speed_perturb": True, "fbank_conf": {"num_mel_bins": 80, "dither": 0.1},
                 "spec_aug": True, "spec_aug_conf": {"num_t_mask": 2, "num_f_mask": 2, "max_t": 50, "max_f": 10}}

@@ -32,9 +32,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.pipeline import add_pipeline_args, build_pipeline  # noqa: E402
+from bench.pipeline import add_pipeline_args, build_pipeline
 
 
 def timed_steps(pipe, steps: int, sync: bool) -> tuple[float, int]:

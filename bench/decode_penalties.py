@@ -28,16 +28,14 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from asrkit.bin.bad_input import load_text_inputs  # noqa: E402
-from asrkit.config import load_config  # noqa: E402
-from asrkit.data.lists import read_list  # noqa: E402
-from asrkit.data.processors import build_sample_processor  # noqa: E402
-from asrkit.decode import DecodingOptionError, DecodingOptions  # noqa: E402
-from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD  # noqa: E402
-from asrkit.decode.recognizer import build_trained_model, recognize  # noqa: E402
-from asrkit.metrics import score  # noqa: E402
+from asrkit.config import load_config
+from asrkit.data.lists import read_list
+from asrkit.data.processors import build_sample_processor
+from asrkit.decode import DecodingOptionError, DecodingOptions
+from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
+from asrkit.decode.recognizer import build_trained_model, recognize
+from asrkit.inputs import load_text_inputs
+from asrkit.metrics import score
 
 BLANK_MODES = ("ctc_greedy_search", "ctc_prefix_beam_search", "attention_rescoring")
 

@@ -20,20 +20,17 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from asrkit.config import load_config  # noqa: E402
-from asrkit.data.features import compute_fbank  # noqa: E402
-from asrkit.data.lists import read_list  # noqa: E402
-from asrkit.decode import MODES, DecodingOptions, decode  # noqa: E402
-from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD  # noqa: E402
-from asrkit.decode.recognizer import build_trained_model, duration_batches  # noqa: E402
-from asrkit.models import build_model, count_parameters  # noqa: E402
-from asrkit.text.vocabulary import Vocabulary  # noqa: E402
+from asrkit.config import load_config
+from asrkit.data.features import compute_fbank
+from asrkit.data.lists import read_list
+from asrkit.decode import MODES, DecodingOptions, decode
+from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
+from asrkit.decode.recognizer import build_trained_model, duration_batches
+from asrkit.models import build_model, count_parameters
+from asrkit.text.vocabulary import Vocabulary
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -28,19 +28,17 @@ from typing import Callable
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from asrkit.bin.bad_input import load_text_inputs  # noqa: E402
-from asrkit.config import load_config  # noqa: E402
-from asrkit.data.features import compute_fbank  # noqa: E402
-from asrkit.data.lists import read_list  # noqa: E402
-from asrkit.decode import DecodingOptions, decode  # noqa: E402
-from asrkit.decode.recognizer import build_trained_model  # noqa: E402
-from asrkit.export import load_exported  # noqa: E402
-from asrkit.export.onnx import OFFLINE_FILE, STREAMING_FILE, int8_name, ort_session, session_runner  # noqa: E402
-from asrkit.export.sherpa import (decode_offline, decode_streaming, offline_recognizer,  # noqa: E402
+from asrkit.config import load_config
+from asrkit.data.features import compute_fbank
+from asrkit.data.lists import read_list
+from asrkit.decode import DecodingOptions, decode
+from asrkit.decode.recognizer import build_trained_model
+from asrkit.export import load_exported
+from asrkit.export.onnx import OFFLINE_FILE, STREAMING_FILE, int8_name, ort_session, session_runner
+from asrkit.export.sherpa import (decode_offline, decode_streaming, offline_recognizer,
                                   online_recognizer)
-from asrkit.metrics import score  # noqa: E402
+from asrkit.inputs import load_text_inputs
+from asrkit.metrics import score
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -53,7 +53,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 DEFAULT_WORK = Path("/tmp/ak_network_cost")
 PORT = 29500
@@ -239,8 +238,7 @@ class Runner:
 
 def measure(args) -> dict:
     """Every run of the module docstring; returns {"rows": [...], "cv": [...], ...}."""
-    sys.path.insert(0, str(REPO / "tools"))
-    import netns_hosts
+    from tools import netns_hosts
     ok, why = netns_hosts.netns_available()
     if not ok:
         raise SystemExit(f"network_cost: network namespaces unavailable: {why}")

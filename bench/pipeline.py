@@ -5,16 +5,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from asrkit.config import apply_overrides, build, read_yaml, TrainConfig  # noqa: E402
-from asrkit.train.build import build_training  # noqa: E402
-from asrkit.train.dist import DistContext  # noqa: E402
+from asrkit.config import apply_overrides, build, read_yaml, TrainConfig
+from asrkit.train.build import build_training
+from asrkit.train.dist import DistContext
 
 
 def add_pipeline_args(p: argparse.ArgumentParser) -> None:

@@ -28,15 +28,13 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from asrkit.config import TrainConfig, build  # noqa: E402
-from asrkit.models import build_model  # noqa: E402
-from asrkit.text.vocabulary import Vocabulary  # noqa: E402
-from asrkit.train.dist import DistContext, wrap_ddp  # noqa: E402
-from asrkit.train.executor import Executor, TrainState  # noqa: E402
-from asrkit.train.scheduler import build_optimizer, build_scheduler  # noqa: E402
-from tests.helpers import free_port, random_batch, tiny_config_dict  # noqa: E402
+from asrkit.config import TrainConfig, build
+from asrkit.models import build_model
+from asrkit.text.vocabulary import Vocabulary
+from asrkit.train.dist import DistContext, wrap_ddp
+from asrkit.train.executor import Executor, TrainState
+from asrkit.train.scheduler import build_optimizer, build_scheduler
+from tests.helpers import free_port, random_batch, tiny_config_dict
 
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather_object", "gather_object", "barrier")
 

@@ -24,7 +24,6 @@ in ``--piece_ms`` pieces, for each chunk size.  Reported per chunk size:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
@@ -32,20 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-
-def synth_module():
-    spec = importlib.util.spec_from_file_location("synthesize_corpus", REPO / "tools" / "synthesize_corpus.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tools import synthesize_corpus as synth
 
 
 def make_utterances(count: int, seed: int) -> list[dict]:
     """``count`` utterances: samples, words, and the end time (s) of the first word."""
-    synth = synth_module()
     voices = synth.default_test_voices()
     rng = np.random.default_rng([seed, 7])
     out = []
@@ -113,9 +103,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import torch
 
-    from asrkit.bin.bad_input import BAD_INPUT, load_text_inputs
     from asrkit.config import load_config
     from asrkit.decode.recognizer import build_trained_model
+    from asrkit.inputs import BAD_INPUT, load_text_inputs
     torch.set_num_threads(args.num_threads)
     try:
         cfg = load_config(args.config)

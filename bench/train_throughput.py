@@ -34,9 +34,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.pipeline import add_pipeline_args, build_pipeline, matmul_peak  # noqa: E402
+from bench.pipeline import add_pipeline_args, build_pipeline, matmul_peak
 
 
 def forward_flops_per_frame(model, batch) -> float:

@@ -27,7 +27,6 @@ least disturbed).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import resource
 import subprocess
@@ -38,22 +37,14 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from tools import synthesize_corpus as synth
+
 SAMPLE_RATE = 16000
-
-
-def synth_module():
-    spec = importlib.util.spec_from_file_location("synthesize_corpus", REPO / "tools" / "synthesize_corpus.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_utterances(count: int, seed: int, work: Path) -> list[tuple[np.ndarray, str]]:
     """``count`` test-split utterances of the digits corpus: (samples, transcript)."""
     import soundfile as sf
-    synth = synth_module()
     variants = synth.default_test_voices()
     (work / "wav").mkdir(parents=True, exist_ok=True)
     out = []

@@ -37,7 +37,6 @@ the model's default are marked ``*`` and ``"default": true`` in the JSON.)
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
@@ -45,22 +44,14 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from tools import synthesize_corpus as synth
+
 SAMPLE_RATE = 16000
 MODES = ("ctc_greedy_search", "ctc_prefix_beam_search", "attention", "attention_rescoring")
 
 
-def synth_module():
-    spec = importlib.util.spec_from_file_location("synthesize_corpus", REPO / "tools" / "synthesize_corpus.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def make_utterances(count: int, seed: int) -> list[dict]:
     """``count`` utterances: ``samples`` (float32, 16 kHz), ``words`` and ``starts`` (s)."""
-    synth = synth_module()
     voices = synth.default_test_voices()
     rng = np.random.default_rng([seed, 11])
     out = []
@@ -137,7 +128,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import torch
 
-    from asrkit.bin.bad_input import BAD_INPUT
+    from asrkit.inputs import BAD_INPUT
     from asrkit.transcribe import ModelLoadError, Segmentation, load_model
     torch.set_num_threads(args.num_threads)
     try:

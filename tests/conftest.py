@@ -3,6 +3,8 @@
 * ``tiny_corpus`` (session): a real espeak-ng connected-digit corpus, built once per test
   session (about 2 s): 48 train / 12 dev / 12 test utterances, speaker-independent splits,
   Kaldi files plus a raw ``data.list`` per split.
+* ``tiny_units`` (session): the char units of its train split (``tools/make_units.py``).
+* ``tiny_experiment`` (session): the corpus prepared up to training (units, CMVN, a config).
 * Time guard: an unmarked test whose body takes longer than ``ASRKIT_TEST_LIMIT_S``
   (default 20 s alone, 35 s when pytest-xdist runs workers side by side on the cores) fails,
   so the suite keeps to its budget on 2 cores.  Mark genuinely slow tests
@@ -83,6 +85,14 @@ def tiny_corpus(tmp_path_factory) -> TinyCorpus:
     return build_corpus(tmp_path_factory.mktemp("tiny_corpus"), TINY_SIZES)
 
 
+@pytest.fixture(scope="session")
+def tiny_units(tiny_corpus, tmp_path_factory) -> Path:
+    """The char units file of the tiny corpus's train text, as the recipes make it."""
+    units = tmp_path_factory.mktemp("tiny_units") / "units.txt"
+    run_tool("make_units.py", tiny_corpus.splits["train"].text, units)
+    return units
+
+
 def pytest_collection_modifyitems(config, items):
     try:
         import torch
@@ -161,11 +171,10 @@ def restore_threads():
 
 
 @pytest.fixture(scope="session")
-def tiny_experiment(tiny_corpus, tmp_path_factory) -> TinyExperiment:
+def tiny_experiment(tiny_corpus, tiny_units, tmp_path_factory) -> TinyExperiment:
     root = tmp_path_factory.mktemp("tiny_experiment")
-    units, cmvn = root / "units.txt", root / "global_cmvn"
-    run_tool("make_units.py", tiny_corpus.splits["train"].text, units)
-    exp = TinyExperiment(tiny_corpus, units, cmvn, root)
+    cmvn = root / "global_cmvn"
+    exp = TinyExperiment(tiny_corpus, tiny_units, cmvn, root)
     cfg = exp.config(root / "cmvn.yaml")
     run_tool("compute_cmvn_stats.py", "--train_config", cfg, "--data_list",
              tiny_corpus.splits["train"].data_list, "--out_cmvn", cmvn)

@@ -17,11 +17,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def repo_env(**extra: str) -> dict:
+    """This environment with the repository root first on ``PYTHONPATH`` (a script run as
+    ``python tools/x.py`` or ``python bench/x.py`` imports ``asrkit``, ``tools`` and
+    ``bench`` from there; see tools/__init__.py), plus ``extra``."""
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.update(extra)
+    return env
+
+
 def run_tool(script: str, *args, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
     """Run ``tools/<script>`` with this interpreter, capturing text output."""
     cmd = [sys.executable, str(REPO / "tools" / script), *map(str, args)]
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=kwargs.pop("cwd", REPO), **kwargs)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=repo_env(), cwd=kwargs.pop("cwd", REPO), **kwargs)
     if check and proc.returncode != 0:
         raise AssertionError(f"{script} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -112,8 +120,7 @@ def run_checked(cmd, timeout: float = 300, **kwargs) -> subprocess.CompletedProc
     """Run ``cmd`` (list, or str for bash), raising with its output on failure."""
     if isinstance(cmd, str):
         cmd = ["bash", "-c", cmd]
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.update(kwargs.pop("env", {}))
+    env = repo_env(**kwargs.pop("env", {}))
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=kwargs.pop("cwd", REPO), env=env,
                           timeout=timeout, **kwargs)
     if proc.returncode != 0:

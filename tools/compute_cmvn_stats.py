@@ -24,16 +24,14 @@ import multiprocessing
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
 
-import torch  # noqa: E402
-
-from asrkit.config import TrainConfig, load_config  # noqa: E402
-from asrkit.data import processors  # noqa: E402
-from asrkit.data.audio import DataFault  # noqa: E402
-from asrkit.data.features import CmvnStats, write_cmvn  # noqa: E402
-from asrkit.data.lists import ListEntry, read_list, read_wav_scp  # noqa: E402
-from asrkit.io.files import WriteError  # noqa: E402
+from asrkit.config import TrainConfig, load_config
+from asrkit.data import processors
+from asrkit.data.audio import DataFault
+from asrkit.data.features import CmvnStats, write_cmvn
+from asrkit.data.lists import ListEntry, read_list, read_wav_scp
+from asrkit.io.files import WriteError
 
 _CHUNK = 64
 

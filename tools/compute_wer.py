@@ -21,9 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from asrkit.metrics import Normalizer, format_alignment, read_text, score  # noqa: E402
+from asrkit.metrics import Normalizer, format_alignment, read_text, score
 
 
 def main(argv: list[str] | None = None) -> int:

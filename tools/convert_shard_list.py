@@ -29,11 +29,9 @@ import logging
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from asrkit.data.lists import ListError, is_wenet_shard_list, read_list, write_shard_list  # noqa: E402
-from asrkit.data.wenet_shards import load_wenet_shard_list  # noqa: E402
-from asrkit.io.files import WriteError, atomic_write_text  # noqa: E402
+from asrkit.data.lists import ListError, is_wenet_shard_list, read_list, write_shard_list
+from asrkit.data.wenet_shards import load_wenet_shard_list
+from asrkit.io.files import WriteError, atomic_write_text
 
 
 def to_wenet(src: Path, dst: Path) -> str:

@@ -23,9 +23,8 @@ from pathlib import Path
 
 import soundfile as sf
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from asrkit.data.lists import ListError, read_wav_scp  # noqa: E402  (one wav.scp reader, pipes refused)
-from asrkit.io.files import WriteError, atomic_write_text  # noqa: E402
+from asrkit.data.lists import ListError, read_wav_scp  # (one wav.scp reader, pipes refused)
+from asrkit.io.files import WriteError, atomic_write_text
 
 
 def read_table(path: Path, what: str) -> dict[str, str]:

@@ -41,14 +41,12 @@ import sys
 import tarfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import soundfile
 
-import soundfile  # noqa: E402
-
-from asrkit.data.audio import DataFault, load_audio  # noqa: E402
-from asrkit.data.lists import ListEntry, read_list, unsafe_member_name, write_shard_list  # noqa: E402
-from asrkit.data.processors import Skip, SkipStats  # noqa: E402
-from asrkit.io.files import WriteError, atomic_write  # noqa: E402
+from asrkit.data.audio import DataFault, load_audio
+from asrkit.data.lists import ListEntry, read_list, unsafe_member_name, write_shard_list
+from asrkit.data.processors import Skip, SkipStats
+from asrkit.io.files import WriteError, atomic_write
 
 # soundfile read dtype that holds each WAV subtype without loss
 _EXACT_DTYPE = {"PCM_U8": "int16", "PCM_16": "int16", "PCM_24": "int32", "PCM_32": "int32",

@@ -41,13 +41,11 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from asrkit.io.files import WriteError, atomic_write_bytes  # noqa: E402
-from asrkit.text.cjk import is_cjk, split_cjk  # noqa: E402
-from asrkit.text.tokenizer import CharTokenizer, normalize_text  # noqa: E402
-from asrkit.text.units import LAYOUTS, SPECIAL, units_from_symbols, write_units  # noqa: E402
-from asrkit.text.wenet import (WENET_CJK, NonLangSymsError, WenetCharTokenizer, read_non_lang_syms,  # noqa: E402
+from asrkit.io.files import WriteError, atomic_write_bytes
+from asrkit.text.cjk import is_cjk, split_cjk
+from asrkit.text.tokenizer import CharTokenizer, normalize_text
+from asrkit.text.units import LAYOUTS, SPECIAL, units_from_symbols, write_units
+from asrkit.text.wenet import (WENET_CJK, NonLangSymsError, WenetCharTokenizer, read_non_lang_syms,
                                wenet_parts)
 
 

@@ -23,13 +23,11 @@ from pathlib import Path
 import soundfile
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from asrkit.bin.bad_input import BAD_INPUT, load_text_inputs  # noqa: E402
-from asrkit.config import load_config  # noqa: E402
-from asrkit.decode.options import DecodingOptionError, DecodingOptions  # noqa: E402
-from asrkit.decode.recognizer import build_trained_model  # noqa: E402
-from asrkit.stream.recognizer import StreamingRecognizer  # noqa: E402
+from asrkit.config import load_config
+from asrkit.decode.options import DecodingOptionError, DecodingOptions
+from asrkit.decode.recognizer import build_trained_model
+from asrkit.inputs import BAD_INPUT, load_text_inputs
+from asrkit.stream.recognizer import StreamingRecognizer
 
 
 def parse_args(argv):

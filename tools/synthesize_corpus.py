@@ -43,8 +43,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sentence_grammar import sentence  # noqa: E402  (tools/sentence_grammar.py)
+from tools.sentence_grammar import sentence
 
 SAMPLE_RATE = 16000
 DEFAULT_SEED, DEFAULT_DEV_SHARE, DEFAULT_TEST_SHARE = 1, 0.15, 0.15  # the voice split of the recipes

@@ -14,16 +14,12 @@ from asrkit.bin.export_onnx import main as export_onnx_main
 from asrkit.config import load_config
 from asrkit.models import build_model
 from asrkit.text import build_tokenizer
-from tests.helpers import REPO
+from bench import deploy_compare as bench
 
 pytestmark = [pytest.mark.usefixtures("restore_threads"), pytest.mark.slow]  # (exports and 14 decodes: ~20 s)
 
 
 def test_deploy_compare_reports_every_engine(tiny_experiment, tmp_path, capsys):
-    import sys
-    sys.path.insert(0, str(REPO))
-    import bench.deploy_compare as bench
-
     config = tiny_experiment.config(tmp_path / "train.yaml", encoder_conf={"use_dynamic_chunk": True,
                                                                             "causal": True})
     cfg = load_config(config)

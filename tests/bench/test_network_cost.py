@@ -6,7 +6,6 @@ namespace, no process).  Skipped where network namespaces cannot be made (not ro
 ``ip``/``tc``)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -14,16 +13,14 @@ import sys
 import pytest
 import yaml
 
-from tests.helpers import REPO, tiny_config_dict
+from tests.helpers import REPO, repo_env, tiny_config_dict
 
 pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # (~20 s; the full run's output: docs/experiments/network_cost.md)
 
 
 @pytest.fixture(scope="module")
 def netns_hosts():
-    spec = importlib.util.spec_from_file_location("netns_hosts_bench", REPO / "tools" / "netns_hosts.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    from tools import netns_hosts as module
     ok, why = module.netns_available()
     if not ok:
         pytest.skip(f"network namespaces unavailable: {why}")
@@ -41,7 +38,7 @@ def test_tiny_bench_on_two_hosts(netns_hosts, tmp_path):
          "--train_utts", "8", "--dev_utts", "2", "--batch", "2", "--rates", "100mbit", "--hooks", "fp16",
          "--loopback_hooks", "--no_alone", "--steps", "1", "--warmup", "1", "--timeout", "120",
          "--json", str(out_json), "--markdown", str(out_md)],
-        capture_output=True, text=True, cwd=REPO, timeout=240)
+        capture_output=True, text=True, cwd=REPO, env=repo_env(), timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out_json.read_text())
     (row,) = result["rows"]

@@ -2,26 +2,19 @@
 they are, and a run on WeNet's U2++ model reports the latency it measured."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 
 import numpy as np
 
-from tests.helpers import REPO
-from tests.models.test_wenet_reference import FIXTURES
-
-
-def bench_module():
-    spec = importlib.util.spec_from_file_location("streaming_latency", REPO / "bench" / "streaming_latency.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from bench import streaming_latency
+from tests.helpers import REPO, repo_env
+from tests.models.wenet_reference import FIXTURES
 
 
 def test_the_first_word_ends_where_the_silence_after_it_starts():
-    utterances = bench_module().make_utterances(3, seed=5)
+    utterances = streaming_latency.make_utterances(3, seed=5)
     for utt in utterances:
         samples, end = utt["samples"], int(round(utt["first_end_s"] * 16000))
         assert 2 <= len(utt["words"]) <= 4 and utt["voice"].split("+")[1]
@@ -34,7 +27,7 @@ def test_a_run_reports_latency_compute_and_cer(tmp_path):
     out = tmp_path / "latency.json"
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "streaming_latency.py"), "--config", "train.yaml",
                            "--checkpoint", "epoch_5.pt", "--utterances", "4", "--chunks", "8", "4", "--json", str(out)],
-                          cwd=FIXTURES / "u2pp", capture_output=True, text=True, timeout=240)
+                          cwd=FIXTURES / "u2pp", env=repo_env(), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads(out.read_text())
     assert [r["chunk"] for r in rows] == [8, 4]

@@ -3,7 +3,6 @@ and short input: the word starts the timestamp bench scores against are where th
 starts, its scoring counts what it should, and both scripts run and report their table."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,19 +10,13 @@ import sys
 import numpy as np
 
 from asrkit.transcribe import TokenTime, Transcript, WordTime
-from tests.helpers import REPO
-from tests.models.test_wenet_reference import FIXTURES
-
-
-def bench_module(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from bench import transcribe_timestamps
+from tests.helpers import REPO, repo_env
+from tests.models.wenet_reference import FIXTURES
 
 
 def test_word_starts_are_where_each_sound_starts():
-    for utt in bench_module("transcribe_timestamps").make_utterances(2, seed=4):
+    for utt in transcribe_timestamps.make_utterances(2, seed=4):
         samples, starts = utt["samples"], [int(round(s * 16000)) for s in utt["starts"]]
         assert 3 <= len(utt["words"]) == len(starts) <= 6 and starts[0] == int(0.3 * 16000)
         for start, following in zip(starts, starts[1:] + [samples.size]):
@@ -39,7 +32,7 @@ def transcript(words: list[tuple[str, float]]) -> Transcript:
 
 
 def test_scoring_counts_words_on_time():
-    score_mode = bench_module("transcribe_timestamps").score_mode
+    score_mode = transcribe_timestamps.score_mode
     utts = [{"words": ["one", "two", "three", "four"], "starts": [0.3, 1.0, 2.0, 3.0]}]
     # on time, a substitute 0.3 s late, on time, deleted
     row = score_mode([transcript([("one", 0.35), ("tew", 1.3), ("three", 2.05)])], utts, 0.2)
@@ -57,7 +50,7 @@ def test_the_timestamp_bench_runs_and_reports_every_mode(tmp_path):
     out = tmp_path / "ts.json"
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "transcribe_timestamps.py"), "--model",
                            str(FIXTURES / "u2pp"), "--utterances", "2", "--modes", "ctc_greedy_search", "attention",
-                           "--json", str(out)], capture_output=True, text=True, timeout=240)
+                           "--json", str(out)], env=repo_env(), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads(out.read_text())
     assert [(r["mode"], r["decoding"]) for r in rows] == [
@@ -74,7 +67,7 @@ def test_the_long_file_bench_runs_one_process_per_length(tmp_path):
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "transcribe_long.py"), "--model",
                            str(FIXTURES / "u2pp"), "--minutes", "0.1", "0.3", "--utterances", "3",
                            "--long_audio_s", "3", "--gap_s", "2", "2", "--blank_threshold", "0.5",
-                           "--json", str(out)], capture_output=True, text=True, timeout=240)
+                           "--json", str(out)], env=repo_env(), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads(out.read_text())
     assert [r["minutes"] for r in rows] == [0.1, 0.3]

@@ -15,7 +15,7 @@ import soundfile as sf
 from asrkit.bin import cli
 from asrkit.transcribe import load_model
 from tests.helpers import REPO
-from tests.models.test_wenet_reference import FIXTURES
+from tests.models.wenet_reference import FIXTURES
 
 pytestmark = pytest.mark.usefixtures("restore_threads")  # (tests/conftest.py: the command sets --num_threads)
 

@@ -8,35 +8,17 @@ on loopback meeting at a free port, with gloo between them.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, free_port
+from tests.bin.doctor_helpers import FAST, JOB, SOCKET_VARS, doctor_env, lines_of, make_recipe
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.usefixtures("restore_threads")
-
-SOCKET_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 TIMEOUT = 120
-# the job the toy recipe trains, as its stage 4 passes it
-JOB = ["--config", "conf/train_toy.yaml", "--train_data", "data/train/data.list", "--cv_data", "data/dev/data.list"]
-FAST = ["--sizes_mb", "0.25,1", "--repeats", "2"]  # (small all-reduces: seconds, not minutes, on 2 cores)
-
-
-def make_recipe(root: Path, corpus, experiment) -> Path:
-    """The files stage 0-3 of the digits recipe leave, at the recipe's relative paths."""
-    for split, folder in (("train", "train"), ("dev", "dev")):
-        (root / "data" / folder).mkdir(parents=True)
-        shutil.copy(corpus.splits[split].data_list, root / "data" / folder / "data.list")
-    (root / "data" / "dict").mkdir()
-    shutil.copy(experiment.units, root / "data" / "dict" / "units.txt")
-    shutil.copy(experiment.cmvn, root / "data" / "train" / "global_cmvn")
-    (root / "conf").mkdir()
-    shutil.copy(REPO / "examples" / "digits" / "s0" / "conf" / "train_toy.yaml", root / "conf" / "train_toy.yaml")
-    return root
 
 
 @pytest.fixture(scope="module")
@@ -51,16 +33,6 @@ def in_recipe(recipe, monkeypatch):
     for var in (*SOCKET_VARS, "TORCH_CPP_LOG_LEVEL"):  # (restored afterwards, whatever the doctor set)
         monkeypatch.delenv(var, raising=False)
     return recipe
-
-
-def lines_of(out: str, status: str) -> list[str]:
-    return [line for line in out.splitlines() if line.startswith(status + " ")]
-
-
-def doctor_env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in SOCKET_VARS}
-    env.update(PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra)
-    return env
 
 
 def start_node(recipe: Path, rank: int, port: int, *extra: str, env: dict | None = None) -> subprocess.Popen:

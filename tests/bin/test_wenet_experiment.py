@@ -14,7 +14,7 @@ from asrkit.bin import export, recognize
 from asrkit.export import load_exported
 from asrkit.text import read_units
 from tests.helpers import train_here
-from tests.models.test_wenet_reference import FIXTURES, MODES
+from tests.models.wenet_reference import FIXTURES, MODES
 
 pytestmark = pytest.mark.usefixtures("restore_threads")  # (tests/conftest.py)
 

@@ -8,8 +8,8 @@ import numpy as np
 import soundfile
 
 from asrkit.config import TrainConfig, build
+from asrkit.data.processors import build_sample_processor
 from asrkit.text import build_tokenizer
-from tests.helpers import run_tool
 
 SR = 16000
 
@@ -32,11 +32,6 @@ def write_list(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def make_char_units(text_file: Path, out: Path) -> Path:
-    run_tool("make_units.py", text_file, out)
-    return out
-
-
 def config(units: Path, **dataset_conf):
     """A validated root config with char units and the given ``dataset_conf`` keys."""
     return build(TrainConfig, {"tokenizer": "char", "tokenizer_conf": {"symbol_table_path": str(units)},
@@ -45,6 +40,12 @@ def config(units: Path, **dataset_conf):
 
 def tokenizer_for(units: Path):
     return build_tokenizer(config(units))
+
+
+def real_setup(units: Path, *, train: bool, **dataset_conf):
+    """``(dataset_conf, sample processor)`` of :func:`config` (seed 17) for real audio."""
+    cfg = config(units, **dataset_conf)
+    return cfg.dataset_conf, build_sample_processor(cfg.dataset_conf, build_tokenizer(cfg), train=train, seed=17)
 
 
 AUGMENT_ALL = {"speed_perturb": True, "fbank_conf": {"dither": 1.0}, "spec_aug": True,

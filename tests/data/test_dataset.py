@@ -9,15 +9,7 @@ import torch
 from asrkit.data.dataset import BatchTask, PlannedBatchDataset, build_dataloader
 from asrkit.data.lists import read_list
 from asrkit.data.processors import Skip
-from tests.data.test_loader import real_setup
-from tests.helpers import run_tool
-
-
-@pytest.fixture(scope="module")
-def units(tiny_corpus, tmp_path_factory):
-    out = tmp_path_factory.mktemp("units") / "units.txt"
-    run_tool("make_units.py", tiny_corpus.splits["train"].text, out)
-    return out
+from tests.data.audio_helpers import real_setup
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +17,8 @@ def dev_entries(tiny_corpus):
     return read_list(tiny_corpus.splits["dev"].data_list)
 
 
-def test_a_task_becomes_the_collated_batch_of_its_utterances_in_task_order(units, dev_entries):
-    _, processor = real_setup(units, train=False)
+def test_a_task_becomes_the_collated_batch_of_its_utterances_in_task_order(tiny_units, dev_entries):
+    _, processor = real_setup(tiny_units, train=False)
     dataset = PlannedBatchDataset(dev_entries, processor)
     out = dataset[BatchTask(epoch=2, position=7, indices=(5, 0, 3))]
     assert (out["position"], out["epoch"]) == (7, 2)
@@ -39,22 +31,22 @@ def test_a_task_becomes_the_collated_batch_of_its_utterances_in_task_order(units
         assert (row[n:] == -1).all() and (row[:n] >= 0).all()
 
 
-def test_an_empty_task_gives_an_empty_batch(units, dev_entries):
-    _, processor = real_setup(units, train=False)
+def test_an_empty_task_gives_an_empty_batch(tiny_units, dev_entries):
+    _, processor = real_setup(tiny_units, train=False)
     batch = PlannedBatchDataset(dev_entries, processor)[BatchTask(0, 0, ())]["batch"]
     assert batch["keys"] == [] and batch["feats"].shape[0] == 0 and batch["target"].shape[0] == 0
 
 
-def test_the_dataset_is_indexed_by_tasks_only(units, dev_entries):
-    _, processor = real_setup(units, train=False)
+def test_the_dataset_is_indexed_by_tasks_only(tiny_units, dev_entries):
+    _, processor = real_setup(tiny_units, train=False)
     with pytest.raises(TypeError, match="BatchTask"):
         PlannedBatchDataset(dev_entries, processor)[3]
 
 
-def test_unreadable_audio_is_a_counted_skip_and_the_batch_still_comes(units, dev_entries, tmp_path):
+def test_unreadable_audio_is_a_counted_skip_and_the_batch_still_comes(tiny_units, dev_entries, tmp_path):
     broken = dataclasses.replace(dev_entries[0], key="zz_missing", wav=str(tmp_path / "gone.wav"))
     entries = list(dev_entries) + [broken]
-    conf, processor = real_setup(units, train=False, num_workers=1,
+    conf, processor = real_setup(tiny_units, train=False, num_workers=1,
                                  batch_conf={"batch_type": "static", "batch_size": 13})
     loader = build_dataloader(entries, conf, processor, train=False, seed=0, rank=0, world_size=1)
     batches = list(loader)

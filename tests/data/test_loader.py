@@ -10,11 +10,15 @@ import os
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from asrkit.config import TrainConfig, build
+from asrkit.data.dataset import build_dataloader
 from asrkit.data.lists import ListEntry, read_list, write_shard_list
 from asrkit.data.processors import collate
+from tests.data.audio_helpers import real_setup
+from tests.helpers import run_tool
 
 
 def loader_conf(mode="static", **dataset_conf):
@@ -76,13 +80,6 @@ def processed_keys(log_dir: Path) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- tests
-
-import pytest  # noqa: E402
-
-from asrkit.data.dataset import build_dataloader  # noqa: E402
-from asrkit.data.processors import build_sample_processor  # noqa: E402
-from asrkit.text import build_tokenizer  # noqa: E402
-from tests.helpers import run_tool  # noqa: E402
 
 MODES = ("static", "dynamic", "bucket")
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
@@ -242,13 +239,6 @@ def test_loader_options_reach_the_dataloader(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def units(tiny_corpus, tmp_path_factory):
-    out = tmp_path_factory.mktemp("units") / "units.txt"
-    run_tool("make_units.py", tiny_corpus.splits["train"].text, out)
-    return out
-
-
-@pytest.fixture(scope="module")
 def dev_shard_list(tiny_corpus, tmp_path_factory):
     """The dev split packed by tools/make_shard_list.py into tars of 5 members."""
     out = tmp_path_factory.mktemp("dev_shards")
@@ -257,16 +247,9 @@ def dev_shard_list(tiny_corpus, tmp_path_factory):
     return out / "shards.list"
 
 
-def real_setup(units, *, train, **dataset_conf):
-    cfg = build(TrainConfig, {"tokenizer": "char", "tokenizer_conf": {"symbol_table_path": str(units)},
-                              "dataset_conf": dataset_conf})
-    processor = build_sample_processor(cfg.dataset_conf, build_tokenizer(cfg), train=train, seed=17)
-    return cfg.dataset_conf, processor
-
-
-def test_resume_gives_bit_identical_augmented_features(tiny_corpus, units):
+def test_resume_gives_bit_identical_augmented_features(tiny_corpus, tiny_units):
     entries = read_list(tiny_corpus.splits["train"].data_list)
-    conf, processor = real_setup(units, train=True, speed_perturb=True, fbank_conf={"dither": 1.0},
+    conf, processor = real_setup(tiny_units, train=True, speed_perturb=True, fbank_conf={"dither": 1.0},
                                  spec_aug=True, spec_sub=True, num_workers=2, prefetch_factor=2,
                                  batch_conf={"batch_type": "dynamic", "max_frames_in_batch": 1500})
     reference = build_dataloader(entries, conf, processor, train=True, seed=17, rank=0, world_size=1)
@@ -296,10 +279,10 @@ def test_resume_gives_bit_identical_augmented_features(tiny_corpus, units):
 
 @pytest.mark.parametrize("world_size,num_workers,kind", [(1, 0, "raw"), (2, 1, "shard"), (3, 0, "raw"),
                                                          (5, 0, "shard")])
-def test_cv_evaluates_each_utterance_exactly_once_across_ranks(tiny_corpus, units, dev_shard_list, world_size,
+def test_cv_evaluates_each_utterance_exactly_once_across_ranks(tiny_corpus, tiny_units, dev_shard_list, world_size,
                                                                num_workers, kind):
     entries = read_list(dev_shard_list if kind == "shard" else tiny_corpus.splits["dev"].data_list)
-    conf, processor = real_setup(units, train=False, num_workers=num_workers,
+    conf, processor = real_setup(tiny_units, train=False, num_workers=num_workers,
                                  batch_conf={"batch_type": "static", "batch_size": 5})
     seen, counts = [], []
     for loader in world(entries, conf, processor, world_size, train=False):

@@ -11,14 +11,9 @@ from torch.utils.data import DataLoader, Dataset
 from asrkit.data import processors
 from asrkit.data.audio import load_audio
 from asrkit.data.features import compute_fbank
-from asrkit.data.lists import ListEntry, read_list
+from asrkit.data.lists import read_list
 from asrkit.data.processors import Skip, SkipStats, build_sample_processor, collate, sample_generator
-from tests.data.audio_helpers import AUGMENT_ALL, config, make_char_units, tokenizer_for, tone, write_list, write_wav
-
-
-@pytest.fixture(scope="module")
-def units(tiny_corpus, tmp_path_factory):
-    return make_char_units(tiny_corpus.splits["train"].text, tmp_path_factory.mktemp("units") / "units.txt")
+from tests.data.audio_helpers import AUGMENT_ALL, config, tokenizer_for, tone, write_list, write_wav
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +26,7 @@ def processor(units, train=True, seed=0, **dataset_conf):
     return build_sample_processor(cfg.dataset_conf, tokenizer_for(units), train=train, seed=seed)
 
 
-def test_mixed_good_and_bad_list_yields_all_good_and_counts_each_bad_kind(tmp_path, units, dev, caplog):
+def test_mixed_good_and_bad_list_yields_all_good_and_counts_each_bad_kind(tmp_path, tiny_units, dev, caplog):
     good = [{"key": e.key, "wav": e.wav, "txt": e.txt} for e in dev[:4]]
     good.append({"key": "rate8k", "wav": str(write_wav(tmp_path / "r8.wav", tone(1.0, sr=8000), sr=8000)),
                  "txt": "one two"})
@@ -54,7 +49,7 @@ def test_mixed_good_and_bad_list_yields_all_good_and_counts_each_bad_kind(tmp_pa
     }
     rows = good[:3] + [{"key": f"bad_{k}", **v} for k, v in bad.items()] + good[3:]
     entries = read_list(write_list(tmp_path / "data.list", rows))
-    proc = processor(units, filter_conf={"max_length": 500, "token_max_length": 100}, **AUGMENT_ALL)
+    proc = processor(tiny_units, filter_conf={"max_length": 500, "token_max_length": 100}, **AUGMENT_ALL)
     stats = SkipStats()
     samples = []
     with caplog.at_level(logging.WARNING, logger="asrkit.data"):
@@ -73,8 +68,8 @@ def test_mixed_good_and_bad_list_yields_all_good_and_counts_each_bad_kind(tmp_pa
     assert stats.summary().startswith(f"{len(bad)} skipped: 1 empty_audio")
 
 
-def test_programming_error_inside_a_processor_is_not_swallowed(units, dev):
-    proc = processor(units)
+def test_programming_error_inside_a_processor_is_not_swallowed(tiny_units, dev):
+    proc = processor(tiny_units)
     broken = functools.partial(processors.filter_lengths, max_length="1000", min_length=0, token_max_length=9,
                                token_min_length=0, min_output_input_ratio=0, max_output_input_ratio=1)
     proc.steps.insert(1, broken)  # a str where a number belongs: comparing raises TypeError
@@ -82,30 +77,31 @@ def test_programming_error_inside_a_processor_is_not_swallowed(units, dev):
         proc(dev[0], 0)
 
 
-def test_augmentation_depends_only_on_seed_epoch_and_key(units, dev):
-    a, b = processor(units, seed=7, **AUGMENT_ALL), processor(units, seed=7, **AUGMENT_ALL)
+def test_augmentation_depends_only_on_seed_epoch_and_key(tiny_units, dev):
+    a, b = processor(tiny_units, seed=7, **AUGMENT_ALL), processor(tiny_units, seed=7, **AUGMENT_ALL)
     first = a(dev[0], 3)
     assert torch.equal(first["feat"], b(dev[0], 3)["feat"])
     assert torch.equal(first["feat"], a(dev[0], 3)["feat"])  # no hidden state between calls
     assert not torch.equal(first["feat"], a(dev[0], 4)["feat"])
-    assert not torch.equal(first["feat"], processor(units, seed=8, **AUGMENT_ALL)(dev[0], 3)["feat"])
+    assert not torch.equal(first["feat"], processor(tiny_units, seed=8, **AUGMENT_ALL)(dev[0], 3)["feat"])
 
 
-def test_eval_chain_is_plain_fbank_and_ignores_seed(units, dev):
-    ev1, ev2 = processor(units, train=False, seed=1, **AUGMENT_ALL), processor(units, train=False, seed=2, **AUGMENT_ALL)
+def test_eval_chain_is_plain_fbank_and_ignores_seed(tiny_units, dev):
+    ev1 = processor(tiny_units, train=False, seed=1, **AUGMENT_ALL)
+    ev2 = processor(tiny_units, train=False, seed=2, **AUGMENT_ALL)
     s = ev1(dev[1], 0)
     wav, sr = load_audio(dev[1])
     plain = compute_fbank(wav, sr, num_mel_bins=80, frame_length=25.0, frame_shift=10.0)
     assert torch.equal(s["feat"], plain) and torch.equal(ev2(dev[1], 5)["feat"], plain)
-    tok = tokenizer_for(units)
+    tok = tokenizer_for(tiny_units)
     assert s["tokens"] == tok.encode(dev[1].txt) and tok.decode(s["tokens"]) == dev[1].txt
 
 
-def test_dataset_cmvn_is_applied(tmp_path, units, dev):
+def test_dataset_cmvn_is_applied(tmp_path, tiny_units, dev):
     (tmp_path / "cmvn.json").write_text(json.dumps({"mean_stat": [10.0] * 80, "var_stat": [104.0] * 80,
                                                     "frame_num": 1}))
-    plain = processor(units, train=False)(dev[0], 0)["feat"]
-    normed = processor(units, train=False, cmvn_file=str(tmp_path / "cmvn.json"))(dev[0], 0)["feat"]
+    plain = processor(tiny_units, train=False)(dev[0], 0)["feat"]
+    normed = processor(tiny_units, train=False, cmvn_file=str(tmp_path / "cmvn.json"))(dev[0], 0)["feat"]
     torch.testing.assert_close(normed, (plain - 10.0) / 2.0)
 
 
@@ -120,9 +116,9 @@ class _Items(Dataset):
         return self.proc(self.entries[i], self.epoch)
 
 
-def test_same_features_from_dataloader_workers_as_in_process(units, dev):
+def test_same_features_from_dataloader_workers_as_in_process(tiny_units, dev):
     """Workers draw from their own global RNG streams; the features must not change."""
-    proc = processor(units, seed=11, **AUGMENT_ALL)
+    proc = processor(tiny_units, seed=11, **AUGMENT_ALL)
     entries = dev[:8]
     loader = DataLoader(_Items(proc, entries, 2), batch_size=3, num_workers=2, collate_fn=proc.collate)
     batches = list(loader)

@@ -9,12 +9,12 @@ import torch
 
 from asrkit.data.lists import read_list
 from asrkit.data.processors import Skip, build_sample_processor
-from tests.data.audio_helpers import AUGMENT_ALL, config, make_char_units, tokenizer_for, tone, write_list, write_wav
+from tests.data.audio_helpers import AUGMENT_ALL, config, tokenizer_for, tone, write_list, write_wav
 from tests.helpers import run_tool
 
 
 @pytest.fixture(scope="module")
-def packed(tiny_corpus, tmp_path_factory):
+def packed(tiny_corpus, tiny_units, tmp_path_factory):
     """A raw list of 9 corpus utterances plus a segment, a stereo float file, an 8 kHz
     FLAC file and a missing file, packed 4 per tar."""
     tmp = tmp_path_factory.mktemp("shards")
@@ -29,8 +29,7 @@ def packed(tiny_corpus, tmp_path_factory):
     raw = write_list(tmp / "raw.list", rows)
     proc = run_tool("make_shard_list.py", "--num_utts_per_shard", 4, "--num_threads", 2, raw, tmp / "tars",
                     tmp / "shards.list")
-    units = make_char_units(tiny_corpus.splits["train"].text, tmp / "units.txt")
-    return tmp, raw, proc.stderr, units
+    return tmp, raw, proc.stderr, tiny_units
 
 
 def test_unwritable_shard_is_a_one_line_error_and_keeps_the_old_list(tiny_corpus, tmp_path):

@@ -14,7 +14,7 @@ import pytest
 
 from tests.examples.recipe_helpers import (CER_LINE, MODES, copy_recipe, make_tgz, read_lines, run_recipe,
                                            serve_directory, synthesize)
-from tests.helpers import REPO, free_port
+from tests.helpers import REPO, free_port, repo_env
 from asrkit.text.vocabulary import Vocabulary
 
 RECIPE = REPO / "examples" / "aishell" / "s0"
@@ -70,7 +70,8 @@ def prepared(corpus, tmp_path_factory):
 
 
 def run_prep(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(PREP), *map(str, args)], capture_output=True, text=True)
+    return subprocess.run([sys.executable, str(PREP), *map(str, args)], capture_output=True, text=True,
+                          env=repo_env())
 
 
 def test_prep_writes_kaldi_files(prepared, corpus):

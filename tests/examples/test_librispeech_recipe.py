@@ -15,7 +15,7 @@ import pytest
 
 from tests.examples.recipe_helpers import (CER_LINE, MODES, copy_recipe, make_tgz, read_lines, run_recipe,
                                            serve_directory, synthesize)
-from tests.helpers import REPO, free_port
+from tests.helpers import REPO, free_port, repo_env
 from asrkit.text.vocabulary import Vocabulary
 
 RECIPE = REPO / "examples" / "librispeech" / "s0"
@@ -86,7 +86,8 @@ def prepared(corpus, tmp_path_factory):
 
 
 def run_prep(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(PREP), *map(str, args)], capture_output=True, text=True)
+    return subprocess.run([sys.executable, str(PREP), *map(str, args)], capture_output=True, text=True,
+                          env=repo_env())
 
 
 def expected(corpus: Path, subsets: list[str]) -> tuple[list[str], list[str], list[str]]:

@@ -19,7 +19,7 @@ from asrkit.export.onnx import (OFFLINE_FILE, STREAMING_FILE, eager_stream_refer
 from asrkit.export.sherpa import (decode_offline, decode_streaming, offline_recognizer, online_recognizer,
                                   read_metadata, TAIL_PADDING_S)
 from tests.models.tiny import tiny_model
-from tests.models.test_wenet_reference import ENCODER_REF_CHUNK, FIXTURES, load_wenet_model
+from tests.models.wenet_reference import ENCODER_REF_CHUNK, FIXTURES, load_wenet_model
 
 WAVS = sorted((FIXTURES / "wavs").glob("*.wav"))
 TOLERANCE = 1e-4
@@ -159,7 +159,7 @@ def test_exported_wenet_checkpoints_reproduce_wenets_ctc_logprobs(wenet_exports,
     run = session_runner(ort_session(out / OFFLINE_FILE))
     compared = 0
     for utt, chunk in zip(reference["utts"], ENCODER_REF_CHUNK[name]):
-        if chunk:  # WeNet drew a random chunk for this full-context reference (see test_wenet_reference)
+        if chunk:  # WeNet drew a random chunk for this full-context reference (see wenet_reference)
             continue
         log_probs, _ = run(utt["feats"].unsqueeze(0), torch.tensor([utt["feats"].size(0)]))
         assert log_probs.shape == tuple(utt["ctc_logprobs"].shape)

@@ -35,7 +35,7 @@ from asrkit.decode import DecodingOptions, decode
 from asrkit.decode.ctc_search import PrefixBeamSearch, ctc_prefix_beam_search_nbest
 from asrkit.export import export_model, load_exported, script_model
 from asrkit.text.units import read_units
-from tests.models.test_wenet_reference import FIXTURES, load_wenet_model
+from tests.models.wenet_reference import FIXTURES, load_wenet_model
 from tests.models.tiny import tiny_model
 
 WENET_FBANK = dict(sample_rate=16000, num_mel_bins=80, frame_length=25.0, frame_shift=10.0)

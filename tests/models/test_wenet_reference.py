@@ -10,49 +10,19 @@ The U2++ model's ``encoder_out`` reference for two of the wavs is not full conte
 WeNet's ``encoder(feats, lens)`` with its default ``decoding_chunk_size=0`` draws a random
 chunk size for a dynamic-chunk model even in eval mode (``add_optional_chunk_mask``), and
 it drew 7 and 11 (all left chunks) there; those two are compared with asrkit's masked
-forward at the chunk size WeNet drew (:data:`ENCODER_REF_CHUNK`).  Its decoding references
-are full context (``model.decode`` defaults to ``decoding_chunk_size=-1``) for all three.
-The chunked references of the U2++ model are tested in ``test_wenet_u2pp_reference.py``.
+forward at the chunk size WeNet drew (``ENCODER_REF_CHUNK`` of ``wenet_reference.py``).  Its
+decoding references are full context (``model.decode`` defaults to
+``decoding_chunk_size=-1``) for all three.  The chunked references of the U2++ model are
+tested in ``test_wenet_u2pp_reference.py``.
 """
 from __future__ import annotations
-
-import os
-from pathlib import Path
 
 import pytest
 import torch
 
-from asrkit.config import load_config
-from asrkit.decode.modes import SharedOutputs
-from asrkit.decode.searcher import Searcher
-from asrkit.io.checkpoint import load_checkpoint
-from asrkit.models import build_model
-from asrkit.models.state import load_weights
-from asrkit.text.units import read_units
-from asrkit.text.vocabulary import Vocabulary
+from tests.models.wenet_reference import ENCODER_REF_CHUNK, FIXTURES, assert_four_modes_match, load_wenet_model
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "wenet"
-MODES = ("ctc_greedy_search", "ctc_prefix_beam_search", "attention", "attention_rescoring")
 REFERENCES = {"offline": "reference.pt", "u2pp": "reference_chunk4.pt"}
-# the chunk size (encoder frames, all left chunks; 0 = full context) each wav's encoder_out
-# reference was computed with: see the module docstring
-ENCODER_REF_CHUNK = {"offline": [0, 0, 0], "u2pp": [0, 7, 11]}
-
-
-def load_wenet_model(name: str):
-    """The WeNet model of fixture folder ``name`` (its train.yaml as WeNet saved it;
-    relative paths in it resolve from that folder, as in a WeNet experiment)."""
-    folder = FIXTURES / name
-    cwd = os.getcwd()
-    os.chdir(folder)
-    try:
-        cfg = load_config("train.yaml")  # as WeNet saved it
-        vocabulary = Vocabulary.from_symbols(read_units(cfg.tokenizer_conf.symbol_table_path))
-        model = build_model(cfg, cfg.input_dim, vocabulary, load_cmvn_stats=False)
-        load_weights(model, load_checkpoint("epoch_5.pt"), "epoch_5.pt")
-    finally:
-        os.chdir(cwd)
-    return model.eval()
 
 
 @pytest.fixture(scope="module", params=sorted(REFERENCES))
@@ -73,26 +43,6 @@ def test_encoder_and_ctc_match_wenet(wenet):
         assert (enc - utt["encoder_out"]).abs().max() < 1e-4, utt["wav"]
         ctc = model.ctc_log_probs(enc)
         assert (ctc - utt["ctc_logprobs"]).abs().max() < 1e-4, utt["wav"]
-
-
-def assert_four_modes_match(model, enc: torch.Tensor, lengths: torch.Tensor, want: dict,
-                            reverse_weight: float, wav: str) -> None:
-    """WeNet's tokens (and scores where WeNet reports one) in all four modes, decoding
-    ``enc`` as WeNet's reference did (beam 4, ctc_weight 0.3, no blank skip, length and blank
-    penalties 0)."""
-    searcher = Searcher.of_model(model)
-    shared = SharedOutputs(searcher, enc, lengths, beam_size=4, ctc_weight=0.3,
-                           reverse_weight=reverse_weight, blank_skip_threshold=1.0,
-                           length_penalty=0.0, blank_penalty=0.0)
-    assert searcher.ctc_greedy(shared.log_probs(), lengths)[0] == want["ctc_greedy_search"]["tokens"], wav
-    nbest, ctc_scores = shared.nbest()
-    assert nbest[0][0] == want["ctc_prefix_beam_search"]["tokens"], wav
-    assert ctc_scores[0][0] == pytest.approx(want["ctc_prefix_beam_search"]["score"], abs=1e-3), wav
-    hyps, _ = searcher.attention_beam(enc, lengths, 4, length_penalty=0.0)
-    assert hyps[0] == want["attention"]["tokens"], wav
-    hyps, totals = searcher.attention_rescoring(enc, lengths, nbest, ctc_scores, 0.3, reverse_weight)
-    assert hyps[0] == want["attention_rescoring"]["tokens"], wav
-    assert totals[0] == pytest.approx(want["attention_rescoring"]["score"], abs=1e-3), wav
 
 
 @torch.inference_mode()

@@ -9,7 +9,7 @@ import torch
 from asrkit.io.checkpoint import CheckpointError, load_checkpoint
 from asrkit.models.state import load_weights
 from asrkit.models.wenet_state import from_wenet_state, is_wenet_state
-from tests.models.test_wenet_reference import FIXTURES, load_wenet_model
+from tests.models.wenet_reference import FIXTURES, load_wenet_model
 
 TABLES = ["encoder.embed.pos_enc.pe", "decoder.left_decoder.embed.1.pe", "decoder.right_decoder.embed.1.pe"]
 

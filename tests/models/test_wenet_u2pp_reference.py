@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.models.test_wenet_reference import FIXTURES, assert_four_modes_match, load_wenet_model
+from tests.models.wenet_reference import FIXTURES, assert_four_modes_match, load_wenet_model
 
 
 @pytest.fixture(scope="module")

@@ -15,29 +15,16 @@
 """
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
-
-
-def _load_netns_hosts():
-    if "netns_hosts" in sys.modules:
-        return sys.modules["netns_hosts"]
-    spec = importlib.util.spec_from_file_location("netns_hosts", REPO / "tools" / "netns_hosts.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["netns_hosts"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="session")
 def netns():
-    module = _load_netns_hosts()
+    from tools import netns_hosts as module
     ok, why = module.netns_available()
     if not ok:
         pytest.skip(f"network namespaces unavailable: {why}")
@@ -71,7 +58,7 @@ def hosts2(make_hosts):
 
 @pytest.fixture(scope="session")
 def net_recipe(tmp_path_factory, netns) -> Path:
-    from tests.examples.test_multinode_guide import BLOCKS, RECIPE, TOY, bash
+    from tests.examples.multinode_guide import BLOCKS, RECIPE, TOY, bash
     root = tmp_path_factory.mktemp("net") / "shared disk" / "digits s0"
     root.mkdir(parents=True)
     for name in ("run.sh", "path.sh", "conf"):

@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.examples.test_multinode_guide import BLOCKS, TOY, run_env
+from tests.examples.multinode_guide import BLOCKS, TOY, run_env
 
 PORT = 29500  # every host has its own network stack: the guide's port is free there
 

@@ -22,8 +22,8 @@ def test_node_with_other_data_and_config_is_named(hosts2, net_recipe, tmp_path):
     train_list = local / "data" / "train" / "data.list"
     train_list.write_text("".join(train_list.read_text().splitlines(keepends=True)[:-1]))
     exp = "exp/disagree"
-    opts0 = toy_opts(exp, "--cpu_nproc_per_node", "1", "--train_overrides", "max_epoch=1")
-    opts1 = toy_opts(exp, "--cpu_nproc_per_node", "1", "--train_overrides", "max_epoch=1 optim_conf.lr=0.001")
+    opts0 = toy_opts(exp, "--train_overrides", "max_epoch=1")
+    opts1 = toy_opts(exp, "--train_overrides", "max_epoch=1 optim_conf.lr=0.001")
     nodes = [Node(h0, node_script("interface", "node0", master_addr=h0.addr, opts=opts0), net_recipe, tmp_path),
              Node(h1, node_script("interface", "node1", master_addr=h0.addr, opts=opts1), local, tmp_path)]
     results = wait_nodes(nodes, timeout=120)

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from tests.bin.test_doctor import FAST, doctor_env, lines_of, make_recipe
+from tests.bin.doctor_helpers import FAST, JOB, doctor_env, lines_of, make_recipe
 from tests.helpers import free_port
 
 TIMEOUT = 120
@@ -34,8 +34,7 @@ def run_both(hosts, recipe, ifnames: list[str]) -> list[tuple[int, str, str]]:
     master, port = hosts.hosts[0].addr, free_port()
     procs = []
     for rank, (host, ifname) in enumerate(zip(hosts.hosts, ifnames)):
-        argv = [sys.executable, "-m", "asrkit.bin.doctor", "--config", "conf/train_toy.yaml", "--train_data", "data/train/data.list",
-                "--cv_data", "data/dev/data.list", "--num_nodes", "2",
+        argv = [sys.executable, "-m", "asrkit.bin.doctor", *JOB, "--num_nodes", "2",
                 "--node_rank", str(rank), "--master_addr", master, "--master_port", str(port), "--timeout_s", "60",
                 *FAST]
         env = doctor_env(GLOO_SOCKET_IFNAME=ifname, NCCL_SOCKET_IFNAME=ifname)

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 def test_guide_launch_on_two_namespaced_hosts(hosts2, net_recipe, tmp_path):
     h0, h1 = hosts2.hosts
     exp = "exp/on hosts"
-    opts = toy_opts(exp, "--cpu_nproc_per_node", "1", "--train_overrides", "max_epoch=1")
+    opts = toy_opts(exp, "--train_overrides", "max_epoch=1")
     procs = [Node(h, node_script("interface", f"node{k}", master_addr=h0.addr, opts=opts), net_recipe, tmp_path)
              for k, h in enumerate((h0, h1))]
     results = wait_nodes(procs, timeout=120)

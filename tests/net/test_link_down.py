@@ -24,7 +24,7 @@ TIMEOUT_S = 8
 def test_link_down_stops_within_timeout_and_resumes(hosts2, net_recipe, tmp_path):
     h0, h1 = hosts2.hosts
     exp = "exp/link down"
-    opts = toy_opts(exp, "--cpu_nproc_per_node", "1", "--train_overrides",
+    opts = toy_opts(exp, "--train_overrides",
                     f"max_epoch=1 save_interval=2 log_interval=1 launch.timeout_s={TIMEOUT_S}")
     go = tmp_path / "go"
     hook = dict(ASRKIT_HOOK_PAUSE=f"1:3:{go}", PYTHONPATH=f"{REPO / 'tests' / 'fault_site'}:{REPO}")

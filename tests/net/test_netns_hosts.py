@@ -9,7 +9,7 @@ import sys
 import textwrap
 import time
 
-from tests.helpers import REPO
+from tests.helpers import REPO, repo_env
 
 TOOL = REPO / "tools" / "netns_hosts.py"
 SEND = textwrap.dedent("""
@@ -76,16 +76,15 @@ def test_sigterm_removes_everything(netns, tmp_path):
     """A process holding hosts is sent SIGTERM: its namespaces and the process it started
     on a host are gone when it has exited."""
     script = tmp_path / "hold.py"
-    script.write_text(textwrap.dedent(f"""
-        import sys, time
-        sys.path.insert(0, {str(REPO / 'tools')!r})
-        import netns_hosts
+    script.write_text(textwrap.dedent("""
+        import time
+        from tools import netns_hosts
         with netns_hosts.Hosts(2) as hosts:
             sleeper = hosts.hosts[1].popen(["sleep", "300"])
             print(hosts.hosts[0].name[:-2], sleeper.pid, flush=True)
             time.sleep(300)
     """))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=repo_env())
     base, pid = proc.stdout.readline().split()
     assert f"netns {base}h1" in netns.leftovers()
     proc.terminate()

@@ -26,7 +26,7 @@ def test_node_gives_up_on_unreachable_master(hosts2, net_recipe, tmp_path, maste
     h0, h1 = hosts2.hosts
     if master_state == "link down":
         hosts2.link_down(0)
-    opts = toy_opts("exp/unreachable", "--cpu_nproc_per_node", "1", "--rdzv_timeout", str(RDZV_TIMEOUT))
+    opts = toy_opts("exp/unreachable", "--rdzv_timeout", str(RDZV_TIMEOUT))
     t0 = time.monotonic()
     [(code, out, err)] = wait_nodes([Node(h1, node_script("interface", "node1", master_addr=h0.addr, opts=opts),
                                           net_recipe, tmp_path)], timeout=RDZV_TIMEOUT + 60)
@@ -42,7 +42,7 @@ def test_node_gives_up_on_unreachable_master(hosts2, net_recipe, tmp_path, maste
 
 def test_master_alone_stops_after_rdzv_timeout(hosts2, net_recipe, tmp_path):
     h0, _ = hosts2.hosts
-    opts = toy_opts("exp/alone", "--cpu_nproc_per_node", "1", "--rdzv_timeout", str(RDZV_TIMEOUT))
+    opts = toy_opts("exp/alone", "--rdzv_timeout", str(RDZV_TIMEOUT))
     [(code, out, err)] = wait_nodes([Node(h0, node_script("node0", master_addr=h0.addr, opts=opts), net_recipe,
                                           tmp_path)], timeout=RDZV_TIMEOUT + 60)
     assert code != 0

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.examples.test_multinode_guide import run_env
+from tests.examples.multinode_guide import run_env
 from tests.helpers import REPO
 
 

@@ -1,12 +1,15 @@
-"""Helpers of the reliability tests: a two-rank job config, torchrun commands, log parsing."""
+"""Helpers of the reliability tests: a two-rank job config, torchrun commands, log parsing,
+and running a CLI's ``main`` in this process for its error lines."""
 from __future__ import annotations
 
+import logging
 import re
 import sys
 from pathlib import Path
 
 import torch
 
+from asrkit.bin import average_model, export, recognize, train
 from asrkit.train import checkpoint as ckpt
 from tests.helpers import free_port, train_args
 
@@ -50,3 +53,30 @@ def assert_equal_weights(a: dict, b: dict) -> None:
     different = [k for k in a if not torch.equal(a[k], b[k])]
     assert not different, f"{len(different)} tensors differ, e.g. {different[:3]}: " \
                           f"max |diff| {max(float((a[k] - b[k]).abs().max()) for k in different):.3g}"
+
+
+def run_main(tool: str, args: dict, tmp_path, config=None, checkpoint=None) -> list[str]:
+    """``main`` of ``tool`` (train, recognize, export or average_model) on the files of
+    ``args`` (test_malformed_inputs.py's ``inputs``) in this process; returns its exit status."""
+    c, k = str(config or args["config"]), str(checkpoint)
+    argv = {"train": ["--config", c, "--train_data", str(args["train"]), "--cv_data", str(args["data"]),
+                      "--model_dir", str(tmp_path / "exp")] + (["--checkpoint", k] if checkpoint else []),
+            "recognize": ["--config", c, "--checkpoint", k, "--data", str(args["data"]), "--modes",
+                          "ctc_greedy_search", "--result_dir", str(tmp_path / "decode")],
+            "export": ["--config", c, "--checkpoint", k, "--output", str(tmp_path / "final.zip"), "--no_verify"],
+            "average_model": ["--model_dir", str(tmp_path / "ckpts"), "--num", "2", "--mode", "last",
+                              "--dst", str(tmp_path / "avg.pt")]}[tool]
+    main = {"train": train.main, "recognize": recognize.main, "export": export.main,
+            "average_model": average_model.main}[tool]
+    return main(argv)
+
+
+def error_lines(capsys, caplog) -> list[str]:
+    """The error lines a tool printed: on stderr (train logs there itself), else the ERROR
+    records it logged (recognize/export log through the root logger pytest captures)."""
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err[-3000:]  # (also none printed by a logging handler)
+    lines = [line for line in err.splitlines() if "error" in line.lower()]
+    lines = lines or [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    caplog.clear()
+    return lines

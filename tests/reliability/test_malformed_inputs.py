@@ -4,17 +4,16 @@ these tests).  Data lists: tests/bin/test_train.py and tests/data/test_lists.py;
 and CMVN files: tests/reliability/test_malformed_text_inputs.py."""
 from __future__ import annotations
 
-import logging
 import pickle
 
 import pytest
 import torch
 
-from asrkit.bin import average_model, export, recognize, train
 from asrkit.config import load_config
 from asrkit.models import build_model
 from asrkit.text.units import read_units
 from asrkit.text.vocabulary import Vocabulary
+from tests.reliability.common import error_lines, run_main
 
 CONFIGS = {
     "YAML syntax": b"model: [unclosed\n  encoder: : :\n",
@@ -65,37 +64,11 @@ def inputs(tiny_experiment, tmp_path_factory):
             "train": tiny_experiment.corpus.splits["train"].data_list}
 
 
-def run_tool(tool: str, args: dict, tmp_path, config=None, checkpoint=None) -> list[str]:
-    """``main`` of ``tool`` in this process; asserts status 2 and returns its error lines."""
-    c, k = str(config or args["config"]), str(checkpoint)
-    argv = {"train": ["--config", c, "--train_data", str(args["train"]), "--cv_data", str(args["data"]),
-                      "--model_dir", str(tmp_path / "exp")] + (["--checkpoint", k] if checkpoint else []),
-            "recognize": ["--config", c, "--checkpoint", k, "--data", str(args["data"]), "--modes",
-                          "ctc_greedy_search", "--result_dir", str(tmp_path / "decode")],
-            "export": ["--config", c, "--checkpoint", k, "--output", str(tmp_path / "final.zip"), "--no_verify"],
-            "average_model": ["--model_dir", str(tmp_path / "ckpts"), "--num", "2", "--mode", "last",
-                              "--dst", str(tmp_path / "avg.pt")]}[tool]
-    main = {"train": train.main, "recognize": recognize.main, "export": export.main,
-            "average_model": average_model.main}[tool]
-    return main(argv)
-
-
-def error_lines(capsys, caplog) -> list[str]:
-    """The error lines a tool printed: on stderr (train logs there itself), else the ERROR
-    records it logged (recognize/export log through the root logger pytest captures)."""
-    err = capsys.readouterr().err
-    assert "Traceback" not in err, err[-3000:]  # (also none printed by a logging handler)
-    lines = [line for line in err.splitlines() if "error" in line.lower()]
-    lines = lines or [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-    caplog.clear()
-    return lines
-
-
 @pytest.mark.parametrize("tool", ["train", "recognize", "export"])
 @pytest.mark.parametrize("kind", list(CONFIGS))
 def test_a_malformed_config_is_one_line_and_status_2(inputs, tool, kind, tmp_path, capsys, caplog):
     path = inputs["configs"][kind]
-    code = run_tool(tool, inputs, tmp_path, config=path, checkpoint=inputs["checkpoints"]["truncated"])
+    code = run_main(tool, inputs, tmp_path, config=path, checkpoint=inputs["checkpoints"]["truncated"])
     lines = error_lines(capsys, caplog)
     assert code == 2 and len(lines) == 1 and "\n" not in lines[0] and str(path) in lines[0], lines
     assert not (tmp_path / "exp").exists() and not (tmp_path / "final.zip").exists()
@@ -110,7 +83,7 @@ def test_a_malformed_checkpoint_is_one_line_and_status_2(inputs, tool, kind, tmp
         for n in (0, 1):
             (tmp_path / "ckpts" / f"epoch_{n}.pt").write_bytes(path.read_bytes())
         path = tmp_path / "ckpts"  # (the first it reads is named)
-    code = run_tool(tool, inputs, tmp_path, checkpoint=path)
+    code = run_main(tool, inputs, tmp_path, checkpoint=path)
     lines = error_lines(capsys, caplog)
     if tool == "average_model" and kind == "another model":
         assert code == 0  # two copies of a well-formed model average fine: nothing is malformed

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from tests.reliability.test_malformed_inputs import error_lines, run_tool
+from tests.reliability.common import error_lines, run_main
 
 TOOLS = ["train", "recognize", "export"]
 WENET_SPECIAL = {"<blank>": 0, "<unk>": 1, "<sos>": 2, "<eos>": 2}
@@ -134,7 +134,7 @@ def test_a_bad_units_bpe_or_cmvn_file_is_one_line_and_status_2(cases, inputs, ti
                                                                 tmp_path, capsys, caplog):
     top, path, message = cases[name]
     config = tiny_experiment.config(tmp_path / "train.yaml", **top)
-    code = run_tool(tool, {**inputs, "config": config}, tmp_path, checkpoint=inputs["truncated"] if tool != "train"
+    code = run_main(tool, {**inputs, "config": config}, tmp_path, checkpoint=inputs["truncated"] if tool != "train"
                     else None)
     lines = error_lines(capsys, caplog)
     assert code == 2 and len(lines) == 1 and "\n" not in lines[0], (code, lines)

@@ -5,7 +5,6 @@ tests/examples/test_digits_recipe.py, runs every stage in such a path)."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 import io
 import json
 import shutil
@@ -20,6 +19,7 @@ from asrkit.data.processors import Skip, build_sample_processor
 from asrkit.train import checkpoint as ckpt
 from tests.data.audio_helpers import config, tokenizer_for, tone, write_wav
 from tests.helpers import REPO, run_tool, train_here
+from tools import make_shard_list
 
 MARKER = Path("/tmp/asrkit_reliability_pwned")  # what the payloads below would create
 
@@ -68,14 +68,7 @@ def _add(tar, name, payload=b"", kind=tarfile.REGTYPE, link=""):
     tar.addfile(info, io.BytesIO(payload) if payload else None)
 
 
-@pytest.fixture(scope="module")
-def units(tiny_corpus, tmp_path_factory):
-    out = tmp_path_factory.mktemp("units") / "units.txt"
-    run_tool("make_units.py", tiny_corpus.splits["train"].text, out)
-    return out
-
-
-def test_hostile_tar_members_are_rejected_as_counted_skips(units, tmp_path):
+def test_hostile_tar_members_are_rejected_as_counted_skips(tiny_units, tmp_path):
     wav = write_wav(tmp_path / "a.wav", tone(0.5)).read_bytes()
     tar_path = tmp_path / "hostile.tar"
     with tarfile.open(tar_path, "w", format=tarfile.GNU_FORMAT) as tar:
@@ -93,7 +86,7 @@ def test_hostile_tar_members_are_rejected_as_counted_skips(units, tmp_path):
         m = members[member]
         return ListEntry(key=key, txt="one", duration=0.5, tar=str(tar_path), offset=m.offset_data, size=m.size)
 
-    proc = build_sample_processor(config(units).dataset_conf, tokenizer_for(units), train=False, seed=0)
+    proc = build_sample_processor(config(tiny_units).dataset_conf, tokenizer_for(tiny_units), train=False, seed=0)
     assert not isinstance(proc(entry("good", "good.wav"), 0), Skip)
     cases = {"../up": "'..' component", "/abs": "absolute path", "sub/../../deep": "'..' component",
              "sym": "is a symbolic link", "hard": "is a hard link"}
@@ -105,13 +98,6 @@ def test_hostile_tar_members_are_rejected_as_counted_skips(units, tmp_path):
     assert proc(entry("up", "../up.wav"), 0).reason == "unsafe_tar_member"
 
 
-def _load_tool(name: str):
-    spec = importlib.util.spec_from_file_location(f"tool_{name}", REPO / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("key", ["../evil", "/abs/evil", "a/../../evil", "back\\slash", "new\nline"])
 def test_make_shard_list_refuses_keys_that_are_unsafe_member_names(tiny_corpus, tmp_path, capsys, key):
     rows = [json.loads(r) for r in tiny_corpus.splits["dev"].data_list.read_text().splitlines()[:2]]
@@ -119,7 +105,7 @@ def test_make_shard_list_refuses_keys_that_are_unsafe_member_names(tiny_corpus, 
     raw = tmp_path / "raw.list"
     raw.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(SystemExit) as exit_info:
-        _load_tool("make_shard_list").main([str(raw), str(tmp_path / "shards"), str(tmp_path / "shards.list")])
+        make_shard_list.main([str(raw), str(tmp_path / "shards"), str(tmp_path / "shards.list")])
     assert exit_info.value.code == 2 and f"key {key!r} cannot name a tar member" in capsys.readouterr().err
     assert not (tmp_path / "shards.list").exists() and not list(tmp_path.rglob("*.tar"))
 
@@ -135,10 +121,10 @@ def test_wav_scp_pipes_are_refused_and_never_run(tmp_path):
     assert proc.returncode != 0 and "wav.scp:2" in proc.stderr and "shell pipe" in proc.stderr, proc.stderr
 
 
-def test_data_list_command_is_a_missing_file_not_a_command(units, tmp_path):
+def test_data_list_command_is_a_missing_file_not_a_command(tiny_units, tmp_path):
     rows = [{"key": "cmd", "wav": f"touch {MARKER} |", "txt": "one", "duration": 1.0}]
     (tmp_path / "data.list").write_text(json.dumps(rows[0]) + "\n")
-    proc = build_sample_processor(config(units).dataset_conf, tokenizer_for(units), train=False, seed=0)
+    proc = build_sample_processor(config(tiny_units).dataset_conf, tokenizer_for(tiny_units), train=False, seed=0)
     result = proc(read_list(tmp_path / "data.list")[0], 0)
     assert isinstance(result, Skip) and result.reason == "missing_file"
 
@@ -175,7 +161,7 @@ def test_no_shell_command_or_archive_extraction_in_library_and_tools():
 # ----------------------------------------------------------------------------- spaces
 
 
-def test_data_tools_work_with_paths_containing_spaces(tiny_corpus, units, tmp_path):
+def test_data_tools_work_with_paths_containing_spaces(tiny_corpus, tiny_units, tmp_path):
     root = tmp_path / "my data dir"
     src = tiny_corpus.splits["dev"]
     scp, text = [], []
@@ -192,7 +178,7 @@ def test_data_tools_work_with_paths_containing_spaces(tiny_corpus, units, tmp_pa
     run_tool("make_raw_list.py", root / "wav.scp", root / "text", root / "data.list")
     run_tool("make_shard_list.py", "--num_utts_per_shard", 2, root / "data.list", root / "shard dir",
              root / "data shards.list")
-    proc = build_sample_processor(config(units).dataset_conf, tokenizer_for(units), train=False, seed=0)
+    proc = build_sample_processor(config(tiny_units).dataset_conf, tokenizer_for(tiny_units), train=False, seed=0)
     for listed in ("data.list", "data shards.list"):
         entries = read_list(root / listed)
         assert sorted(e.key for e in entries) == sorted(keys)

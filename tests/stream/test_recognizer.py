@@ -10,7 +10,7 @@ import torch
 
 from asrkit.decode import DecodingOptionError, DecodingOptions
 from asrkit.stream.recognizer import StreamingRecognizer
-from tests.models.test_wenet_reference import FIXTURES, load_wenet_model
+from tests.models.wenet_reference import FIXTURES, load_wenet_model
 
 WAVS = FIXTURES / "wavs"
 

@@ -1,15 +1,11 @@
 """The sentences task's grammar: vocabulary size, closure and determinism."""
 from __future__ import annotations
 
-import sys
 from collections import Counter
 
 import numpy as np
 
-from tests.helpers import REPO
-
-sys.path.insert(0, str(REPO / "tools"))
-import sentence_grammar  # noqa: E402
+from tools import sentence_grammar
 
 
 def test_vocabulary_is_large_and_every_word_is_reachable():

@@ -3,14 +3,12 @@ time and compute time, then WeNet's chunked attention-rescoring transcript; bad 
 one line and status 2."""
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 
 from asrkit.text import read_units
-from tests.helpers import REPO
-from tests.models.test_wenet_reference import FIXTURES
+from tests.models.wenet_reference import FIXTURES
+from tools import stream_wav as stream_wav_tool
 
 pytestmark = pytest.mark.usefixtures("restore_threads")  # (tests/conftest.py: the tool sets --num_threads)
 
@@ -18,10 +16,7 @@ pytestmark = pytest.mark.usefixtures("restore_threads")  # (tests/conftest.py: t
 @pytest.fixture
 def stream_wav(monkeypatch):
     monkeypatch.chdir(FIXTURES / "u2pp")  # WeNet's saved paths are relative to its experiment
-    spec = importlib.util.spec_from_file_location("stream_wav", REPO / "tools" / "stream_wav.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
+    return stream_wav_tool.main
 
 
 def test_partials_then_wenets_final_transcript(stream_wav, capsys):

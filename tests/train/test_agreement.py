@@ -2,7 +2,7 @@
 units/BPE/CMVN files or the data lists differ, naming the rank, host and item.
 
 (That ranks differing only in their ``launch`` sections start and train is shown by
-tests/train/test_world_scaling.py, whose 2-rank run gives each rank its own ``launch``.)
+tests/train/dist/test_world_scaling.py, whose 2-rank run gives each rank its own ``launch``.)
 """
 from __future__ import annotations
 

@@ -60,7 +60,7 @@ def comm_hook_problem(comm_hook: str, backend: str, device: torch.device) -> Opt
     """Why ``comm_hook`` cannot run with ``backend`` on ``device`` (None when it can).
 
     Only ``bf16`` depends on them: nccl all-reduces bfloat16 (NCCL >= 2.10); torch 2.14's
-    gloo does so for CPU tensors (tests/train/test_comm_hooks.py trains with it) but not for
+    gloo does so for CPU tensors (tests/train/dist/test_comm_hooks.py trains with it) but not for
     CUDA tensors ("Invalid scalar type", pytorch issue #111131)."""
     if comm_hook != "bf16" or backend == "nccl" or (backend == "gloo" and device.type == "cpu"):
         return None
@@ -146,7 +146,7 @@ def _powersgd_in_order(state: powerSGD_hook.PowerSGDState, bucket):
     the next bucket from the autograd thread.  With several buckets the ranks then enqueue
     their all-reduces in different orders and gloo fails ("Received data size doesn't match
     expected size"; reproduced with the small conformer's 2 buckets, and at every run with
-    many small buckets: tests/train/test_comm_hooks.py).  Waiting here makes every rank send
+    many small buckets: tests/train/dist/test_comm_hooks.py).  Waiting here makes every rank send
     bucket after bucket in DDP's order -- at the cost of PowerSGD's communication no longer
     overlapping the rest of the backward.
 

@@ -24,7 +24,7 @@ would not change is not rewritten.
 
 Errors (exit status 1, one message): the corpus, a set directory or the transcript is
 missing; the speaker archives are still packed; a wav basename occurs twice; a key has
-two different transcripts; a set ends up empty.
+two different transcripts; a set ends up empty; an output file cannot be written.
 
 Usage:
     local/aishell_data_prep.py /export/data/openslr/33 data
@@ -35,6 +35,8 @@ import argparse
 import os
 import sys
 from pathlib import Path
+
+from asrkit.io.files import WriteError, atomic_write_text
 
 SETS = ("train", "dev", "test")
 TRANSCRIPT = Path("transcript") / "aishell_transcript_v0.8.txt"
@@ -96,13 +98,12 @@ def find_wavs(wav_dir: Path, name: str) -> dict[str, tuple[str, str]]:
 
 
 def write_table(path: Path, rows: dict[str, str]) -> None:
-    """``<key> <value>`` lines sorted by key; an unchanged file is left untouched."""
+    """``<key> <value>`` lines sorted by key, written atomically; an unchanged file is left
+    untouched."""
     content = "".join(f"{k} {rows[k]}\n" for k in sorted(rows))
     if path.is_file() and path.read_text(encoding="utf-8") == content:
         return
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(content, encoding="utf-8")
-    tmp.replace(path)
+    atomic_write_text(path, content)
 
 
 def examples(keys) -> str:
@@ -158,7 +159,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     try:
         prepare(args.corpus, args.out)
-    except PrepError as e:
+    except (PrepError, WriteError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -24,7 +24,8 @@ dropped, counted and reported.  FLAC is read directly by asrkit's audio reader
 
 Errors (exit status 1, one message): the corpus or every subset of a group is missing; a
 speaker or chapter directory whose name is not a number; a chapter without its
-``trans.txt``; a transcript key of another chapter; a key occurring twice in one set.
+``trans.txt``; a transcript key of another chapter; a key occurring twice in one set; an
+output file cannot be written.
 
 Usage:
     local/librispeech_data_prep.py /export/data/openslr/12 data
@@ -36,6 +37,8 @@ import argparse
 import os
 import sys
 from pathlib import Path
+
+from asrkit.io.files import WriteError, atomic_write_text
 
 TRAIN = ["train-clean-100", "train-clean-360", "train-other-500"]
 DEV = ["dev-clean", "dev-other"]
@@ -101,13 +104,12 @@ def read_subset(subset_dir: Path, dropped: dict[str, list[str]]) -> dict[str, tu
 
 
 def write_table(path: Path, rows: dict[str, str]) -> None:
-    """``<key> <value>`` lines sorted by key; an unchanged file is left untouched."""
+    """``<key> <value>`` lines sorted by key, written atomically; an unchanged file is left
+    untouched."""
     content = "".join(f"{k} {rows[k]}\n" for k in sorted(rows))
     if path.is_file() and path.read_text(encoding="utf-8") == content:
         return
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(content, encoding="utf-8")
-    tmp.replace(path)
+    atomic_write_text(path, content)
 
 
 def examples(keys) -> str:
@@ -174,7 +176,7 @@ def main(argv=None) -> int:
     subsets = [getattr(args, f"{g}_subsets").replace(",", " ").split() for g in ("train", "dev", "test")]
     try:
         prepare(args.corpus, args.out, *subsets)
-    except PrepError as e:
+    except (PrepError, WriteError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -1,4 +1,4 @@
-"""One rank of the communication-hook checks in tests/train/test_comm_hooks.py (started by
+"""One rank of the communication-hook checks in tests/train/dist/test_comm_hooks.py (started by
 ``torch.multiprocessing.spawn``: a real 2-process gloo group on 127.0.0.1).
 
 Each rank builds the tiny conformer of ``tests.helpers.tiny_config_dict`` (same weights on

@@ -34,7 +34,7 @@ import torch
 from asrkit.train import checkpoint as ckpt
 from asrkit.models.asr_model import AsrModel
 from asrkit.models.chunks import FULL_CONTEXT
-from tests.helpers import (REPO, distinct_utterance_list, free_port, run_checked, tensorboard_scalars, train_args,
+from tests.helpers import (distinct_utterance_list, free_port, run_checked, tensorboard_scalars, train_args,
                            train_here)
 from tests.train.chunk_recorder import chunk_of_each_utterance, read_records, recording_encode
 

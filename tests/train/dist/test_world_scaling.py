@@ -1,7 +1,7 @@
 """World-size scaling: ``keep_global_batch`` scales ``accum_grad`` so a config tuned on
 ``reference_world_size`` ranks keeps its global batch on any number of ranks.
 
-The end-to-end test uses the deterministic configuration of tests/train/test_ddp.py
+The end-to-end test uses the deterministic configuration of tests/train/dist/test_ddp.py
 (distinct utterances of different lengths in list order, layer-norm conv module, no
 dropout/augmentation/dither, an unreachable clip, Adam eps 1e-3) and compares the
 per-step gradient norms as well as the final weights.  Its 2-rank run also gives each rank a different ``launch`` section: ranks that
@@ -55,7 +55,7 @@ def test_one_rank_and_two_ranks_keep_the_reference_global_batch(tiny_experiment,
     accum_grad 1 -- the same global batch of 8, the same 4 steps, the same gradient norms
     per step, the same weights.  The plan is the list order in static batches of 4, so
     step s is utterances [8s, 8s+8) in both runs: positions 2s, 2s+1 of the one rank, plan
-    batches 2s (rank 0) and 2s+1 (rank 1) of the two (see tests/train/test_ddp.py)."""
+    batches 2s (rank 0) and 2s+1 (rank 1) of the two (see tests/train/dist/test_ddp.py)."""
     same = distinct_utterance_list(tiny_experiment.corpus.splits["train"].data_list, tmp_path / "distinct.list", 32)
     cfg = tiny_experiment.config(tmp_path / "c.yaml", reference_world_size=2, keep_global_batch=True,
                                  accum_grad=1, grad_clip=1e9, optim_conf={"lr": 0.002, "eps": 1e-3},

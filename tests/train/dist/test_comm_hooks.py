@@ -17,7 +17,7 @@ from asrkit.config import ConfigError, TrainConfig, build, to_dict
 from asrkit.train import agreement as A
 from asrkit.train.dist import comm_hook_problem
 from tests.helpers import free_port, launch_ranks, tiny_config_dict, train_args
-from tests.train import comm_hook_worker
+from tests.train.dist import comm_hook_worker
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)
 # fp16's smallest normal number: below it fp16 keeps no relative precision (the attention key
@@ -27,7 +27,7 @@ FP16_TINY = 6.1e-5
 
 @pytest.fixture(scope="module")
 def hooked(tmp_path_factory):
-    """Rank 0's results of tests/train/comm_hook_worker.py (2 gloo processes); ``_dir``: the
+    """Rank 0's results of tests/train/dist/comm_hook_worker.py (2 gloo processes); ``_dir``: the
     folder of both ranks' files."""
     out = tmp_path_factory.mktemp("comm_hooks")
     try:

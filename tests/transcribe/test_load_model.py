@@ -31,7 +31,7 @@ from asrkit.transcribe import AudioError, ModelLoadError, Segmentation, find_che
 from asrkit.transcribe import TokenTime, group_words
 from asrkit.transcribe.segments import Segment, blank_probabilities, segment_features
 from tests.helpers import REPO
-from tests.models.test_wenet_reference import FIXTURES, MODES
+from tests.models.wenet_reference import FIXTURES, MODES
 
 WAVS = FIXTURES / "wavs"
 MIKE = WAVS / "Mike-test-00002.wav"
