@@ -55,7 +55,8 @@ def run(job: TrainJob) -> int:
     problems = preflight(cfg, job, spec.backend)
     if problems:  # one line for one problem
         sep = " " if len(problems) == 1 else "\n  "
-        return _error("cannot start training:" + sep + sep.join(map(str, problems)))
+        print("error: cannot start training:" + sep + sep.join(map(str, problems)), file=sys.stderr)
+        return 2
     try:  # units, special_tokens, BPE model, CMVN: read and checked before anything is built
         inputs = load_model_inputs(cfg, model_cmvn=True)
         warm_inputs = load_model_inputs(warm_cfg, model_cmvn=True) if warm_cfg is not None else None
