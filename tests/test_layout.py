@@ -331,3 +331,15 @@ def test_a_function_level_import_must_say_what_it_defers(tmp_path):
     files = {**CLEAN, "asrkit/lazy.py": "def f():\n    from asrkit import low\n\n"
                                          "def g():\n    # (deferred: torch)\n    from asrkit import high\n"}
     assert undeclared_deferred_imports(_plant(tmp_path, files)) == ["asrkit/lazy.py:2"]
+
+
+def test_the_suite_collects_every_test_file():
+    """A test folder pytest does not recurse into (its default ``norecursedirs`` holds
+    ``dist``, ``build``, ...) would drop its tests from the suite without a word."""
+    import subprocess
+    import sys
+    listed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                             "-p", "no:xdist"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    collected = {line.split("::")[0] for line in listed.stdout.splitlines() if "::" in line}
+    files = {str(p.relative_to(REPO)) for p in Path(REPO, "tests").rglob("test_*.py")}
+    assert files <= collected, f"test files the suite does not collect: {sorted(files - collected)}"
