@@ -12,8 +12,9 @@ Every line is ``OK|WARN|FAIL check: what [-> fix]`` (docs/doctor.md explains eac
 the exit status is 0 when no line is FAIL (warnings allowed), 2 otherwise, and 2 with one
 ``error:`` line for unusable options.  Checks, in order: versions, network, config and
 files, the master port, then -- all nodes meeting at the master port, each waiting at most
-``--timeout_s`` for the others, with a line on stderr every 10 s of a wait -- agreement (same versions, config and file hashes) and a
-gloo all-reduce across the nodes with its latency and bandwidth.
+``--timeout_s`` for the others, with a line on stderr every 10 s of a wait -- agreement
+(same versions, config and file hashes) and a gloo all-reduce across the nodes with its
+latency and bandwidth.
 """
 from __future__ import annotations
 

@@ -48,7 +48,8 @@ class JobInputs:
 
 def _problem_line(problem: Problem) -> CheckResult:
     """A preflight problem as a line: a missing file is a ``files`` FAIL with the prepare
-    fix, an unset path or an unusable one (an empty list) a ``files`` FAIL, the others ``config`` FAILs with their own fix."""
+    fix, an unset path or an unusable one (an empty list) a ``files`` FAIL, the others
+    ``config`` FAILs with their own fix."""
     if problem.kind is ProblemKind.MISSING_FILE:
         return fail("files", problem.what, PREPARE_FIX)
     if problem.kind is ProblemKind.UNSET_PATH:

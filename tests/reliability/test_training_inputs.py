@@ -39,7 +39,8 @@ def test_an_empty_list_is_one_line_before_anything_is_made(tiny_experiment, tmp_
 
 def test_a_model_dir_that_is_a_file_is_one_line(tiny_experiment, tmp_path):
     (tmp_path / "exp").write_text("not a folder")
-    for model_dir, where in ((tmp_path / "exp", ""), (tmp_path / "exp" / "sub", f" (its parent {tmp_path}/exp is a file)")):
+    nested = (tmp_path / "exp" / "sub", f" (its parent {tmp_path}/exp is a file)")
+    for model_dir, where in ((tmp_path / "exp", ""), nested):
         code, lines = _train(train_args(tiny_experiment, model_dir, tiny_experiment.config(tmp_path / "c.yaml")))
         assert (code, lines) == (2, [f"error: cannot start training: --model_dir {model_dir}: not a directory{where} "
                                      f"-- pass a directory (it is created when missing)"])
