@@ -14,7 +14,9 @@ they then agree on hashes of the config (less ``launch``), those files and the d
 
 Exit status: 0 done; 2 refused before training (config, files, device, a
 ``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME`` that cannot reach the master, ranks disagreeing,
-a malformed data list line, a ``--checkpoint`` that does not load); 1 failed (a collective
+a malformed data list line, an empty data list, a ``--model_dir`` that is a file, a
+``--checkpoint`` that does not load) or void (an epoch in which every sample was skipped as
+bad data: "no utterance could be used", and no checkpoint of it); 1 failed (a collective
 timed out: the message names the ranks and what they were doing; a checkpoint could not
 be written; too many non-finite steps); 3 this rank waited longer than
 ``launch.timeout_s`` for its data loader; 4 stopped by SIGTERM/SIGINT after saving a

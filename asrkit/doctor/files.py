@@ -26,7 +26,7 @@ from asrkit.inputs import BAD_INPUT, load_model_inputs
 from asrkit.train import agreement
 from asrkit.train.dist import LaunchError, resolve_backend
 from asrkit.train.job import TrainJob
-from asrkit.train.preflight import preflight
+from asrkit.train.preflight import list_file_problem, preflight
 from asrkit.train.problems import Problem, ProblemKind
 
 PREPARE_FIX = ("prepare the data on this node (bash run.sh --stage 0 --stop_stage 3 with the same options), "
@@ -48,11 +48,14 @@ class JobInputs:
 
 def _problem_line(problem: Problem) -> CheckResult:
     """A preflight problem as a line: a missing file is a ``files`` FAIL with the prepare
-    fix, an unset path a ``files`` FAIL, the others ``config`` FAILs with their own fix."""
+    fix, an unset path or an unusable one (an empty list) a ``files`` FAIL, the others
+    ``config`` FAILs with their own fix."""
     if problem.kind is ProblemKind.MISSING_FILE:
         return fail("files", problem.what, PREPARE_FIX)
     if problem.kind is ProblemKind.UNSET_PATH:
         return fail("files", problem.what, "set it in the config (or --override KEY=PATH)")
+    if problem.kind is ProblemKind.UNUSABLE_PATH:
+        return fail("files", problem.what, problem.fix)
     return fail("config", problem.what, problem.fix)
 
 
@@ -138,7 +141,7 @@ def check_inputs(config_path: str, overrides: list[str], train_data: str, cv_dat
     if not any(r.check == "files" for r in results[1:]):
         results.extend(check_text_inputs(cfg))
     for label, path in (("train data list", train_data), ("CV data list", cv_data)):
-        if Path(path).is_file():
+        if list_file_problem(label, path) is None:  # (else preflight's line says what is wrong)
             results.append(check_data_list(label, path, audio_entries))
     if train_data == cv_data:
         results.append(warn("files", f"the train and CV data lists are the same file ({train_data})",

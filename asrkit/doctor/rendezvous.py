@@ -23,6 +23,7 @@ import time
 from typing import Optional
 
 from asrkit.doctor.results import CheckResult, fail, first_line, ok
+from asrkit.doctor.waiting import WaitProgress
 from asrkit.train import agreement
 
 CHECK = "agreement"
@@ -85,23 +86,36 @@ def _missing(store, keys: list[str]) -> list[str]:
 
 def exchange(store, facts: NodeFacts, num_nodes: int, timeout_s: float) -> list[NodeFacts]:
     """Publish ``facts`` and return every node's, in rank order; raise
-    :class:`RendezvousError` naming the ranks that did not check in within ``timeout_s``."""
+    :class:`RendezvousError` naming the ranks that did not check in within ``timeout_s``.
+    While waiting, a progress line on stderr every 10 s names the ranks not in yet."""
     keys = [f"facts/{r}" for r in range(num_nodes)]
     try:
         store.add(f"claims/{facts.rank}", 1)
         store.set(f"facts/{facts.rank}", facts.to_json())
-        try:
-            store.wait(keys, datetime.timedelta(seconds=timeout_s))
-        except RuntimeError:
-            missing = [int(k.split("/")[1]) for k in _missing(store, keys)]
-            if missing:
-                raise RendezvousError(f"node(s) {', '.join(map(str, missing))} of {num_nodes} did not check in "
-                                      f"within {timeout_s:g} s") from None
+        _wait_for_check_ins(store, keys, num_nodes, timeout_s)
         return [NodeFacts.from_json(store.get(k)) for k in keys]
     except RendezvousError:
         raise
     except RuntimeError as e:  # (node 0's store went away)
         raise RendezvousError(f"lost the connection to node 0's store: {first_line(e)}") from None
+
+
+def _wait_for_check_ins(store, keys: list[str], num_nodes: int, timeout_s: float) -> None:
+    """Wait for every key of ``keys`` in slices of at most ``PROGRESS_EVERY_S``, with a
+    progress line between slices; :class:`RendezvousError` after ``timeout_s``."""
+    progress = WaitProgress(f"the other nodes to check in at node 0's store ({num_nodes} nodes)", timeout_s)
+    while True:
+        try:
+            store.wait(keys, datetime.timedelta(seconds=max(0.1, min(progress.every_s, progress.left()))))
+            return
+        except RuntimeError:  # (a slice timed out, or the store went away: the caller tells which)
+            missing = [int(k.split("/")[1]) for k in _missing(store, keys)]
+        if not missing:
+            return
+        if progress.left() <= 0:
+            raise RendezvousError(f"node(s) {', '.join(map(str, missing))} of {num_nodes} did not check in "
+                                  f"within {timeout_s:g} s")
+        progress.tick(f"node(s) {', '.join(map(str, missing))} not in yet")
 
 
 def duplicate_ranks(store, num_nodes: int) -> list[int]:

@@ -20,7 +20,7 @@ import torch
 
 from asrkit.config import TrainConfig
 from asrkit.data.dataset import build_dataloader
-from asrkit.data.lists import read_list
+from asrkit.data.lists import ListError, read_list
 from asrkit.data.processors import build_sample_processor
 from asrkit.inputs import ModelInputs, load_model_inputs
 from asrkit.io.checkpoint import CheckpointError
@@ -111,7 +111,8 @@ def build_training(cfg: TrainConfig, ctx: DistContext, *, train_data: str, cv_da
     cannot be written.  ``inputs`` are the config's units/BPE/CMVN files as
     ``asrkit.inputs.load_model_inputs(cfg, model_cmvn=True)`` loaded them (loaded here when
     None).  ``init`` starts the named modules from another checkpoint (a failure raises
-    :class:`InitError`).  The loaders shard by ``ctx.rank``/``ctx.world_size``; with a
+    :class:`InitError`; a list without entries, or with a malformed line, raises
+    ``asrkit.data.lists.ListError``).  The loaders shard by ``ctx.rank``/``ctx.world_size``; with a
     ``monitor`` (``asrkit.train.dist.RankMonitor``) they record their waits in it.
     ``ddp=False`` returns the bare model in ``model`` too (for callers that wrap it
     themselves, e.g. a benchmark comparing DDP options)."""
@@ -127,6 +128,9 @@ def build_training(cfg: TrainConfig, ctx: DistContext, *, train_data: str, cv_da
     tokenizer = inputs.tokenizer
     train_entries = read_list(train_data, cache_dir)
     cv_entries = read_list(cv_data, cache_dir) if cv_data else []
+    for path, entries in ((train_data, train_entries), (cv_data, cv_entries)):
+        if path and not entries:  # (preflight catches an empty file; this, e.g. a WeNet shard list of empty tars)
+            raise ListError(f"{path}: the data list has no entries (nothing to train or validate on)")
     input_dim = cfg.dataset_conf.fbank_conf.num_mel_bins
     cfg = dataclasses.replace(cfg, input_dim=input_dim, output_dim=tokenizer.vocab_size)
     train_cfg = dataclasses.replace(cfg, accum_grad=accum_grad)

@@ -26,6 +26,7 @@ from asrkit.train.job import TrainJob
 from asrkit.train.logs import close_logging
 from asrkit.train.phase import fatal, train_phase, warm_start
 from asrkit.train.preflight import preflight
+from asrkit.train.trainer import NoUsableDataError
 
 log = logging.getLogger("asrkit.train")
 
@@ -83,6 +84,10 @@ def _in_process_group(job: TrainJob, spec, cfg: TrainConfig, inputs: ModelInputs
     except AgreementError as e:
         code = 2
         fatal(ctx, str(e), to_stderr=ctx.local_rank == 0)
+        return code
+    except NoUsableDataError as e:  # (every rank raises it at the same epoch end)
+        code = 2
+        fatal(ctx, f"training stopped: {e}", to_stderr=True)
         return code
     except (CheckpointError, NonFiniteError) as e:
         fatal(ctx, f"training stopped: {e}", to_stderr=True)

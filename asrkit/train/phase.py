@@ -80,7 +80,9 @@ def train_phase(cfg: TrainConfig, inputs: ModelInputs, job: TrainJob, ctx: DistC
                 notes: list[str]) -> int:
     """Train ``job`` into ``job.model_dir`` (``asrkit.train.run`` owns the process group and
     tears it down afterwards).  Returns the exit status: 0 done, 2 refused (a malformed list
-    line, ``init`` not applicable, a checkpoint that cannot resume the run), 4 preempted."""
+    line or a list without entries, ``init`` not applicable, a checkpoint that cannot resume the
+    run), 4 preempted; an epoch that could use no sample raises
+    ``asrkit.train.trainer.NoUsableDataError``."""
     model_dir = job.model_dir
     model_dir.mkdir(parents=True, exist_ok=True)
     setup_logging(model_dir, ctx.rank)

@@ -1,5 +1,6 @@
 """``preflight``: what can be found wrong with a training job before any heavy work -- the
-files it names exist, the config's device/dtype/sync-batchnorm/communication-hook settings
+files it names exist (the data lists with at least one entry line, ``model_dir`` a
+directory or not there yet), the config's device/dtype/sync-batchnorm/communication-hook settings
 fit this node, and the job's options agree.  Used by the training (``asrkit.train.run``)
 and by ``asrkit doctor``; each finding is a :class:`~asrkit.train.problems.Problem`."""
 from __future__ import annotations
@@ -21,13 +22,50 @@ def preflight(cfg: TrainConfig, job: TrainJob, backend: Optional[str] = None) ->
     the config's ``launch.dist_backend`` resolved for this node)."""
     device = torch.device(job.device)
     backend = backend or resolve_backend(cfg.launch.dist_backend)
-    return [*data_list_problems(job), *config_file_problems(cfg), *setting_problems(cfg, device, backend),
-            *option_problems(job)]
+    return [*data_list_problems(job), *model_dir_problems(job), *config_file_problems(cfg),
+            *setting_problems(cfg, device, backend), *option_problems(job)]
 
 
 def data_list_problems(job: TrainJob) -> list[Problem]:
-    return [missing_file(flag, path) for flag, path in (("--train_data", job.train_data), ("--cv_data", job.cv_data))
-            if not Path(path).is_file()]
+    """The train and CV lists: each must be a file with at least one non-blank line."""
+    problems = []
+    for flag, path in (("--train_data", job.train_data), ("--cv_data", job.cv_data)):
+        problem = list_file_problem(flag, path)
+        if problem:
+            problems.append(problem)
+    return problems
+
+
+def list_file_problem(label: str, path) -> Optional[Problem]:
+    """``path`` (a data list) is missing, unreadable or holds no non-blank line; None when it
+    has one (only the lines up to the first non-blank one are read: the list's own reader
+    checks the rest)."""
+    if not Path(path).is_file():
+        return missing_file(label, path)
+    try:
+        with open(path, "rb") as f:
+            if any(line.strip() for line in f):
+                return None
+    except OSError as e:
+        return Problem(ProblemKind.UNUSABLE_PATH, f"{label} {path}: cannot be read ({e.strerror or e})",
+                       "check its permissions")
+    return Problem(ProblemKind.UNUSABLE_PATH, f"{label} {path}: the data list is empty (no entry line)",
+                   "write the list again (run.sh stage 3) or pass the right one")
+
+
+def model_dir_problems(job: TrainJob) -> list[Problem]:
+    """``model_dir`` (or the nearest of its parents that exists) must be a directory."""
+    path = Path(job.model_dir)
+    for existing in (path, *path.parents):
+        if existing.exists():
+            break
+    else:
+        return []
+    if existing.is_dir():
+        return []
+    where = "" if existing == path else f" (its parent {existing} is a file)"
+    return [Problem(ProblemKind.UNUSABLE_PATH, f"--model_dir {path}: not a directory{where}",
+                    "pass a directory (it is created when missing)")]
 
 
 def config_file_problems(cfg: TrainConfig) -> list[Problem]:
@@ -84,8 +122,9 @@ def option_problems(job: TrainJob) -> list[Problem]:
         problems.append(missing_file("--enc_init", job.init.checkpoint))
     warm = job.warm_start
     if warm:
-        if not Path(warm.data).is_file():
-            problems.append(missing_file("--warm_start_data", warm.data))
+        problem = list_file_problem("--warm_start_data", warm.data)
+        if problem:
+            problems.append(problem)
         if warm.steps <= 0:
             problems.append(Problem(ProblemKind.OPTIONS,
                                     "--warm_start_data needs --warm_start_steps N (N > 0 optimizer steps)"))

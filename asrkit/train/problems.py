@@ -12,6 +12,7 @@ import enum
 
 class ProblemKind(enum.Enum):
     MISSING_FILE = "missing file"      # a path given (option or config key) names no file
+    UNUSABLE_PATH = "unusable path"    # a path that exists but cannot serve: an empty data list, a file as a directory
     UNSET_PATH = "unset path"          # a config key that must name a file is not set
     SETTING = "setting"                # a config value that cannot run here (device, backend, dtype)
     OPTIONS = "options"                # command-line options that contradict each other

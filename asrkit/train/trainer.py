@@ -22,6 +22,11 @@ run.  On another world size every rank takes rank 0's states.
 A checkpoint rank 0 cannot write (full disk, file-size limit) stops every rank with a
 :class:`~asrkit.train.checkpoint.CheckpointError` naming the file and the reason; the
 earlier checkpoints are intact.
+
+An epoch that ran to its end without training a single utterance on any rank, because
+every sample was skipped as bad data, stops every rank with :class:`NoUsableDataError`
+before its CV and its ``epoch_<E>.pt``; no ``step_<N>.pt`` is written before the first
+optimizer step either, so such a run leaves no checkpoint that looks trained.
 """
 from __future__ import annotations
 
@@ -40,6 +45,11 @@ from asrkit.train.dist import DistContext, unwrap
 from asrkit.train.executor import Executor, TrainState, consumed_position
 
 log = logging.getLogger("asrkit.train")
+
+
+class NoUsableDataError(RuntimeError):
+    """An epoch trained no utterance on any rank: every sample it read was skipped as bad
+    data (the message gives the count per reason)."""
 
 
 class Trainer:
@@ -161,10 +171,11 @@ class Trainer:
         agreed in the step's all-reduce, ``max_steps``; True = stop now."""
         stop = self.max_steps is not None and state.step >= self.max_steps
         preempt = self.executor.stop_requests > 0
+        stepped = state.step > 0  # (groups of skipped samples before the first step: nothing to check or save)
         cv_loss = None
-        if self.cfg.cv_interval and state.step % self.cfg.cv_interval == 0 and not preempt:
+        if self.cfg.cv_interval and stepped and state.step % self.cfg.cv_interval == 0 and not preempt:
             cv_loss = self.run_cv(f"step {state.step}")["loss"]
-        if stop or preempt or (self.cfg.save_interval and state.step % self.cfg.save_interval == 0):
+        if stop or preempt or (self.cfg.save_interval and stepped and state.step % self.cfg.save_interval == 0):
             self.save(STEP, state.step, mid_epoch=True, cv_loss=cv_loss)
         if preempt:
             self._stop_preempted(self.executor.stop_requests, f"after optimizer step {state.step}")
@@ -190,27 +201,37 @@ class Trainer:
                     self.writer.add_scalar(f"cv/{k}", v, self.state.step)
         return result
 
-    def _report_data(self, epoch: int, partial: bool) -> None:
+    def _report_data(self, epoch: int, partial: bool) -> tuple[int, dict[str, int]]:
         """Per-reason counts of samples dropped as bad data this epoch (each rank logs its
         own), and on rank 0 the totals over all ranks: utterances trained (in applied
         optimizer steps) and skipped per reason.  ``partial``: the epoch was resumed or
-        stopped mid-way, so the totals cover only this process's part of it."""
+        stopped mid-way, so the totals cover only this process's part of it.  Returns the
+        totals ``(trained, skipped per reason)``, the same on every rank."""
         stats = getattr(self.train_loader, "skip_stats", None)
         counts = dict(stats.counts) if stats is not None else {}
         if counts:
             log.warning("epoch %d: rank %d skipped bad samples: %s", epoch, self.ctx.rank, stats.summary())
-        per_rank = self.ctx.gather_to_main({"trained": self.executor.trained_utts, "skipped": counts})
-        if not self.ctx.is_main:
-            return
+        per_rank = self.ctx.all_gather({"trained": self.executor.trained_utts, "skipped": counts})
         trained = sum(r["trained"] for r in per_rank)
         skipped: dict[str, int] = {}
         for r in per_rank:
             for reason, n in r["skipped"].items():
                 skipped[reason] = skipped.get(reason, 0) + n
-        reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items())) or "none"
-        log.info("epoch %d data%s: %d utterances trained, %d skipped as bad data (%s), over %d rank(s)",
-                 epoch, " (part of the epoch run by this process)" if partial else "", trained,
-                 sum(skipped.values()), reasons, self.ctx.world_size)
+        if self.ctx.is_main:
+            log.info("epoch %d data%s: %d utterances trained, %d skipped as bad data (%s), over %d rank(s)",
+                     epoch, " (part of the epoch run by this process)" if partial else "", trained,
+                     sum(skipped.values()), _reasons(skipped), self.ctx.world_size)
+        return trained, skipped
+
+    def _check_some_data_used(self, epoch: int, trained: int, skipped: dict[str, int], partial: bool) -> None:
+        """Raise :class:`NoUsableDataError` when the finished epoch trained nothing: every
+        sample it read was skipped (a resumed epoch whose rest was empty is fine)."""
+        if trained or (partial and not skipped):
+            return
+        raise NoUsableDataError(
+            f"epoch {epoch}: no utterance could be used: {sum(skipped.values())} skipped ({_reasons(skipped)}) "
+            f"over {self.ctx.world_size} rank(s); no checkpoint of this epoch was written -- fix the train list "
+            f"or its audio (the log names each skipped key and why)")
 
     def _early_stop(self, cv_loss: float) -> bool:
         s = self.state
@@ -232,9 +253,10 @@ class Trainer:
             log.info("epoch %d: %d batches per rank", epoch, len(self.train_loader))
             partial = consumed_position(self.train_loader) > 0
             finished = self.executor.train_epoch(self.train_loader, self.state, on_step=self._on_step)
-            self._report_data(epoch, partial=partial or not finished)
+            trained, skipped = self._report_data(epoch, partial=partial or not finished)
             if not finished:
                 return self.state
+            self._check_some_data_used(epoch, trained, skipped, partial)
             cv = self.run_cv(f"epoch {epoch}")
             stop = self._early_stop(cv["loss"])
             self.state.epoch = epoch + 1
@@ -249,3 +271,7 @@ class Trainer:
                 break
         return self.state
 
+
+def _reasons(skipped: dict[str, int]) -> str:
+    """``"2 missing_file, 1 too_long"`` (``"none"`` when empty)."""
+    return ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items())) or "none"

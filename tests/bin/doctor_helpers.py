@@ -14,8 +14,24 @@ JOB = ["--config", "conf/train_toy.yaml", "--train_data", "data/train/data.list"
 FAST = ["--sizes_mb", "0.25,1", "--repeats", "2"]  # (small all-reduces: seconds, not minutes, on 2 cores)
 
 
+# a run.sh shaped like examples/digits/s0/run.sh (train_config: the job of JOB)
+RUN_SH = """#!/usr/bin/env bash
+cd "$(dirname "${BASH_SOURCE[0]}")" || exit 1
+. tools/recipe_defaults.sh
+train_config=conf/train_toy.yaml
+dir=exp/toy; num_workers=1
+. tools/parse_options.sh || exit 1
+if [ "$streaming" = true ]; then
+  train_config=conf/train_u2pp_conformer_cpu.yaml
+fi
+run_stage 4 && stage_train 4 config="$train_config" dir="$dir" type="$data_type" \\
+  checkpoint="$checkpoint" workers="$num_workers"
+"""
+
+
 def make_recipe(root: Path, corpus, experiment) -> Path:
-    """The files stage 0-3 of the digits recipe leave, at the recipe's relative paths."""
+    """The files stage 0-3 of the digits recipe leave, at the recipe's relative paths, and a
+    ``run.sh`` (:data:`RUN_SH`)."""
     for split, folder in (("train", "train"), ("dev", "dev")):
         (root / "data" / folder).mkdir(parents=True)
         shutil.copy(corpus.splits[split].data_list, root / "data" / folder / "data.list")
@@ -24,6 +40,7 @@ def make_recipe(root: Path, corpus, experiment) -> Path:
     shutil.copy(experiment.cmvn, root / "data" / "train" / "global_cmvn")
     (root / "conf").mkdir()
     shutil.copy(REPO / "examples" / "digits" / "s0" / "conf" / "train_toy.yaml", root / "conf" / "train_toy.yaml")
+    (root / "run.sh").write_text(RUN_SH)
     return root
 
 

@@ -124,6 +124,49 @@ def test_unreachable_master_fails_within_the_timeout(in_recipe, capsys):
     assert line.startswith(f"FAIL master port: 127.0.0.1 port {port} did not accept a connection within 2 s "
                            f"(last attempt: Connection refused) -> start asrkit doctor --node_rank 0 on node 0"), line
     assert "allreduce" not in out
+    # the loopback master is a warning on this node too, whatever became of the port
+    assert lines_of(out, "WARN") == ["WARN master port: master_addr 127.0.0.1 is a loopback address (127.0.0.1): only "
+                                     "nodes on this same machine can reach it -> on a cluster pass node 0's IP "
+                                     "address on the network the nodes share"]
+
+
+def test_the_job_is_the_recipes_when_not_given(in_recipe, capsys):
+    """Run in the recipe directory with no --config/--train_data/--cv_data: its run.sh's
+    train_config (not the default one, conf/train_conformer.yaml) and its lists."""
+    from asrkit.bin.doctor import main
+    code = main(["--master_port", str(free_port())])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert ("doctor: the recipe's run.sh gives --config conf/train_toy.yaml --train_data data/train/data.list "
+            "--cv_data data/dev/data.list") in err
+    assert "OK config: conf/train_toy.yaml loaded" in out and "OK files: CV data list data/dev/data.list" in out
+
+
+def test_outside_a_recipe_the_missing_options_are_one_error_line(in_recipe, tmp_path, monkeypatch, capsys):
+    from asrkit.bin.doctor import main
+    monkeypatch.chdir(tmp_path)
+    assert main(["--train_data", "t.list"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == (f"error: --config, --cv_data not given and there is no run.sh in {tmp_path} to read "
+                                 f"the recipe's values from (run the doctor in the recipe directory): pass --config "
+                                 f"conf/X.yaml (the recipe's train_config) --cv_data data/dev/data.list\n")
+
+
+def test_the_master_comes_from_the_environment_unless_given(in_recipe, monkeypatch, capsys):
+    from asrkit.bin.doctor import main
+    port, other = free_port(), free_port()
+    monkeypatch.setenv("MASTER_ADDR", "localhost")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    code = main([*JOB, "--num_nodes", "2", "--node_rank", "1", "--timeout_s", "1"])
+    out, _ = capsys.readouterr()
+    assert code == 2 and f"FAIL master port: 127.0.0.1 port {port} did not accept" in out, out
+    assert "WARN master port: master_addr localhost is a loopback address" in out
+    main([*JOB, "--num_nodes", "2", "--node_rank", "1", "--timeout_s", "1", "--master_port", str(other)])
+    assert f"port {other} did not accept" in capsys.readouterr()[0]
+    monkeypatch.setenv("MASTER_PORT", "29x")
+    assert main(JOB) == 2
+    assert capsys.readouterr()[1] == ("error: MASTER_PORT='29x' in the environment is not a port number (pass "
+                                      "--master_port or unset it)\n")
 
 
 def test_bad_options_are_one_error_line(in_recipe, capsys):

@@ -1,11 +1,12 @@
 """The doctor's checks one by one, in-process (no process group, no subprocess)."""
 from __future__ import annotations
 
+import re
 import socket
 
 import pytest
 
-from asrkit.doctor import network, port, rendezvous, results, versions
+from asrkit.doctor import network, port, rendezvous, results, versions, waiting
 from asrkit.doctor.allreduce import bus_bandwidth
 from tests.helpers import free_port
 
@@ -58,9 +59,31 @@ def test_master_address_that_does_not_resolve():
 
 
 def test_a_loopback_master_is_a_warning_only_with_several_nodes():
+    assert port.check_master_address("127.0.0.1", 1) == []
+    [line] = port.check_master_address("localhost", 2)
+    assert line.status == "WARN" and line.what.startswith("master_addr localhost is a loopback address")
+    assert port.check_master_address("198.51.100.7", 2) == []
+
+
+def test_the_master_comes_from_the_options_then_the_environment_then_torchruns_defaults():
+    env = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29600"}
+    assert port.master_endpoint(None, None, env) == ("10.0.0.1", 29600)
+    assert port.master_endpoint("10.0.0.9", 29700, env) == ("10.0.0.9", 29700)
+    assert port.master_endpoint(None, None, {}) == ("127.0.0.1", 29500)
+    with pytest.raises(port.EndpointError, match="MASTER_PORT='x29' in the environment is not a port number"):
+        port.master_endpoint("10.0.0.1", None, {"MASTER_PORT": "x29"})
+
+
+def test_the_wait_for_node_0_prints_its_progress(capsys, monkeypatch):
+    """A line every ``every_s`` (10 s in the doctor; 0.4 s here) while nothing listens."""
+    monkeypatch.setattr(port, "WaitProgress", lambda what, timeout_s: waiting.WaitProgress(what, timeout_s, 0.4))
     p = free_port()
-    assert [r.status for r in port.check_port_free("127.0.0.1", p, num_nodes=1)] == ["OK"]
-    assert [r.status for r in port.check_port_free("127.0.0.1", p, num_nodes=2)] == ["OK", "WARN"]
+    [line] = port.wait_port_reachable("127.0.0.1", p, 1.0)
+    assert line.failed
+    progress = capsys.readouterr().err.splitlines()
+    pattern = rf"doctor: waiting for node 0 to listen at 127\.0\.0\.1:{p}: \d s of at most 1 s \(last attempt: " \
+              rf"Connection refused\)"
+    assert 1 <= len(progress) <= 3 and all(re.fullmatch(pattern, text) for text in progress), progress
 
 
 @pytest.mark.parametrize("resolved, expected", [
@@ -108,3 +131,17 @@ def test_compare_facts_names_the_node_and_what_differs():
         "node rank 1 was given to more than one node",
         "node 1 (host node1) differs from node 0 (host node0) in",
         "node 1 (host node1) could not load its config, so its config and files were not compared"]
+
+
+def test_the_wait_for_the_other_nodes_prints_its_progress(capsys, monkeypatch):
+    import torch.distributed as dist
+    monkeypatch.setattr(rendezvous, "WaitProgress",
+                        lambda what, timeout_s: waiting.WaitProgress(what, timeout_s, 0.4))
+    store = dist.TCPStore("127.0.0.1", free_port(), 2, True, wait_for_workers=False)
+    facts = rendezvous.make_facts(0, None, {}, {}, "no config")
+    with pytest.raises(rendezvous.RendezvousError, match=r"^node\(s\) 1 of 2 did not check in within 1 s$"):
+        rendezvous.exchange(store, facts, 2, 1.0)
+    progress = capsys.readouterr().err.splitlines()
+    pattern = (r"doctor: waiting for the other nodes to check in at node 0's store \(2 nodes\): \d s of at most 1 s "
+               r"\(node\(s\) 1 not in yet\)")
+    assert 1 <= len(progress) <= 3 and all(re.fullmatch(pattern, text) for text in progress), progress

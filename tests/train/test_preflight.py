@@ -48,3 +48,19 @@ def test_the_doctor_sorts_problems_by_kind(tiny_experiment, tmp_path):
         "in the config (or --override KEY=PATH)",
         "FAIL config: dtype: bf16 needs a CUDA device (mixed precision is for GPUs; on this CPU bf16 is many times "
         "slower than fp32) -> use dtype: fp32"]
+
+
+def test_an_empty_list_and_a_file_as_model_dir_are_unusable_paths(tiny_experiment, tmp_path):
+    """Preflight's kind for both; the doctor shows an empty list once, as a ``files`` FAIL."""
+    config = tiny_experiment.config(tmp_path / "c.yaml")
+    (tmp_path / "empty.list").write_text("\n")
+    (tmp_path / "exp").write_text("")
+    job = dataclasses.replace(_job(tiny_experiment, tmp_path, config), cv_data=str(tmp_path / "empty.list"))
+    assert [(p.kind, p.what) for p in preflight(load_config(config), job, "gloo")] == [
+        (ProblemKind.UNUSABLE_PATH, f"--cv_data {tmp_path}/empty.list: the data list is empty (no entry line)"),
+        (ProblemKind.UNUSABLE_PATH, f"--model_dir {tmp_path}/exp: not a directory")]
+    results, _ = check_inputs(str(config), [], str(tiny_experiment.corpus.splits["train"].data_list),
+                              str(tmp_path / "empty.list"))
+    assert [r.line() for r in results if r.failed] == [
+        f"FAIL files: --cv_data {tmp_path}/empty.list: the data list is empty (no entry line) -> write the list "
+        f"again (run.sh stage 3) or pass the right one"]

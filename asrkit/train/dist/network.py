@@ -16,7 +16,7 @@ import os
 import socket
 import sys
 import time
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
@@ -177,11 +177,13 @@ def is_local_address(host: str, addresses: Optional[dict[str, list[str]]] = None
     return any(ip in addrs for addrs in addresses.values())
 
 
-def wait_for_port(host: str, port: int, timeout_s: float, interval_s: float = 1.0) -> float:
+def wait_for_port(host: str, port: int, timeout_s: float, interval_s: float = 1.0,
+                  on_retry: Optional[Callable[[str], None]] = None) -> float:
     """Wait until a TCP connection to ``host:port`` succeeds (it is closed at once, nothing
     is sent); returns the seconds waited.  Refused, unreachable and silent (timed-out)
     attempts are retried every ``interval_s`` until ``timeout_s`` has passed, then
-    :class:`PortUnreachable` names the address, the port and the last failure."""
+    :class:`PortUnreachable` names the address, the port and the last failure.
+    ``on_retry(last_failure)`` is called after each failed attempt (e.g. to show progress)."""
     start = time.monotonic()
     deadline = start + timeout_s
     ip = resolve(host)
@@ -197,6 +199,8 @@ def wait_for_port(host: str, port: int, timeout_s: float, interval_s: float = 1.
             last, refused = "no answer (packets dropped: a firewall, a wrong address or a link down)", False
         except OSError as e:
             last, refused = e.strerror or str(e), isinstance(e, ConnectionRefusedError)
+        if on_retry is not None:
+            on_retry(last)
         time.sleep(min(interval_s, max(0.0, deadline - time.monotonic())))
     shown = host if host == ip else f"{host} ({ip})"
     raise PortUnreachable(f"{shown} port {port} did not accept a connection within {timeout_s:g} s "
