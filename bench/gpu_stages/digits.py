@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     record = StageRecord(args.out, "digits")
     start = time.perf_counter()
     device = device_for(args.cpu_dry_run)
-    steps, sync_from = (4, 2) if args.cpu_dry_run else (args.steps, args.sync_from)
+    steps, sync_from = (3, 1) if args.cpu_dry_run else (args.steps, args.sync_from)
     files = prepare(args.digits, args.out / "digits_work")
     overrides = [f"tokenizer_conf.symbol_table_path={files['units']}", f"cmvn_conf.cmvn_file={files['cmvn']}",
                  f"dataset_conf.num_workers={0 if args.cpu_dry_run else args.workers}", "log_interval=100",
