@@ -52,14 +52,15 @@ def verbose_outcomes(log_text: str) -> dict[str, dict]:
 def main(argv=None) -> int:
     p = stage_args(__doc__.splitlines()[0])
     p.add_argument("--corpus", type=Path, required=True, help="the carried corpus archive")
-    p.add_argument("--workers", type=int, default=4, help="pytest-xdist workers on the GPU (0: none)")
+    p.add_argument("--workers", type=int, default=6, help="pytest-xdist workers on the GPU (0: none)")
     args = p.parse_args(argv)
     record = StageRecord(args.out, "gpu_tests")
     files = gpu_test_files()
     xml, log = args.out / "gpu_tests.xml", args.out / "gpu_tests.log"
     cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-v", "-p", "no:cacheprovider", f"--junitxml={xml}", *files]
     if args.workers and not args.cpu_dry_run and importlib.util.find_spec("xdist") is not None:
-        cmd[3:3] = ["-n", str(args.workers), "--dist", "loadfile"]
+        # test by test, not file by file: test_cuda_paths.py's long runs would queue on one worker
+        cmd[3:3] = ["-n", str(args.workers), "--dist", "load"]
     env = dict(os.environ, ASRKIT_TEST_CORPUS=str(args.corpus.resolve()),
                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     record.record("command", {"argv": cmd[1:], "files": files})

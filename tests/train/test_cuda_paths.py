@@ -62,6 +62,7 @@ def test_fp32_trains_on_cuda_with_and_without_tf32(tiny_experiment, tmp_path, tf
     assert state["scaler"] == {} and ckpt.read_info(out / "epoch_0.pt")["cv_loss"] > 0
 
 
+@pytest.mark.slow
 def test_nccl_with_world_size_1(tiny_experiment, tmp_path):
     """Training under torchrun with the nccl backend and one rank; then an nccl group of one
     rank as ``init_distributed`` would make it (``device_id``), an all-reduce of a CUDA tensor
