@@ -144,6 +144,7 @@ def main(argv=None) -> int:
                 record.record("profile", aishell_profile.run(executor, loader, parts, device, args.out, dry))
             except Exception as e:  # a profiler failure must not lose the rates
                 record.record("profile", {"error": f"{type(e).__name__}: {e}"})
+            del parts, loader, executor  # (its model and loader workers must not outlive the run)
         rates[name] = release(result, device)
         record.record(name, rates[name])
     sweep = {}

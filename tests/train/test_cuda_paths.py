@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from asrkit.train import checkpoint as ckpt
-from tests.helpers import free_port, plain_env, run_checked, train_args, train_here
+from tests.helpers import REPO, free_port, repo_env, run_checked, train_args, train_here
 
 pytestmark = pytest.mark.gpu
 
@@ -69,7 +69,7 @@ def test_nccl_with_world_size_1(tiny_experiment, tmp_path):
     and a DDP step over it (``wrap_ddp`` wraps only from two ranks on)."""
     out = tmp_path / "exp"
     run_checked(torchrun(tiny_experiment, out, tiny_experiment.config(tmp_path / "c.yaml", max_epoch=1),
-                         "--dist_backend", "nccl", nproc=1), env=plain_env())
+                         "--dist_backend", "nccl", nproc=1))
     log0 = (out / "log" / "rank0.log").read_text()
     assert "launch via torchrun: backend nccl, world size 1" in log0 and "device cuda:0" in log0
     assert_trained(final_state(out))
@@ -92,7 +92,7 @@ def test_nccl_with_world_size_1(tiny_experiment, tmp_path):
 def test_two_ranks_on_one_gpu_with_gloo_ddp_and_fp16(tiny_experiment, tmp_path):
     cfg = tiny_experiment.config(tmp_path / "c.yaml", dtype="fp16", max_epoch=1, launch={"timeout_s": 60})
     out = tmp_path / "exp"
-    run_checked(torchrun(tiny_experiment, out, cfg, "--dist_backend", "gloo", nproc=2), env=plain_env())
+    run_checked(torchrun(tiny_experiment, out, cfg, "--dist_backend", "gloo", nproc=2))
     for rank in (0, 1):
         log = (out / "log" / f"rank{rank}.log").read_text()
         assert "backend gloo, world size 2" in log and "device cuda:0" in log, log[-2000:]
@@ -108,8 +108,8 @@ def test_stuck_rank_on_cuda_ends_the_job_within_the_timeout(tiny_experiment, tmp
     GPU: the job fails within ``launch.timeout_s`` (+ slack), naming rank 1 and its batch."""
     cfg = tiny_experiment.config(tmp_path / "c.yaml", dtype="fp16", launch={"timeout_s": STALL_TIMEOUT_S})
     proc = subprocess.run(torchrun(tiny_experiment, tmp_path / "exp", cfg, "--dist_backend", "gloo", nproc=2,
-                                   hooks=("--stall_rank", 1)), capture_output=True, text=True, env=plain_env(),
-                          timeout=240)
+                                   hooks=("--stall_rank", 1)), capture_output=True, text=True, env=repo_env(),
+                          cwd=REPO, timeout=240)
     end = time.time()
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
