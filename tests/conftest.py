@@ -2,7 +2,9 @@
 
 * ``tiny_corpus`` (session): a real espeak-ng connected-digit corpus, built once per test
   session (about 2 s): 48 train / 12 dev / 12 test utterances, speaker-independent splits,
-  Kaldi files plus a raw ``data.list`` per split.
+  Kaldi files plus a raw ``data.list`` per split.  With ``ASRKIT_TEST_CORPUS`` set to the
+  archive ``tools/prepare_gpu_carry.py`` makes (a machine without espeak-ng: the GPU check),
+  the same corpus is unpacked from there instead of synthesized.
 * ``tiny_units`` (session): the char units of its train split (``tools/make_units.py``).
 * ``tiny_experiment`` (session): the corpus prepared up to training (units, CMVN, a config).
 * Time guard: an unmarked test whose body takes longer than ``ASRKIT_TEST_LIMIT_S``
@@ -52,6 +54,8 @@ def _pin_worker_to_its_cores() -> None:
 
 _pin_worker_to_its_cores()
 TINY_SIZES = {"train": 48, "dev": 12, "test": 12}
+TINY_SEED = 7
+CARRIED_CORPUS_ENV = "ASRKIT_TEST_CORPUS"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,9 +73,25 @@ class TinyCorpus:
     splits: dict
 
 
-def build_corpus(root: Path, sizes: dict, seed: int = 7) -> TinyCorpus:
+def build_corpus(root: Path, sizes: dict, seed: int = TINY_SEED) -> TinyCorpus:
     run_tool("synthesize_corpus.py", "--out", root, "--train", sizes["train"], "--dev", sizes["dev"],
              "--test", sizes["test"], "--seed", seed)
+    return _with_lists(root, sizes)
+
+
+def unpack_carried_corpus(archive: Path, root: Path) -> TinyCorpus:
+    """The tiny corpus from the carried archive (``bench.gpu_stages.corpus``): refused when
+    the archive's ``tiny`` corpus was not made with the fixture's sizes and seed."""
+    from bench.gpu_stages.corpus import read_manifest, unpack_corpus
+    made = read_manifest(archive).get("tiny", {})
+    wanted = {**TINY_SIZES, "seed": TINY_SEED}
+    if {k: made.get(k) for k in wanted} != wanted:
+        raise RuntimeError(f"{CARRIED_CORPUS_ENV}={archive}: its tiny corpus was made with {made}, the fixtures "
+                           f"need {wanted} (remake it: python -m tools.prepare_gpu_carry)")
+    return _with_lists(unpack_corpus(archive, root, "tiny"), TINY_SIZES)
+
+
+def _with_lists(root: Path, sizes: dict) -> TinyCorpus:
     splits = {}
     for name in sizes:
         d = root / name
@@ -82,6 +102,9 @@ def build_corpus(root: Path, sizes: dict, seed: int = 7) -> TinyCorpus:
 
 @pytest.fixture(scope="session")
 def tiny_corpus(tmp_path_factory) -> TinyCorpus:
+    carried = os.environ.get(CARRIED_CORPUS_ENV)
+    if carried:
+        return unpack_carried_corpus(Path(carried), tmp_path_factory.mktemp("carried_corpus"))
     return build_corpus(tmp_path_factory.mktemp("tiny_corpus"), TINY_SIZES)
 
 

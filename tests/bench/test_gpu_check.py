@@ -1,0 +1,135 @@
+"""bench/gpu_check.py without a GPU: the CPU dry run runs every stage end to end (so a GPU
+run never meets a typo), the environment check says in one line what is missing, the
+budget skips what it cannot fit, a stage cut off at its deadline leaves what it measured,
+and the carried corpus unpacks to the corpus the fixtures synthesize."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from bench import gpu_check
+from bench.gpu_stages.corpus import pack_corpus, unpack_corpus
+from bench.gpu_stages.process import run_with_deadline
+from tests.conftest import TINY_SEED, TINY_SIZES, unpack_carried_corpus
+from tests.helpers import REPO, repo_env
+
+STAGE_FILES = ("gpu_tests", "digits", "aishell", "compile")
+
+
+@pytest.fixture(scope="module")
+def carried(tiny_corpus, tmp_path_factory) -> Path:
+    """The fixtures' corpus packed as tools/prepare_gpu_carry.py packs it, serving as the
+    digits corpus too (the dry run trains a few steps on it)."""
+    archive = tmp_path_factory.mktemp("carry") / "gpu_corpus.tar.gz"
+    manifest = {"tiny": {**TINY_SIZES, "seed": TINY_SEED}, "digits": {**TINY_SIZES, "seed": TINY_SEED}}
+    pack_corpus({"tiny": tiny_corpus.root, "digits": tiny_corpus.root}, archive, manifest)
+    return archive
+
+
+def test_carried_corpus_unpacks_to_the_synthesized_corpus(tiny_corpus, carried, tmp_path):
+    root = unpack_corpus(carried, tmp_path / "x", "tiny")
+    for split, count in TINY_SIZES.items():
+        scp = dict(line.split(maxsplit=1) for line in (root / split / "wav.scp").read_text().splitlines())
+        original = dict(line.split(maxsplit=1) for line in tiny_corpus.splits[split].wav_scp.read_text().splitlines())
+        assert scp.keys() == original.keys() and len(scp) == count
+        for key, path in scp.items():
+            assert Path(path).is_absolute() and Path(path).read_bytes() == Path(original[key]).read_bytes()
+        assert (root / split / "text").read_text() == tiny_corpus.splits[split].text.read_text()
+    corpus = unpack_carried_corpus(carried, tmp_path / "fixture")
+    assert len(corpus.splits["train"].data_list.read_text().splitlines()) == TINY_SIZES["train"]
+    wrong = tmp_path / "wrong.tar.gz"
+    pack_corpus({"tiny": tiny_corpus.root}, wrong, {"tiny": {**TINY_SIZES, "seed": 8}})
+    with pytest.raises(RuntimeError, match="made with"):
+        unpack_carried_corpus(wrong, tmp_path / "refused")
+
+
+def test_environment_check_says_in_one_line_what_is_missing(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "soundfile", None)  # as on a GPU machine without the carried wheel
+    assert gpu_check.main(["--corpus", str(tmp_path / "none.tar.gz"), "--work", str(tmp_path / "w")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("gpu_check: cannot start: ")
+    assert "soundfile does not import" in err and "pip install -q --no-index" in err and ".whl/*.whl" in err
+    assert "python -m tools.prepare_gpu_carry" in err and "none.tar.gz is missing" in err
+    import torch
+    assert ("CUDA is not available" in err) != torch.cuda.is_available()
+    assert not (tmp_path / "w").exists()
+
+
+def test_the_budget_skips_the_stages_it_cannot_fit(carried, tmp_path, capsys):
+    archive = tmp_path / "r.tar.gz"
+    code = gpu_check.main(["--cpu_dry_run", "--corpus", str(carried), "--work", str(tmp_path / "w"),
+                           "--archive", str(archive), "--budget", "10"])
+    assert code == 0
+    out = capsys.readouterr().out
+    for stage in gpu_check.STAGES:
+        assert f"{stage.name}  skipped: " in out and f"it needs {stage.minimum_s:.0f} s" in out
+    with tarfile.open(archive) as tar:
+        assert "gpu_check/summary.txt" in tar.getnames() and "gpu_check/environment.json" in tar.getnames()
+
+
+def test_a_stage_cut_off_at_its_deadline_is_interrupted_and_its_group_killed(tmp_path):
+    """The stage is interrupted at the deadline and writes what it has on SIGINT; a child it
+    started that ignores SIGINT (as asrkit's loader workers do) is killed with the group."""
+    script = ("import subprocess, sys, time\n"
+              "child = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+              "signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)'])\n"
+              "open(sys.argv[1], 'w').write(str(child.pid))\n"
+              "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    open(sys.argv[2], 'w').write('partial')\n")
+    pid_file, partial = tmp_path / "pid", tmp_path / "partial"
+    start = time.perf_counter()
+    done = run_with_deadline([sys.executable, "-c", script, str(pid_file), str(partial)], 2.0, tmp_path / "log")
+    assert done.timed_out and time.perf_counter() - start < 10
+    assert partial.read_text() == "partial"
+    time.sleep(0.2)
+    child = int(pid_file.read_text())
+    assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
+
+
+@pytest.mark.slow
+def test_cpu_dry_run_runs_every_stage(carried, tmp_path):
+    archive, work = tmp_path / "results.tar.gz", tmp_path / "work"
+    proc = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--cpu_dry_run", "--corpus", str(carried),
+                           "--work", str(work), "--archive", str(archive)],
+                          capture_output=True, text=True, cwd=REPO, env=repo_env(), timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
+    assert archive.stat().st_size < 16 * 2**20
+    assert {f"gpu_check/{s}.json" for s in STAGE_FILES} <= names and "gpu_check/profile_bf16.txt" in names
+    stages = {s: json.loads((work / f"{s}.json").read_text()) for s in STAGE_FILES}
+    assert all(r["status"] == "done" and r["returncode"] == 0 for r in stages.values()), \
+        {s: (r["status"], r["summary"]) for s, r in stages.items()}
+
+    tests = stages["gpu_tests"]["results"]["pytest"]["tests"]
+    assert any("test_cuda_paths.py::" in t for t in tests) and any("test_amp.py::" in t for t in tests)
+    assert all(t["outcome"] == "skipped" for t in tests.values())  # no CUDA here
+
+    digits = stages["digits"]["results"]
+    for name in ("fp32", "bf16", "fp16"):
+        assert digits[name]["steps"] == 3 and digits[name]["nonfinite_steps"] == 0 and digits[name]["cv_loss"] > 0
+        assert digits[name]["host_syncs"]["syncs_per_step"] is None  # counted on CUDA only
+    assert "cv_vs_fp32" in digits["bf16"] and "cv_vs_fp32" in digits["fp16"]
+
+    aishell = stages["aishell"]["results"]
+    assert aishell["setup"]["data"]["units"] == 4233 and aishell["bf16"]["params_M"] > 0
+    rate = aishell["bf16"]["real_frames_per_s"]
+    assert rate == pytest.approx(aishell["bf16"]["real_frames"] / aishell["bf16"]["seconds"], rel=1e-2)
+    matmuls = aishell["profile"]["encoder_matmuls"]
+    assert matmuls["shapes"] > 0 and matmuls["isolated_share"] > 0
+    assert "1" in aishell["bf16_workers"] or 1 in aishell["bf16_workers"]
+    assert "Self CPU" in (work / "profile_bf16.txt").read_text()
+    assert "compiled" in stages["compile"]["results"] and "eager" in stages["compile"]["results"]
+
+    projection = json.loads((work / "projection.json").read_text())
+    assert projection["epoch_seconds"]["bf16"] == pytest.approx(150 * 360_000 / rate, rel=1e-3)
+    assert "150 h x 360,000 frames/h / real frames/s" in proc.stdout
+    table = proc.stdout[proc.stdout.index("stage "):]
+    for stage in (*STAGE_FILES, "projection"):
+        assert f"\n{stage} " in table
+    assert "ran on: CPU (dry run)" in table
