@@ -12,7 +12,7 @@ can run) -- the metadata a runtime needs (units,
 ``train.yaml``, ``units.txt`` and ``meta.json`` (with the SHA-256 of the units file and
 BPE model under ``input_digests``).  A units file that does not fit the checkpoint (another
 number of units, or other units than the checkpoint recorded it was trained with) is
-refused with one line, exit status 2, before the model is built.  Before the file is written it is
+refused with one line, exit status 2, before anything is scripted.  Before the file is written it is
 loaded back and checked against eager decoding on a random batch (``--no_verify``
 skips that); the write is atomic.  ``tools/decode_exported.py`` shows how to use it.
 Exit status 0 on success, 1 on a clear error, 2 on bad usage.

@@ -28,16 +28,16 @@ def build_trained_model(cfg, checkpoint: str | Path, vocabulary, device: str = "
     The feature dimension is ``cfg.input_dim`` or else ``dataset_conf.fbank_conf.num_mel_bins``.
     CMVN statistics come from the checkpoint.  Returns the model in eval mode.
 
-    Before the model is built, the units of ``vocabulary`` are checked against the model
+    The units of ``vocabulary`` are checked against the model before its weights load
     (:func:`asrkit.inputs.check_units_size`: their number against ``output_dim``;
     :func:`asrkit.inputs.check_input_digests`: the units file and BPE model against the
     digests the checkpoint recorded), raising
     :class:`asrkit.text.units.UnitsError` / :class:`asrkit.text.tokenizer.BpeModelError`."""
-    state = load_checkpoint(checkpoint)
     check_units_size(cfg, vocabulary.size)
-    check_input_digests(cfg, state.get(INPUT_DIGESTS), checkpoint)
     input_dim = cfg.input_dim if cfg.input_dim is not None else cfg.dataset_conf.fbank_conf.num_mel_bins
     model = build_model(cfg, input_dim, vocabulary, load_cmvn_stats=False)
+    state = load_checkpoint(checkpoint)
+    check_input_digests(cfg, state.get(INPUT_DIGESTS), checkpoint)
     load_weights(model, state, f"checkpoint {checkpoint}")
     return model.to(device).eval()
 
