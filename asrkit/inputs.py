@@ -5,10 +5,16 @@ input: a file the user handed in that is missing or malformed.
 :func:`load_model_inputs` returns them loaded (:class:`ModelInputs`), so a training run
 builds its tokenizer, sample processors and model from what was checked instead of reading
 the files again.  Every tool reports :data:`BAD_INPUT` in one line and exits with status 2
-(``asrkit.bin.bad_input.run_tool``; ``asrkit.train.run``)."""
+(``asrkit.bin.bad_input.run_tool``; ``asrkit.train.run``).
+
+A checkpoint records the SHA-256 of the units file (and of the BPE model) it was trained
+with (:data:`INPUT_DIGESTS`, written by the trainer and carried by ``average_model`` and
+exported archives); :func:`check_units_size` and :func:`check_input_digests` refuse units
+that do not fit a checkpoint's model before it is built."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Optional
 
 import torch
@@ -17,6 +23,7 @@ from asrkit.config import ConfigError
 from asrkit.data.features import CmvnError, load_cmvn
 from asrkit.data.lists import ListError
 from asrkit.io.checkpoint import CheckpointError
+from asrkit.io.files import file_digest
 from asrkit.models.registry import check_cmvn_placement, model_cmvn_stats
 from asrkit.text.tokenizer import BpeModelError, Tokenizer, build_tokenizer
 from asrkit.text.units import UnitsError
@@ -65,3 +72,60 @@ def load_model_inputs(cfg, *, model_cmvn: bool) -> ModelInputs:
 def load_text_inputs(cfg, *, model_cmvn: bool) -> Tokenizer:
     """The tokenizer of ``cfg``, after :func:`load_model_inputs` checked every file."""
     return load_model_inputs(cfg, model_cmvn=model_cmvn).tokenizer
+
+
+# The checkpoint entry (and exported archive meta.json key) recording what a model was trained
+# with: {"units": SHA-256 of the units file's bytes, "bpe_model": that of the sentencepiece
+# model (BPE tokenizers only)}, hex.
+INPUT_DIGESTS = "input_digests"
+
+
+def _text_files(cfg) -> dict[str, str]:
+    """``{"units": path, "bpe_model": path}`` of ``cfg`` (the BPE model for ``tokenizer: bpe`` only)."""
+    conf = cfg.tokenizer_conf
+    files = {"units": conf.symbol_table_path}
+    if cfg.tokenizer == "bpe" and conf.bpe_path:
+        files["bpe_model"] = conf.bpe_path
+    return files
+
+
+def input_digests(cfg) -> dict[str, str]:
+    """The :data:`INPUT_DIGESTS` entry of ``cfg``'s files: the SHA-256 (hex) of the bytes
+    of ``tokenizer_conf.symbol_table_path`` under ``units`` and, for ``tokenizer: bpe``, of
+    ``tokenizer_conf.bpe_path`` under ``bpe_model``.  A file that cannot be read is left out
+    (nothing is then checked for it)."""
+    digests = {}
+    for kind, path in _text_files(cfg).items():
+        try:
+            digests[kind] = file_digest(path)
+        except OSError:
+            continue
+    return digests
+
+
+def check_units_size(cfg, vocabulary_size: int) -> None:
+    """Raise :class:`UnitsError` naming the units file when its ``vocabulary_size`` units
+    differ from the config's ``output_dim`` (the model's output size; nothing to check
+    when unset)."""
+    if cfg.output_dim is not None and cfg.output_dim != vocabulary_size:
+        raise UnitsError(f"units file {cfg.tokenizer_conf.symbol_table_path} has {vocabulary_size} units but the "
+                         f"model has {cfg.output_dim} outputs (output_dim of the config): pass the units file "
+                         f"the model was trained with")
+
+
+def check_input_digests(cfg, recorded: Optional[dict], checkpoint: str | Path) -> None:
+    """Raise :class:`UnitsError` / :class:`BpeModelError` naming the file when the units
+    file or BPE model of ``cfg`` differs from the SHA-256 ``recorded`` (a checkpoint's
+    :data:`INPUT_DIGESTS` entry): the model of ``checkpoint`` was trained with other units
+    and would decode them into the wrong text without a word.  ``recorded`` None (a WeNet
+    checkpoint, or an asrkit one saved before the digests were recorded) or without a
+    file's entry: nothing to check for it."""
+    got = input_digests(cfg)
+    for kind, path in _text_files(cfg).items():
+        want = (recorded or {}).get(kind)
+        if want and kind in got and got[kind] != want:
+            error = UnitsError if kind == "units" else BpeModelError
+            what = "units file" if kind == "units" else "BPE model"
+            raise error(f"{what} {path} differs from the one checkpoint {checkpoint} was trained with (SHA-256 "
+                        f"{got[kind][:12]}..., recorded {want[:12]}...): the model was trained with other units; "
+                        f"pass the {what} it was trained with")

@@ -18,6 +18,13 @@ stored in the model: down-mix, resample to ``sample_rate()``, Kaldi fbank of the
 16-bit-scaled waveform (``num_mel_bins()``, ``frame_length()``, ``frame_shift()``, no
 dither, energy floor 0).  CMVN is inside the model.  Utterances are decoded
 ``--batch_size`` at a time, longest first (as ``asrkit.bin.recognize`` does).
+
+A wav that cannot be read (missing, unreadable, not audio) is skipped with one
+``warning: KEY: PATH: ...`` line on stderr, and the others are decoded; it has no output
+line and no line in the ``text`` files, and the summary line counts it.  Exit status: 0
+when every input was decoded; 2 when an input was skipped (as ``asrkit transcribe``), and
+for bad usage -- a missing or malformed ``--wav_scp``, a model file that is not an exported
+archive, a mode the model cannot run -- refused with one line before anything is decoded.
 """
 from __future__ import annotations
 
@@ -37,17 +44,27 @@ SPACE = "\u2581"
 MODES = ("ctc_greedy_search", "ctc_prefix_beam_search", "attention_rescoring", "attention")
 
 
+def usage_error(message: str) -> None:
+    """One line on stderr and exit status 2."""
+    print(f"decode_exported.py: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def read_inputs(wavs: list[str], wav_scp: str | None) -> list[tuple[str, str]]:
     """``(key, path)`` pairs: the wav.scp lines, then the files given as arguments."""
     pairs = []
     if wav_scp:
         base = Path(wav_scp).parent
-        for lineno, line in enumerate(open(wav_scp, encoding="utf-8"), 1):
+        try:
+            lines = Path(wav_scp).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            usage_error(f"cannot read --wav_scp {wav_scp}: {e}")
+        for lineno, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             fields = line.strip().split(maxsplit=1)
             if len(fields) != 2 or fields[1].endswith("|"):
-                sys.exit(f"{wav_scp}:{lineno}: expected 'key path' (pipes are not supported): {line.strip()!r}")
+                usage_error(f"{wav_scp}:{lineno}: expected 'key path' (pipes are not supported): {line.strip()!r}")
             path = fields[1]
             if not os.path.isabs(path) and not os.path.exists(path) and (base / path).exists():
                 path = str(base / path)
@@ -55,7 +72,7 @@ def read_inputs(wavs: list[str], wav_scp: str | None) -> list[tuple[str, str]]:
     pairs += [(Path(w).stem, w) for w in wavs]
     keys = [k for k, _ in pairs]
     if len(set(keys)) != len(keys):
-        sys.exit("duplicate utterance keys in the input")
+        usage_error("duplicate utterance keys in the input")
     return pairs
 
 
@@ -93,6 +110,13 @@ class Frontend:
             sample_frequency=float(self.sample_rate))
 
 
+def skip_input(key: str, path: str, error: Exception, skipped: set[str]) -> None:
+    """Report a wav that cannot be read in one line and add its key to ``skipped``."""
+    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    print(f"warning: {key}: {path}: not readable audio, skipped ({reason})", file=sys.stderr)
+    skipped.add(key)
+
+
 def to_text(tokens: list[int], units: list[str], separator: str, skip: set[int]) -> str:
     """The text of a hypothesis (the rule of the model's ``unit_separator()``)."""
     symbols = [units[t] for t in tokens if t not in skip]
@@ -122,9 +146,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.num_threads > 0:
         torch.set_num_threads(args.num_threads)
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # torch.jit's deprecation notice
-        model = torch.jit.load(args.model, map_location="cpu").eval()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch.jit's deprecation notice
+            model = torch.jit.load(args.model, map_location="cpu").eval()
+    except (OSError, RuntimeError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"decode_exported.py: error: {args.model}: not an exported asrkit archive ({first})", file=sys.stderr)
+        return 2
     if args.mode not in model.supported_modes():
         print(f"decode_exported.py: error: this model cannot decode with --mode {args.mode} (it has "
               f"{'no attention decoder' if model.has_ctc() else 'no CTC head'}); its modes: "
@@ -142,9 +171,15 @@ def main(argv: list[str] | None = None) -> int:
     pairs = read_inputs(args.wavs, args.wav_scp)
     texts: dict[str, dict[str, str]] = {}
     durations = {}
+    skipped: set[str] = set()
     for key, path in pairs:  # durations from the headers, to batch similar lengths
-        info = soundfile.info(path)
+        try:
+            info = soundfile.info(path)
+        except (OSError, RuntimeError) as e:  # (soundfile's LibsndfileError is a RuntimeError)
+            skip_input(key, path, e, skipped)
+            continue
         durations[key] = info.frames / info.samplerate
+    pairs = [(key, path) for key, path in pairs if key not in skipped]
     order = sorted(range(len(pairs)), key=lambda i: -durations[pairs[i][0]])
     audio_s = sum(durations.values())
     start = time.perf_counter()
@@ -153,7 +188,11 @@ def main(argv: list[str] | None = None) -> int:
         batch = [pairs[i] for i in order[first: first + args.batch_size]]
         feats = []
         for key, path in batch:
-            feat = frontend.fbank(frontend.load(path))
+            try:
+                feat = frontend.fbank(frontend.load(path))
+            except (OSError, RuntimeError) as e:  # (a header that read, then truncated samples)
+                skip_input(key, path, e, skipped)
+                continue
             if feat.shape[0] < min_frames:
                 print(f"warning: {key} has {feat.shape[0]} frames, fewer than the model's minimum "
                       f"{min_frames}: empty hypothesis", file=sys.stderr)
@@ -175,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         for i, (key, _) in enumerate(feats):
             texts[key] = {mode: to_text(hyps[mode][i], units, separator, skip) for mode in hyps}
 
+    pairs = [(key, path) for key, path in pairs if key not in skipped]
     for key, _ in pairs:
         text = texts[key][args.mode]
         print(f"{key} {text}" if text else key)
@@ -192,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     if audio_s > 0:
         print(f"{len(pairs)} utterances, {audio_s:.1f} s of audio: RTF {wall / audio_s:.4f} "
               f"(model {model_s / audio_s:.4f})", file=sys.stderr)
+    if skipped:
+        print(f"{len(skipped)} input(s) skipped (not readable audio): {' '.join(sorted(skipped))}", file=sys.stderr)
+        return 2
     return 0
 
 

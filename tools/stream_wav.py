@@ -10,7 +10,8 @@ each segment (segments end at endpoints: 1 s of silence after speech, 5 s of sil
 
 Output lines (tab-separated): ``<wav>  partial|final  <audio s>  <compute ms>  <text>``,
 then per file the median and maximum compute per chunk.  Bad input (a missing file, an
-unreadable WAV, a config or checkpoint problem, a decoding option out of range) is one line on
+unreadable WAV, a config or checkpoint problem, a decoding option out of range, a model
+trained with full context only, which chunks would garble) is one line on
 stderr and exit status 2.
 """
 from __future__ import annotations
@@ -24,9 +25,10 @@ import soundfile
 import torch
 
 from asrkit.config import load_config
-from asrkit.decode.options import DecodingOptionError, DecodingOptions
+from asrkit.decode.options import DecodingOptionError, DecodingOptions, check_encoder_context
 from asrkit.decode.recognizer import build_trained_model
 from asrkit.inputs import BAD_INPUT, load_text_inputs
+from asrkit.models.chunks import ChunkTraining
 from asrkit.stream.recognizer import StreamingRecognizer
 
 
@@ -59,6 +61,7 @@ def main(argv=None) -> int:
     try:
         options = decoding_options(args)
         cfg = load_config(args.config)
+        check_encoder_context(options, ChunkTraining.from_config(cfg).chunked)  # (a full-context model garbles)
         tokenizer = load_text_inputs(cfg, model_cmvn=False)
         model = build_trained_model(cfg, args.checkpoint, tokenizer.vocabulary)
         missing = [str(w) for w in args.wavs if not w.is_file()]

@@ -6,8 +6,11 @@
 ``--mode last``: the ``num`` ``epoch_*.pt`` with the largest epoch numbers; ``--mode
 best``: the ``num`` with the lowest CV loss recorded in their ``epoch_*.yaml``
 (:func:`asrkit.io.checkpoint_names.checkpoints_to_average` chooses).  The result holds the
-model weights only (``{"model": state_dict}``), written atomically; ``recognize`` and
-``export`` load it like any checkpoint.
+model weights (``{"model": state_dict}``) with the config and the units digests
+(``asrkit.inputs.INPUT_DIGESTS``) of the last checkpoint averaged, written atomically;
+``recognize`` and ``export`` load it like any checkpoint.  Fewer than ``--num``
+checkpoints to average: a warning with the requested and found counts, and the found ones
+are averaged; with ``--strict`` an error, exit status 2, nothing written.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import logging
 import sys
 from pathlib import Path
 
+from asrkit.inputs import INPUT_DIGESTS
 from asrkit.io.checkpoint_names import CheckpointSelectionError, checkpoints_to_average
 from asrkit.train import checkpoint as ckpt
 
@@ -30,15 +34,25 @@ def main(argv=None) -> int:
     p.add_argument("--mode", choices=["last", "best"], default="best")
     p.add_argument("--min_epoch", type=int, default=0)
     p.add_argument("--max_epoch", type=int, default=10**9)
+    p.add_argument("--strict", action="store_true",
+                   help="refuse (exit 2) when fewer than --num checkpoints are found, instead of warning")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
         paths = checkpoints_to_average(args.model_dir, args.num, args.mode, args.min_epoch, args.max_epoch)
+        if len(paths) < args.num:
+            found = (f"--num {args.num} asked for {args.num} checkpoints, {args.model_dir} has {len(paths)} to "
+                     f"average ({', '.join(p.name for p in paths)})")
+            if args.strict:
+                print(f"error: {found}; pass --num {len(paths)} or train more epochs", file=sys.stderr)
+                return 2
+            print(f"warning: {found}: averaging those {len(paths)}", file=sys.stderr)
         averaged = ckpt.average_state_dicts(paths)
         out = {"model": averaged, "averaged_from": [p.name for p in paths]}
-        config = ckpt.load_checkpoint(paths[-1]).get("config")
-        if config is not None:  # what the weights mean (config_version) travels with them
-            out["config"] = config
+        last = ckpt.load_checkpoint(paths[-1])
+        for key in ("config", INPUT_DIGESTS):  # what the weights mean (config_version, units) travels with them
+            if last.get(key) is not None:
+                out[key] = last[key]
         ckpt.save_checkpoint(args.dst, out)
     except (CheckpointSelectionError, ckpt.CheckpointError) as e:  # nothing to average, or one does not load: status 2
         print(f"error: {e}", file=sys.stderr)

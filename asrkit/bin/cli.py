@@ -9,7 +9,9 @@ argument set-up and its ``run(args) -> exit status`` (import heavy modules insid
 per line (path, text, tokens, token times, word times, segments; docs/transcribe.md).  A file that cannot
 be transcribed (missing, not audio, empty, too short) is one ``error: PATH: reason`` line
 on stderr and the other files are still transcribed; the exit status is then 2.  A model
-that cannot be loaded or an option it cannot run is one line and status 2 before any file.
+that cannot be loaded or an option it cannot run is one line and status 2 before any file
+(a decoding option out of range before the model loads; ``--chunk`` on a model trained
+with full context only is refused, as ``export_onnx --streaming true`` refuses it).
 
 ``asrkit doctor [--num_nodes N --node_rank I --master_addr A --master_port P ...]`` is the
 preflight to run on every node before a multi-node job (``asrkit.bin.doctor``, docs/doctor.md).
@@ -99,16 +101,20 @@ def run_transcribe(args: argparse.Namespace) -> int:
         return 2
     if args.num_threads > 0:
         torch.set_num_threads(args.num_threads)
-    try:
+    try:  # the options first: a bad one is refused before the model loads
         options = DecodingOptions(modes=(args.mode,), beam_size=args.beam_size, ctc_weight=args.ctc_weight,
                                   reverse_weight=args.reverse_weight, decoding_chunk_size=args.chunk or 0,
                                   num_decoding_left_chunks=args.left_chunks)
-        model = load_model(args.model, args.checkpoint, args.device, args.override)
-        model.check_mode(args.mode)
-    except ModeError as e:
+    except (ModeError, DecodingOptionError) as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2
-    except (ModelLoadError, DecodingOptionError, *BAD_INPUT) as e:
+    try:
+        model = load_model(args.model, args.checkpoint, args.device, args.override)
+        model.check_options(options)
+    except (ModeError, DecodingOptionError) as e:
+        print(f"error: {_one_line(e)}", file=sys.stderr)
+        return 2
+    except (ModelLoadError, *BAD_INPUT) as e:
         message = _one_line(e)
         print(f"error: {message}" if args.model in message else f"error: {args.model}: {message}", file=sys.stderr)
         return 2

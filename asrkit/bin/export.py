@@ -9,7 +9,10 @@ searches of asrkit.decode, compiled -- ``ctc_greedy_search`` and ``ctc_prefix_be
 ``decode`` (several from one encoder pass; ``supported_modes()`` lists what this model
 can run) -- the metadata a runtime needs (units,
 ``<sos/eos>``, subsampling, fbank options, sample rate) and, as extra files,
-``train.yaml``, ``units.txt`` and ``meta.json``.  Before the file is written it is
+``train.yaml``, ``units.txt`` and ``meta.json`` (with the SHA-256 of the units file and
+BPE model under ``input_digests``).  A units file that does not fit the checkpoint (another
+number of units, or other units than the checkpoint recorded it was trained with) is
+refused with one line, exit status 2, before anything is scripted.  Before the file is written it is
 loaded back and checked against eager decoding on a random batch (``--no_verify``
 skips that); the write is atomic.  ``tools/decode_exported.py`` shows how to use it.
 Exit status 0 on success, 1 on a clear error, 2 on bad usage.
@@ -25,7 +28,7 @@ import torch
 import yaml
 
 from asrkit.bin.bad_input import run_tool
-from asrkit.inputs import load_text_inputs
+from asrkit.inputs import input_digests, load_text_inputs
 from asrkit.config import load_config, to_dict
 from asrkit.data.features import load_cmvn
 from asrkit.decode.recognizer import build_trained_model
@@ -81,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
                            sample_rate=dc.resample_conf.resample_rate, num_mel_bins=fb.num_mel_bins,
                            frame_length=fb.frame_length, frame_shift=fb.frame_shift,
                            feature_cmvn=feature_cmvn, unit_separator=separator, config_text=config_text,
-                           verify=not args.no_verify)
+                           verify=not args.no_verify, input_digests=input_digests(cfg))
     check = (f"; verified against eager decoding ({', '.join(summary['modes'])}; encoder max |diff| "
              f"{summary['max_abs_diff']:.2g}) in {summary['verify_s']:.1f} s" if "verify_s" in summary else "")
     print(f"exported {output} ({summary['bytes'] / 1e6:.1f} MB, {len(tokenizer.symbols)} units): "

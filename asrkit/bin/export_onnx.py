@@ -22,6 +22,7 @@ from pathlib import Path
 
 from asrkit.bin.bad_input import run_tool
 from asrkit.bin.export import add_model_args, load_for_export
+from asrkit.decode.options import FULL_CONTEXT_ONLY
 from asrkit.export.onnx import export_onnx
 from asrkit.models.chunks import ChunkTraining
 
@@ -48,9 +49,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     chunked = ChunkTraining.from_config(cfg).chunked
     if args.streaming == "true" and not chunked:
-        log.error("--streaming true: the model was trained with full context only (encoder_conf."
-                  "use_dynamic_chunk false, static_chunk_size 0); it would stream badly. Train a U2++ "
-                  "model or export with --streaming false")
+        log.error("--streaming true: %s; it would stream badly. Train a U2++ model or export with "
+                  "--streaming false", FULL_CONTEXT_ONLY)
         return 2
     streaming = chunked if args.streaming == "auto" else args.streaming == "true"
     fbank = cfg.dataset_conf.fbank_conf

@@ -19,8 +19,11 @@ encoder and searches).  Exit status 0 on success, 1 on a clear error, 2 on bad u
 including a mode the model cannot run (e.g. ``attention`` on a CTC-only model) and
 decoding options out of range or not fitting together (``--simulate_streaming`` without
 a chunk size, a negative penalty, ``--decoding_chunk_size`` below -1,
-``--num_decoding_left_chunks`` below -1, ``--batch_size`` below 1), refused with one line before anything
-is decoded.
+``--num_decoding_left_chunks`` below -1, ``--batch_size`` or ``--beam_size`` below 1,
+``--ctc_weight`` or ``--reverse_weight`` outside [0, 1]), refused with one line before
+anything loads, and ``--decoding_chunk_size N > 0`` for a model trained with full context
+only (no ``use_dynamic_chunk``, no ``static_chunk_size``: chunks would garble its output),
+refused before the model is built.
 """
 from __future__ import annotations
 
@@ -38,8 +41,10 @@ from asrkit.data.lists import read_list
 from asrkit.data.processors import build_sample_processor
 from asrkit.decode import MODES, DecodingOptionError, DecodingOptions, ModeError
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
+from asrkit.decode.options import check_encoder_context
 from asrkit.decode.recognizer import Progress, build_trained_model, recognize, write_text
 from asrkit.metrics import format_alignment, score
+from asrkit.models.chunks import ChunkTraining
 
 log = logging.getLogger("asrkit.recognize")
 
@@ -106,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
     if args.num_threads > 0:
         torch.set_num_threads(args.num_threads)
     cfg = load_config(args.config, args.override)
+    check_encoder_context(options, ChunkTraining.from_config(cfg).chunked)
     tokenizer = load_text_inputs(cfg, model_cmvn=False)  # (checked before the model is built)
     entries = read_list(args.data, cache_dir=args.result_dir)  # (a WeNet shard list's index, if not cached)
     processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False)

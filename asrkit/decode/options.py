@@ -23,10 +23,10 @@ class DecodingOptions:
 
     * ``modes``: registered decoding modes (:data:`asrkit.decode.modes.REGISTRY`), results
       in this order; a list is stored as a tuple.  Transcription runs exactly one.
-    * ``beam_size``: beam of ``ctc_prefix_beam_search``, ``attention`` and the n-best of
+    * ``beam_size`` (>= 1): beam of ``ctc_prefix_beam_search``, ``attention`` and the n-best of
       ``attention_rescoring`` (and of the streaming prefix search).
-    * ``ctc_weight``, ``reverse_weight``: ``attention_rescoring`` ranks hypotheses by
-      ``(1 − reverse_weight)·l2r + reverse_weight·r2l + ctc_weight·CTC``.
+    * ``ctc_weight``, ``reverse_weight`` (each in [0, 1]): ``attention_rescoring`` ranks
+      hypotheses by ``(1 − reverse_weight)·l2r + reverse_weight·r2l + ctc_weight·CTC``.
     * ``blank_skip_threshold``: prefix beam search: frames with P(blank) above it add no
       new prefixes (1.0: none skipped).
     * ``length_penalty`` (>= 0; 0: none): ``attention`` ranks by ``score / tokens **
@@ -60,6 +60,12 @@ class DecodingOptions:
     batch_size: int = 16
 
     def __post_init__(self):
+        if self.beam_size < 1:
+            raise DecodingOptionError(f"beam_size must be >= 1, got {self.beam_size}")
+        for name in ("ctc_weight", "reverse_weight"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:  # (also refuses nan)
+                raise DecodingOptionError(f"{name} must be in [0, 1], got {value}")
         if self.decoding_chunk_size < -1:
             raise DecodingOptionError(f"decoding_chunk_size must be -1 or 0 (full context) or > 0 (chunk size in "
                                       f"encoder frames), got {self.decoding_chunk_size}")
@@ -91,3 +97,18 @@ class DecodingOptions:
             return "full context"
         return (f"chunk {self.decoding_chunk_size}, left chunks {self.num_decoding_left_chunks}"
                 + (", chunk by chunk" if self.simulate_streaming else ""))
+
+
+FULL_CONTEXT_ONLY = ("the model was trained with full context only (encoder_conf.use_dynamic_chunk false, "
+                     "static_chunk_size 0)")
+
+
+def check_encoder_context(options: DecodingOptions, chunk_trained: bool) -> None:
+    """Refuse chunked decoding (``options.chunked``) of a model that was not trained with
+    chunks (``chunk_trained``: :attr:`asrkit.models.chunks.ChunkTraining.chunked` of its
+    config): its attention never saw a chunk, so what it decodes in chunks is garbled.
+    Raises :class:`DecodingOptionError` saying so; full context is always accepted."""
+    if options.chunked and not chunk_trained:
+        raise DecodingOptionError(f"decoding_chunk_size {options.decoding_chunk_size}: {FULL_CONTEXT_ONLY}, "
+                                  f"so decoding it in chunks garbles its output; decode with full context "
+                                  f"or train a U2++ model (encoder_conf.use_dynamic_chunk true)")

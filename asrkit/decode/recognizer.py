@@ -12,6 +12,7 @@ from typing import Optional, Sequence
 from asrkit.decode.batch import decode
 from asrkit.decode.modes import check_modes
 from asrkit.decode.options import DecodingOptions
+from asrkit.inputs import INPUT_DIGESTS, check_input_digests, check_units_size
 from asrkit.io.checkpoint import load_checkpoint
 from asrkit.models import AsrModel, build_model
 from asrkit.models.state import load_weights
@@ -25,10 +26,19 @@ def build_trained_model(cfg, checkpoint: str | Path, vocabulary, device: str = "
     training checkpoint holding ``"model"``, a bare state_dict, or a WeNet checkpoint:
     :func:`asrkit.models.state.load_weights`).
     The feature dimension is ``cfg.input_dim`` or else ``dataset_conf.fbank_conf.num_mel_bins``.
-    CMVN statistics come from the checkpoint.  Returns the model in eval mode."""
+    CMVN statistics come from the checkpoint.  Returns the model in eval mode.
+
+    The units of ``vocabulary`` are checked against the model before its weights load
+    (:func:`asrkit.inputs.check_units_size`: their number against ``output_dim``;
+    :func:`asrkit.inputs.check_input_digests`: the units file and BPE model against the
+    digests the checkpoint recorded), raising
+    :class:`asrkit.text.units.UnitsError` / :class:`asrkit.text.tokenizer.BpeModelError`."""
+    check_units_size(cfg, vocabulary.size)
     input_dim = cfg.input_dim if cfg.input_dim is not None else cfg.dataset_conf.fbank_conf.num_mel_bins
     model = build_model(cfg, input_dim, vocabulary, load_cmvn_stats=False)
-    load_weights(model, load_checkpoint(checkpoint), f"checkpoint {checkpoint}")
+    state = load_checkpoint(checkpoint)
+    check_input_digests(cfg, state.get(INPUT_DIGESTS), checkpoint)
+    load_weights(model, state, f"checkpoint {checkpoint}")
     return model.to(device).eval()
 
 

@@ -115,9 +115,11 @@ def export_model(model: nn.Module, units: List[str], output: str | Path, *, samp
                  num_mel_bins: int, frame_length: float, frame_shift: float,
                  feature_cmvn: Optional[Tuple[torch.Tensor, torch.Tensor]] = None,
                  unit_separator: str = "", config_text: str = "", verify: bool = True,
-                 seed: int = 0) -> dict:
+                 seed: int = 0, input_digests: Optional[dict] = None) -> dict:
     """Script ``model`` with its metadata and write it to ``output`` with ``train.yaml``
-    (``config_text``), ``units.txt`` and ``meta.json`` as extra files.
+    (``config_text``), ``units.txt`` and ``meta.json`` as extra files; ``input_digests``
+    (the SHA-256 of the units file and BPE model the model was trained with,
+    ``asrkit.inputs.input_digests``) goes into ``meta.json`` under ``input_digests``.
 
     The archive is serialised in memory, loaded back from those bytes and (``verify``)
     checked against eager decoding on a random batch of two utterances of different
@@ -138,6 +140,8 @@ def export_model(model: nn.Module, units: List[str], output: str | Path, *, samp
             "has_decoder": scripted.has_decoder(), "has_ctc": scripted.has_ctc(),
             "modes": scripted.supported_modes(), "unit_separator": unit_separator,
             "feature_cmvn_included": feature_cmvn is not None}
+    if input_digests:
+        info["input_digests"] = dict(input_digests)
     extra = {EXTRA_CONFIG: config_text, EXTRA_UNITS: "".join(f"{u} {i}\n" for i, u in enumerate(units)),
              EXTRA_META: json.dumps(info, indent=1, sort_keys=True, ensure_ascii=False)}
     buffer = io.BytesIO()

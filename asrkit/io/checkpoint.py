@@ -77,7 +77,9 @@ def _load_failure(path: Path, e: Exception) -> str:
     text = str(e)
     if not zipfile.is_zipfile(path):
         return "is truncated or corrupted, or not a PyTorch checkpoint (torch.save writes a zip archive)"
-    refused = re.search(r"Unsupported (?:global|operand)[^\n]*", text)
+    # (torch words it "Unsupported global: GLOBAL x.Y ..." for a class it does not allow and
+    # "unsupported GLOBAL posix.system whose module posix is blocked" for a blocked module)
+    refused = re.search(r"unsupported (?:global|operand)[^\n]*", text, re.IGNORECASE)
     if refused:
         return ("refused: it carries pickled objects that are not tensors or plain types (never executed: "
                 f"{refused.group(0)[:160]})")

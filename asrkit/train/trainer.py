@@ -37,9 +37,12 @@ from typing import Optional
 import torch
 
 from asrkit.config import to_dict
+from asrkit.inputs import INPUT_DIGESTS, check_input_digests, input_digests
 from asrkit.io.checkpoint_names import EPOCH, STEP, checkpoint_filename
 from asrkit.models.state import load_weights
 from asrkit.models.wenet_state import is_wenet_state
+from asrkit.text.tokenizer import BpeModelError
+from asrkit.text.units import UnitsError
 from asrkit.train import checkpoint as ckpt
 from asrkit.train.dist import DistContext, unwrap
 from asrkit.train.executor import Executor, TrainState, consumed_position
@@ -95,6 +98,7 @@ class Trainer:
             "rng": rng_ranks[0],
             "rng_ranks": rng_ranks,
             "config": self.config_dict,
+            INPUT_DIGESTS: input_digests(self.cfg),  # (what recognize, export and resume check the units against)
         }
 
     def save(self, kind: str, number: int, *, mid_epoch: bool, cv_loss: Optional[float] = None) -> Optional[Path]:
@@ -131,6 +135,11 @@ class Trainer:
         A WeNet checkpoint (its ``model.state_dict()``, WeNet's names) starts a fine-tuning
         run instead: every weight is loaded, and optimizer, scheduler and epoch start
         fresh, as with WeNet's own ``--checkpoint``.
+
+        A checkpoint whose recorded units file or BPE model digest
+        (:data:`asrkit.inputs.INPUT_DIGESTS`) differs from this run's files is refused
+        (:class:`~asrkit.train.checkpoint.CheckpointError`: the model was trained with other
+        units); one without digests (saved before they were recorded) resumes as before.
         """
         state = ckpt.load_checkpoint(path, map_location=self.ctx.device)
         if is_wenet_state(state["model"]):
@@ -142,6 +151,10 @@ class Trainer:
         if missing:
             raise ckpt.CheckpointError(f"{path} is a model-only checkpoint (no {', '.join(missing)}); "
                                        f"it can initialise a model but not resume a run")
+        try:
+            check_input_digests(self.cfg, state.get(INPUT_DIGESTS), path)
+        except (UnitsError, BpeModelError) as e:
+            raise ckpt.CheckpointError(str(e)) from None
         load_weights(unwrap(self.model), state, str(path))
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])

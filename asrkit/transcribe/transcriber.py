@@ -25,7 +25,7 @@ from asrkit.data.lists import ListEntry
 from asrkit.decode.alignment import AlignmentError, best_path_spans, forced_alignment
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
 from asrkit.decode.modes import REGISTRY, SharedOutputs
-from asrkit.decode.options import DecodingOptionError, DecodingOptions
+from asrkit.decode.options import DecodingOptionError, DecodingOptions, check_encoder_context
 from asrkit.stream.features import StreamingFbank
 from asrkit.transcribe.loading import ModelLoadError, load_archive, load_experiment
 from asrkit.transcribe.result import TokenTime, Transcript, group_words
@@ -102,6 +102,20 @@ class Transcriber:
         """:class:`asrkit.decode.ModeError` unless this model runs decoding mode ``mode``."""
         self.backend.check_mode(mode)
 
+    def check_options(self, options: DecodingOptions) -> None:
+        """Raise what :meth:`transcribe_with_options` raises for ``options`` before it
+        reads any audio: :class:`asrkit.decode.ModeError` for a mode this model does not
+        run, :class:`asrkit.decode.DecodingOptionError` for several modes, ``reverse_weight
+        > 0`` without a bitransformer decoder, or chunks on a model trained with full
+        context only (:func:`asrkit.decode.options.check_encoder_context`)."""
+        if len(options.modes) != 1:
+            raise DecodingOptionError(f"transcription decodes with one mode, got {len(options.modes)}: "
+                                      f"{' '.join(options.modes)}")
+        self.check_mode(options.modes[0])
+        if options.reverse_weight > 0.0 and not self.backend.bidirectional:
+            raise DecodingOptionError("reverse_weight > 0 needs a model with decoder bitransformer")
+        check_encoder_context(options, self.backend.chunk_trained)
+
     def default_segmentation(self, threshold_s: float = 30.0) -> Segmentation:
         """:meth:`Segmentation.for_model` of this model (``threshold_s``: how long audio
         a model that is not cut at pauses decodes whole)."""
@@ -139,7 +153,8 @@ class Transcriber:
         Raises :class:`AudioError` for input that cannot be transcribed (missing, not
         audio, empty, shorter than the model's shortest input),
         :class:`asrkit.decode.ModeError` / :class:`asrkit.decode.DecodingOptionError` for
-        a mode or option this model cannot run."""
+        a mode or option this model cannot run (:meth:`check_options`; ``chunk`` on a
+        model trained with full context only among them)."""
         options = DecodingOptions(modes=(mode,), beam_size=beam_size, ctc_weight=ctc_weight,
                                   reverse_weight=reverse_weight, blank_skip_threshold=blank_skip_threshold,
                                   length_penalty=length_penalty, blank_penalty=blank_penalty,
@@ -154,14 +169,9 @@ class Transcriber:
         transcribe`` builds them once for all its files): ``options.modes`` holds the one
         mode; ``batch_size`` does not apply, nor ``simulate_streaming`` to an exported
         archive (whose encoder has no chunk-by-chunk form).  Raises as :meth:`transcribe`."""
-        if len(options.modes) != 1:
-            raise DecodingOptionError(f"transcription decodes with one mode, got {len(options.modes)}: "
-                                      f"{' '.join(options.modes)}")
+        self.check_options(options)
         mode = options.modes[0]
         b = self.backend
-        self.check_mode(mode)
-        if options.reverse_weight > 0.0 and not b.bidirectional:
-            raise DecodingOptionError("reverse_weight > 0 needs a model with decoder bitransformer")
         samples, rate, name = read_samples(audio, sample_rate)
         feats = self.features(samples, rate)
         duration = samples.size(1) / rate

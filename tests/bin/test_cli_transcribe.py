@@ -99,3 +99,18 @@ def test_the_console_script_and_the_subcommand_registry():
     proc = subprocess.run([sys.executable, "-m", "asrkit.bin.cli"], cwd=REPO, capture_output=True, text=True,
                           timeout=120)  # (no subcommand: the usage, status 2, without loading torch)
     assert proc.returncode == 2 and "transcribe" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("option, message", [(["--beam_size", "0"], "beam_size must be >= 1, got 0"),
+                                             (["--ctc_weight", "-5"], "ctc_weight must be in [0, 1], got -5.0")])
+def test_a_bad_decoding_option_is_one_line_and_status_2_before_the_model_loads(option, message, capsys):
+    assert cli.main(["transcribe", "--model", str(FIXTURES / "nowhere"), *option, *GOOD]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"error: {message}\n"  # (not "nowhere": the options come first)
+
+
+def test_chunks_on_a_full_context_model_are_refused_with_the_reason(capsys):
+    assert cli.main(["transcribe", "--model", str(FIXTURES / "offline"), "--chunk", "16", *GOOD]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1
+    assert err.startswith("error: decoding_chunk_size 16: the model was trained with full context only")

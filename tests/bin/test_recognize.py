@@ -148,6 +148,9 @@ def test_recognize_decodes_a_wenet_shard_list_as_its_raw_list(experiment, tiny_c
     (["--length_penalty", "-1"], "length_penalty must be >= 0, got -1.0"),
     (["--blank_penalty", "-0.5"], "blank_penalty must be >= 0, got -0.5"),
     (["--batch_size", "0"], "batch_size must be >= 1, got 0"),
+    (["--beam_size", "0"], "beam_size must be >= 1, got 0"),
+    (["--ctc_weight", "-5"], "ctc_weight must be in [0, 1], got -5.0"),
+    (["--reverse_weight", "1.5"], "reverse_weight must be in [0, 1], got 1.5"),
 ])
 def test_bad_decoding_options_exit_2_in_one_line_before_anything_loads(options, message, tmp_path, caplog):
     code = main(["--config", str(tmp_path / "absent.yaml"), "--checkpoint", str(tmp_path / "absent.pt"),
@@ -197,8 +200,9 @@ def test_recognize_hands_penalties_and_chunking_to_decoding(experiment, tiny_cor
         return self(xs, torch.tensor([xs.size(1)]))
     monkeypatch.setattr(AsrModel, "encode", encode)
     monkeypatch.setattr(type(model.encoder), "forward_chunk_by_chunk", forward_chunk_by_chunk, raising=False)
-    runs = {"full": [], "chunk": ["--decoding_chunk_size", "4", "--num_decoding_left_chunks", "2"],
-            "stream": ["--decoding_chunk_size", "8", "--simulate_streaming", "--batch_size", "5"]}
+    chunk_trained = ["--override", "encoder_conf.use_dynamic_chunk=true"]  # (chunks need a chunk-trained model)
+    runs = {"full": [], "chunk": ["--decoding_chunk_size", "4", "--num_decoding_left_chunks", "2", *chunk_trained],
+            "stream": ["--decoding_chunk_size", "8", "--simulate_streaming", "--batch_size", "5", *chunk_trained]}
     for name, options in runs.items():
         assert main(common + ["--result_dir", str(tmp_path / name), *options]) == 0
     batches = -(-len(entries) // 16)
@@ -207,3 +211,16 @@ def test_recognize_hands_penalties_and_chunking_to_decoding(experiment, tiny_cor
     for mode in modes:
         assert read_text(tmp_path / "chunk" / mode / "text") == read_text(tmp_path / "full" / mode / "text")
         assert read_text(tmp_path / "stream" / mode / "text") == read_text(tmp_path / "full" / mode / "text")
+
+
+def test_chunked_decoding_of_a_full_context_model_is_refused_before_the_model_is_built(experiment, tiny_corpus,
+                                                                                     tmp_path, caplog):
+    """The tiny model has no chunk training: --decoding_chunk_size 4 would garble its output."""
+    root, _, _ = experiment
+    code = main(["--config", str(root / "train.yaml"), "--checkpoint", str(tmp_path / "absent.pt"),
+                 "--data", str(tiny_corpus.splits["dev"].data_list), "--result_dir", str(tmp_path / "d"),
+                 "--decoding_chunk_size", "4"])
+    assert code == 2
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "decoding_chunk_size 4: the model was trained with full context only" in errors[0]
+    assert not (tmp_path / "d").exists()

@@ -6,6 +6,7 @@ import pytest
 
 from asrkit.decode import MODES, DecodingOptionError, DecodingOptions, ModeError
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
+from asrkit.decode.options import check_encoder_context
 
 
 @pytest.mark.parametrize("options, message", [
@@ -18,6 +19,11 @@ from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
     (dict(length_penalty=-0.5), "length_penalty must be >= 0, got -0.5"),
     (dict(blank_penalty=-1.0), "blank_penalty must be >= 0, got -1.0"),
     (dict(batch_size=0), "batch_size must be >= 1, got 0"),
+    (dict(beam_size=0), "beam_size must be >= 1, got 0"),
+    (dict(ctc_weight=-5.0), "ctc_weight must be in [0, 1], got -5.0"),
+    (dict(ctc_weight=1.5), "ctc_weight must be in [0, 1], got 1.5"),
+    (dict(reverse_weight=-0.1), "reverse_weight must be in [0, 1], got -0.1"),
+    (dict(reverse_weight=float("nan")), "reverse_weight must be in [0, 1], got nan"),
 ])
 def test_bad_options_are_refused_when_built(options, message):
     with pytest.raises(DecodingOptionError) as caught:
@@ -55,3 +61,11 @@ def test_encoder_context_in_words():
     assert chunked.chunked and chunked.encoder_context() == "chunk 16, left chunks 4"
     assert dataclasses.replace(chunked, simulate_streaming=True).encoder_context() == \
         "chunk 16, left chunks 4, chunk by chunk"
+
+
+def test_chunks_are_refused_for_a_model_trained_with_full_context_only():
+    check_encoder_context(DecodingOptions(decoding_chunk_size=16), chunk_trained=True)
+    check_encoder_context(DecodingOptions(decoding_chunk_size=-1), chunk_trained=False)  # full context: always
+    with pytest.raises(DecodingOptionError) as caught:
+        check_encoder_context(DecodingOptions(decoding_chunk_size=16), chunk_trained=False)
+    assert str(caught.value).startswith("decoding_chunk_size 16: the model was trained with full context only")

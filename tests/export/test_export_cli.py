@@ -1,8 +1,10 @@
 """asrkit.bin.export end to end (train.yaml + checkpoint -> final.zip) and
 tools/decode_exported.py on real wav files, without importing asrkit."""
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import soundfile as sf
@@ -139,17 +141,28 @@ def test_decode_exported_tool_matches_eager_recognition(exported, tiny_corpus, t
 
 def test_decode_exported_tool_decodes_with_attention(exported, tiny_corpus, tmp_path):
     """``--mode attention`` runs the exported attention beam search (asrkit.decode's,
-    compiled) and prints what eager decoding gives."""
+    compiled) and prints what eager decoding gives.  The tool runs directly (it is
+    executable, as docs/export.md runs it); a missing wav and a text file in its wav.scp
+    are one warning line each, the other wavs are still decoded, and the status is 2."""
     root, cfg, tokenizer, model = exported
     exported_archive(root)
     entries = read_list(tiny_corpus.splits["test"].data_list)[:2]
+    (tmp_path / "notes.wav").write_text("not audio")
     scp = tmp_path / "wav.scp"
-    scp.write_text("".join(f"{e.key} {e.wav}\n" for e in entries), encoding="utf-8")
-    proc = subprocess.run([sys.executable, str(REPO / "tools" / "decode_exported.py"), "--model",
-                           str(root / "final.zip"), "--wav_scp", str(scp), "--mode", "attention", "--beam_size", "2",
+    scp.write_text(f"{entries[0].key} {entries[0].wav}\nlost {tmp_path / 'lost.wav'}\nnotes notes.wav\n"
+                   f"{entries[1].key} {entries[1].wav}\n", encoding="utf-8")
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    proc = subprocess.run([str(REPO / "tools" / "decode_exported.py"), "--model", str(root / "final.zip"),
+                           "--wav_scp", str(scp), "--mode", "attention", "--beam_size", "2",
                            "--batch_size", "1", "--num_threads", "1"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120, env=env)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 2, proc.stderr
+    assert warnings[0].startswith(f"warning: lost: {tmp_path / 'lost.wav'}: not readable audio, skipped")
+    assert warnings[1].startswith("warning: notes: ") and "notes.wav" in warnings[1]
+    assert "2 input(s) skipped" in proc.stderr
+    assert [line.split(" ", 1)[0] for line in proc.stdout.splitlines()] == [entries[0].key, entries[1].key]
     processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False)
     expected = {}
     for entry in entries:
@@ -159,3 +172,4 @@ def test_decode_exported_tool_decodes_with_attention(exported, tiny_corpus, tmp_
         expected[entry.key] = tokenizer.decode(hyps["attention"][0])
     printed = dict((line.split(" ", 1) + [""])[:2] for line in proc.stdout.splitlines())
     assert printed == expected
+

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import io
 import json
+import os
 import shutil
 import tarfile
 from pathlib import Path
@@ -34,6 +35,11 @@ def no_marker():
 class Payload:
     def __reduce__(self):
         return (Path.touch, (MARKER,))
+
+
+class SystemPayload:
+    def __reduce__(self):
+        return (os.system, (f"touch {MARKER}",))
 
 
 @pytest.mark.filterwarnings("ignore:Detected pickle protocol")
@@ -183,3 +189,16 @@ def test_data_tools_work_with_paths_containing_spaces(tiny_corpus, tiny_units, t
         entries = read_list(root / listed)
         assert sorted(e.key for e in entries) == sorted(keys)
         assert all(not isinstance(proc(e, 0), Skip) for e in entries), listed
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+@pytest.mark.parametrize("payload", [Payload, SystemPayload])
+def test_a_pickle_refusal_names_pickles_whatever_the_global(payload, tmp_path):
+    """A blocked module's global (os.system) is refused as a pickle, as a custom class is,
+    not reported as a truncated or corrupted file."""
+    evil = tmp_path / "evil.pt"
+    torch.save({"model": {"w": torch.ones(2)}, "extra": payload()}, evil)
+    with pytest.raises(ckpt.CheckpointError) as caught:
+        ckpt.load_checkpoint(evil)
+    assert "refused: it carries pickled objects" in str(caught.value)
+    assert "corrupted" not in str(caught.value)

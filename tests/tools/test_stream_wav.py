@@ -41,3 +41,12 @@ def test_a_missing_wav_is_one_line_and_status_2(stream_wav, capsys):
     assert stream_wav(["--config", "train.yaml", "--checkpoint", "epoch_5.pt", "nope.wav"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "nope.wav" in err[0]
+
+
+def test_a_full_context_model_is_refused_with_the_reason(monkeypatch, capsys):
+    monkeypatch.chdir(FIXTURES / "offline")
+    wav = FIXTURES / "wavs" / "Mike-test-00002.wav"
+    assert stream_wav_tool.main(["--config", "train.yaml", "--checkpoint", "nowhere.pt", str(wav)]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and len(out.err.splitlines()) == 1
+    assert "decoding_chunk_size 16: the model was trained with full context only" in out.err
