@@ -49,8 +49,10 @@ def test_deploy_compare_reports_every_engine(tiny_experiment, tmp_path, capsys):
         assert cer[(engine, "ctc_greedy_search")] == greedy, engine
     # sherpa-onnx computes its own fbank (equal to ~1e-5): on this random model, whose
     # posteriors are near ties, a character may flip (the exact equality on trained models
-    # and fixed wavs is tests/export/test_onnx.py's); a row of another engine would be far off
-    assert abs(cer[("sherpa-onnx offline fp32", "ctc_greedy_search")] - greedy) < 5.0
+    # and fixed wavs is tests/export/test_onnx.py's); a row of another engine would be far off.
+    # One flip is ~2 CER points on these 4 short utterances, and a near tie can flip several
+    # (6.4 points were seen once beside another worker): 15 still refuses a wrong engine (~100).
+    assert abs(cer[("sherpa-onnx offline fp32", "ctc_greedy_search")] - greedy) < 15.0
     assert cer[("TorchScript final.zip", "attention_rescoring")] == cer[("asrkit eager", "attention_rescoring")]
     assert all(0 < r["rtf"] for r in rows)
     audio = 4 * 0.5  # (lower bound: the tiny corpus' utterances are longer than 0.5 s)
