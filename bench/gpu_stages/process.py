@@ -26,7 +26,8 @@ def run_with_deadline(cmd: list[str], timeout_s: float, log: Path, env: dict | N
     to its process group, after :data:`GRACE_S` more SIGKILL."""
     start = time.perf_counter()
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True,
+                                preexec_fn=_interruptible)
         timed_out = False
         try:
             proc.wait(timeout=max(timeout_s, 1.0))
@@ -44,6 +45,14 @@ def run_with_deadline(cmd: list[str], timeout_s: float, log: Path, env: dict | N
                 proc.wait()
         _signal_group(proc, signal.SIGKILL)  # what the command left behind (loader workers, ranks)
     return Finished(proc.returncode, round(time.perf_counter() - start, 2), timed_out)
+
+
+def _interruptible() -> None:
+    """In the stage's process, before it starts: SIGINT back to its default.  A process
+    started with SIGINT ignored (a background job of a non-interactive shell, a pytest-xdist
+    worker) passes that on, and Python then installs no KeyboardInterrupt handler: the
+    stage would not write its partial results at the deadline, only be killed."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
