@@ -121,12 +121,18 @@ class RankMonitor:
         self._publish()
 
     def stop(self, state: str = "finished") -> None:
-        """Stop the threads and publish a last status (``finished`` or ``failed``)."""
+        """Stop the threads and publish a last status (``finished``, ``preempted`` or
+        ``failed``).  A failing process waits at most 2 s for each (its store may be gone);
+        one that ends well waits up to 30 s, so that on a loaded machine no thread is still
+        inside a store call when the process group is torn down and the interpreter exits
+        (a daemon thread returning from C++ then aborts the process: "terminate called
+        without an active exception")."""
+        wait_s = 2.0 if state == "failed" else 30.0
         self._stop.set()
         for t in self._threads:
-            t.join(timeout=2.0)
+            t.join(timeout=wait_s)
         self._threads.clear()
-        self._publish_bounded(state)
+        self._publish_bounded(state, wait_s)
 
     def _publish_bounded(self, state: str, wait_s: float = 2.0) -> None:
         """Publish from a helper thread, waiting at most ``wait_s``: an unreachable store must
