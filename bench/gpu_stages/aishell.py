@@ -15,7 +15,6 @@ the same shapes (``aishell_profile``).
 """
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import time
@@ -28,7 +27,7 @@ from asrkit.train.dist import DistContext
 from bench.gpu_stages import aishell_profile
 from bench.gpu_stages.aishell_data import make_set
 from bench.gpu_stages.common import (PRECISIONS, MeasuredLoader, StageRecord, StepMarks, device_for, load_cfg,
-                                     make_executor, mark, stage_args, train_steps)
+                                     free_memory, make_executor, mark, stage_args, train_steps)
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "examples/aishell/s0/conf/train_conformer.yaml"
@@ -102,9 +101,7 @@ def measure(data, overrides: list[str], precision_name: str, device: torch.devic
 
 def release(result: dict, device: torch.device) -> dict:
     result.pop("sample", None)
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+    free_memory(device)
     return result
 
 

@@ -14,7 +14,6 @@ and batches).
 from __future__ import annotations
 
 import contextlib
-import gc
 import io
 import logging
 import time
@@ -25,7 +24,7 @@ import torch
 from asrkit.train.build import build_training
 from asrkit.train.dist import DistContext
 from bench.gpu_stages.common import (PRECISIONS, MeasuredLoader, StageRecord, StepMarks, SyncCount, device_for,
-                                     load_cfg, make_executor, mark, other_warnings, recording_warnings, stage_args,
+                                     free_memory, load_cfg, make_executor, mark, other_warnings, recording_warnings, stage_args,
                                      train_steps)
 from tools import compute_cmvn_stats, make_raw_list, make_units
 
@@ -93,9 +92,7 @@ def run_precision(name: str, files: dict, overrides: list[str], device: torch.de
     if sync_from in marks.at and steps in marks.at:
         result["steady"] = marks.span(sync_from, steps)
     del parts, executor, loader
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+    free_memory(device)
     return result
 
 
