@@ -24,7 +24,7 @@ import sys
 from typing import Optional
 
 from asrkit.doctor.recipe import RecipeError, complete_job
-from asrkit.doctor.results import exit_status, fail, ok
+from asrkit.doctor.checkup import DoctorJob, run_checks
 
 SUMMARY = "preflight for a multi-node job: versions, network, master port, all-reduce, data files"
 
@@ -108,19 +108,6 @@ def parse_sizes(text: str) -> list[float]:
     return sizes if all(s > 0 for s in sizes) else []
 
 
-class Report:
-    """Prints each result line as it comes (stdout, flushed) and keeps them for the exit status."""
-
-    def __init__(self):
-        self.results: list = []
-
-    def add(self, results) -> list:
-        for r in results:
-            print(r.line(), flush=True)
-        self.results.extend(results)
-        return results
-
-
 def run(args: argparse.Namespace) -> int:
     if "torch" not in sys.modules:  # (c10d's own warnings on waits and timeouts: read when torch loads)
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
@@ -128,97 +115,16 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    report = Report()
-    try:
-        check_all(args, report)
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
-    counts = {s: sum(r.status == s for r in report.results) for s in ("OK", "WARN", "FAIL")}
-    print(f"doctor (node {args.node_rank} of {args.num_nodes}): {counts['OK']} OK, {counts['WARN']} WARN, "
-          f"{counts['FAIL']} FAIL", file=sys.stderr)
-    return exit_status(report.results)
+    return run_checks(job_from_args(args))
 
 
-def guarded(check: str, fn, *args, **kwargs):
-    """``fn(*args, **kwargs)``, or -- when it raises unexpectedly (a bug, or something no
-    check foresaw) -- one FAIL line for ``check`` with the exception, instead of a traceback."""
-    try:
-        return fn(*args, **kwargs)
-    except Exception as e:
-        return [fail(check, f"the check stopped with {type(e).__name__}: {e}",
-                     "report this with the lines above (the asrkit issue tracker)")]
-
-
-def check_all(args: argparse.Namespace, report: Report) -> None:
-    """The checks in order (module doc); each one's unexpected failure is its FAIL line."""
-    # (deferred: these import torch, which must load after run() set TORCH_CPP_LOG_LEVEL)
-    from asrkit.doctor.files import JobInputs, check_inputs
-    from asrkit.doctor.network import check_network
-    from asrkit.doctor.port import check_master_address, check_port_free, wait_port_reachable
-    from asrkit.doctor.versions import check_versions, node_facts
-    from asrkit.train.dist import LaunchError, resolve_backend
-    inputs = guarded("files", check_inputs, args.config, args.override, args.train_data, args.cv_data,
-                     args.audio_entries)
-    if isinstance(inputs, list):  # (the check broke: compare no config and no files)
-        inputs = inputs, JobInputs(None, {}, None, inputs[0].what)
-    input_results, job = inputs
-    report.add(guarded("versions", check_versions, job.dist_backend))
-    try:
-        backend = resolve_backend(job.dist_backend) if job.dist_backend else None
-    except LaunchError:
-        backend = None
-    network = report.add(guarded("network", check_network, args.master_addr, args.num_nodes, os.environ, backend))
-    report.add(input_results)
-    report.add(guarded("master port", check_master_address, args.master_addr, args.num_nodes))  # (every node)
-    if args.node_rank == 0:
-        port = report.add(guarded("master port", check_port_free, args.master_addr, args.master_port))
-    else:
-        port = report.add(guarded("master port", wait_port_reachable, args.master_addr, args.master_port,
-                                  args.timeout_s))
-    if any(r.failed for r in port):
-        return
-    if args.num_nodes == 1:
-        report.add([ok("allreduce", "single node (--num_nodes 1): no all-reduce across nodes to measure")])
-        return
-    versions = guarded("versions", node_facts)
-    if isinstance(versions, list):
-        report.add(versions)
-        versions = {}
-    broke = guarded("rendezvous", meet, args, report, versions, job, network_failed=any(r.failed for r in network))
-    report.add(broke or [])
-
-
-def meet(args: argparse.Namespace, report: Report, versions: dict, job, network_failed: bool) -> None:
-    """The nodes' rendezvous at the master port: agreement, then the all-reduce -- run only
-    when every node's gloo can open its device and no node's network check failed (it would
-    only wait out the timeout)."""
-    # (deferred: these import torch, which must load after run() set TORCH_CPP_LOG_LEVEL)
-    from asrkit.doctor import rendezvous as rdv
-    from asrkit.doctor.allreduce import run_allreduce
-    gloo_problem = rdv.gloo_device_problem(os.environ) or (
-        "its network check failed (its report says why)" if network_failed else "")
-    facts = rdv.make_facts(args.node_rank, job.config, job.files, versions, job.problem, gloo_problem)
-    try:
-        store = rdv.open_store(args.master_addr, args.master_port, args.num_nodes, args.node_rank, args.timeout_s)
-        everyone = rdv.exchange(store, facts, args.num_nodes, args.timeout_s)
-    except rdv.RendezvousError as e:
-        report.add([fail(rdv.RENDEZVOUS, str(e), "start asrkit doctor on every node with the same --num_nodes, "
-                                                  "--master_addr and --master_port, each with its own --node_rank")])
-        return
-    try:
-        report.add(rdv.compare_facts(everyone, rdv.duplicate_ranks(store, args.num_nodes)))
-        no_gloo = [f"node {n.rank} (host {n.host}): {n.gloo_problem}" for n in everyone if n.gloo_problem]
-        if no_gloo:
-            report.add([fail("allreduce", "not run: gloo cannot connect " + "; ".join(no_gloo),
-                             "fix the network lines of those nodes (GLOO_SOCKET_IFNAME), then run the doctor "
-                             "again on every node")])
-        else:
-            report.add(run_allreduce(store, args.node_rank, args.num_nodes, args.timeout_s,
-                                     parse_sizes(args.sizes_mb), args.repeats,
-                                     min_bandwidth_mb_s=args.min_bandwidth_mb_s))
-    finally:
-        rdv.finish(store, args.node_rank, [n.rank for n in everyone], args.timeout_s)
+def job_from_args(args: argparse.Namespace) -> DoctorJob:
+    """The :class:`DoctorJob` the completed, checked options describe."""
+    return DoctorJob(num_nodes=args.num_nodes, node_rank=args.node_rank, master_addr=args.master_addr,
+                     master_port=args.master_port, config=args.config, train_data=args.train_data,
+                     cv_data=args.cv_data, overrides=tuple(args.override), audio_entries=args.audio_entries,
+                     timeout_s=args.timeout_s, sizes_mb=tuple(parse_sizes(args.sizes_mb)), repeats=args.repeats,
+                     min_bandwidth_mb_s=args.min_bandwidth_mb_s)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -13,7 +13,8 @@ Each check is a small function returning :class:`~asrkit.doctor.results.CheckRes
   versions and the hashes of config and files (``agreement``);
 * :mod:`~asrkit.doctor.allreduce` -- a gloo all-reduce across the nodes: latency and bandwidth.
 
-``asrkit.bin.doctor`` runs them in that order and exits 0 when no line failed, 2 otherwise.
+``asrkit.doctor.checkup.run_checks`` runs them in that order for the ``DoctorJob``
+``asrkit.bin.doctor`` builds from its options: exit status 0 when no line failed, 2 otherwise.
 """
 from asrkit.doctor.results import FAIL, OK, WARN, CheckResult, exit_status
 
