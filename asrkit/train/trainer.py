@@ -75,6 +75,9 @@ class Trainer:
         self.cv_loader = parts.cv_loader
         self.model_dir = Path(model_dir)
         self.config_dict = to_dict(parts.cfg)
+        # the units/BPE files this run trains with, hashed once: what every checkpoint records
+        # (and recognize, export and resume check the units against)
+        self.input_digests = input_digests(parts.cfg)
         self.writer = writer
         self.max_steps = max_steps
         self.state = TrainState()
@@ -98,7 +101,7 @@ class Trainer:
             "rng": rng_ranks[0],
             "rng_ranks": rng_ranks,
             "config": self.config_dict,
-            INPUT_DIGESTS: input_digests(self.cfg),  # (what recognize, export and resume check the units against)
+            INPUT_DIGESTS: self.input_digests,
         }
 
     def save(self, kind: str, number: int, *, mid_epoch: bool, cv_loss: Optional[float] = None) -> Optional[Path]:
