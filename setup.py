@@ -17,6 +17,9 @@ setup(
         "tensorboard>=2.14",
         "pyyaml>=6.0",
         "numpy>=1.24",
+        "silero-vad>=6.2",      # the voice-activity detector of transcribe (docs/transcribe.md)
+        "onnxruntime>=1.18",    # runs silero-vad's model
+        "tqdm>=4.66",           # progress bars on a terminal
     ],
     extras_require={"test": ["pytest>=7.4", "pytest-xdist>=3.5", "sherpa-onnx>=1.12"],
                     "export": ["onnx>=1.16", "onnxruntime>=1.18"]},

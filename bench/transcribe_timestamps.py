@@ -4,7 +4,7 @@ lie within ``--tolerance`` (0.2 s) of where the word really starts?
 
     python bench/transcribe_timestamps.py --model exp/conformer [--override KEY=VALUE ...] \\
         [--utterances 20] [--modes ctc_greedy_search attention_rescoring ...] [--chunk N] \\
-        [--pause_s 0.25] [--num_threads 1] [--seed 3] [--json out.json]
+        [--num_threads 1] [--seed 3] [--json out.json]
 
 Test audio whose word starts are known to the sample: each utterance concatenates 3-6
 digit words, each synthesized alone with espeak-ng (``tools/synthesize_corpus.py``: one
@@ -25,14 +25,12 @@ token's start) are aligned to the reference characters, and a reference word's s
 **on time by its first character** when that character is aligned to the same character
 of the hypothesis starting within the tolerance.
 
-Each mode runs twice: decoded whole (``Segmentation()``: the default of a full-context
-model for audio this short), and with ``--pause_s``: every utterance cut at pauses of that length
-(``Segmentation.at_pauses(pause_s)``: the endpoint rule "``pause_s`` of silence after
-speech" added to the default rules, for audio of any length) and decoded part by part -- models trained on
-connected digits (no pauses inside an utterance) lose words and word boundaries across
-pauses this long, and cutting there removes the pauses from what they decode.  (0.25 s
-pauses are the default of a model trained with chunks, ``Segmentation.for_model``; rows with
-the model's default are marked ``*`` and ``"default": true`` in the JSON.)
+Each mode runs twice: decoded whole (``Segmentation.whole()``, as ``recognize`` decodes an
+utterance), and with the default segmentation (``Segmentation()``: cut at the pauses the
+voice-activity detector finds and decoded part by part; what ``asrkit transcribe`` does) --
+models trained on connected digits (no pauses inside an utterance) lose words and word
+boundaries across pauses this long, and cutting there removes the pauses from what they
+decode.  Rows with the default are marked ``*`` and ``"default": true`` in the JSON.
 """
 from __future__ import annotations
 
@@ -120,8 +118,6 @@ def main(argv=None) -> int:
     p.add_argument("--modes", nargs="+", default=list(MODES))
     p.add_argument("--chunk", type=int, default=None)
     p.add_argument("--tolerance", type=float, default=0.2)
-    p.add_argument("--pause_s", type=float, default=0.25,
-                   help="second run per mode: cut at pauses this long (0: no second run)")
     p.add_argument("--num_threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=3)
     p.add_argument("--json", type=Path)
@@ -137,20 +133,18 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     utterances = make_utterances(args.utterances, args.seed)
-    setups = [("whole", Segmentation())]
-    if args.pause_s > 0:
-        setups.append((f"cut at {args.pause_s:g} s pauses", Segmentation.at_pauses(args.pause_s)))
+    setups = [("whole", Segmentation.whole()), ("cut at pauses (VAD)", Segmentation())]
     rows = []
     for mode in args.modes:
         for name, segmentation in setups:
             results = [model.transcribe(u["samples"], SAMPLE_RATE, mode=mode, chunk=args.chunk,
                                         segmentation=segmentation) for u in utterances]
             rows.append({"mode": mode, "decoding": name, "chunk": args.chunk,
-                         "default": segmentation == model.default_segmentation(),
+                         "default": segmentation == Segmentation(),
                          **score_mode(results, utterances, args.tolerance)})
     print(f"{model.description}: {len(utterances)} utterances, {rows[0]['words']} words, "
           f"tolerance {args.tolerance:g} s, chunk {args.chunk or 'full context'}; "
-          f"* = the model's default segmentation (asrkit transcribe without --cut_at_pauses)")
+          f"* = the default segmentation (what asrkit transcribe does)")
     print("mode                     decoding              on time %  (of correct words)  (by first char)  "
           "|error| median / p90 (s)   WER %")
     for r in rows:

@@ -5,8 +5,10 @@ argument set-up and its ``run(args) -> exit status`` (import heavy modules insid
 ``run``, so that ``asrkit --help`` stays fast).
 
 ``asrkit transcribe WAV... --model EXP_DIR_OR_FINAL_ZIP [--mode M] [--chunk N] [--json]
-[--cut_at_pauses S]`` prints ``path<TAB>text`` per file, or with ``--json`` one JSON object
-per line (path, text, tokens, token times, word times, segments; docs/transcribe.md).  A file that cannot
+[--min_pause_s S] [--max_segment_s S] [--no_vad]`` prints ``path<TAB>text`` per file, or with
+``--json`` one JSON object per line (path, text, tokens, token times, word times, segments;
+docs/transcribe.md); progress goes to stderr (a bar on a terminal, else a line every 30 s
+of work on a long file).  A file that cannot
 be transcribed (missing, not audio, empty, too short) is one ``error: PATH: reason`` line
 on stderr and the other files are still transcribed; the exit status is then 2.  A model
 that cannot be loaded or an option it cannot run is one line and status 2 before any file
@@ -21,11 +23,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import sys
 from typing import Callable, Optional
 
 from asrkit.bin import doctor
+from asrkit.progress import ProgressReport
+
+log = logging.getLogger("asrkit.transcribe")
 
 @dataclasses.dataclass(frozen=True)
 class Subcommand:
@@ -68,25 +74,23 @@ def configure_transcribe(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beam_size", type=int, default=10)
     p.add_argument("--ctc_weight", type=float, default=0.3)
     p.add_argument("--reverse_weight", type=float, default=0.0)
-    p.add_argument("--long_audio_s", type=float, default=30.0,
-                   help="audio longer than this is cut at endpoints and decoded part by part")
-    p.add_argument("--cut_at_pauses", type=float, default=None, metavar="S",
-                   help="cut audio of any length at S seconds of silence after speech and decode the parts "
-                        "one by one; 0: never (only audio longer than --long_audio_s, at endpoints); "
-                        "default: 0.25 for a model trained with chunks (U2/U2++) and a CTC head, else 0")
+    p.add_argument("--min_pause_s", type=float, default=0.08,
+                   help="cut the audio where speech pauses this long (the voice-activity detector) and decode "
+                        "the parts one by one; audio without speech gives empty text")
+    p.add_argument("--max_segment_s", type=float, default=20.0,
+                   help="the longest part: longer speech is split at its longest inner pause")
+    p.add_argument("--no_vad", action="store_true",
+                   help="no voice-activity detection: decode each file whole (in --max_segment_s pieces "
+                        "when longer; such cuts may fall inside words)")
     p.add_argument("--json", action="store_true", help="one JSON object per line, with times")
     p.add_argument("--device", default="cpu")
     p.add_argument("--num_threads", type=int, default=0, help="intra-op threads (0: torch default)")
 
 
-def _segmentation(model, cut_at_pauses, long_audio_s: float):
-    """``--cut_at_pauses``: ``None`` the model's default, ``0`` only long audio, ``S`` at ``S`` s pauses."""
+def _segmentation(args: argparse.Namespace):
+    """The :class:`asrkit.transcribe.Segmentation` of the options."""
     from asrkit.transcribe import Segmentation  # (deferred: torch, as the module docstring says)
-    if cut_at_pauses is None:
-        return model.default_segmentation(long_audio_s)
-    if cut_at_pauses <= 0:
-        return Segmentation(threshold_s=long_audio_s)
-    return Segmentation.at_pauses(cut_at_pauses)
+    return Segmentation(vad=not args.no_vad, min_pause_s=args.min_pause_s, max_segment_s=args.max_segment_s)
 
 
 def run_transcribe(args: argparse.Namespace) -> int:
@@ -94,18 +98,21 @@ def run_transcribe(args: argparse.Namespace) -> int:
 
     from asrkit.decode import DecodingOptionError, DecodingOptions, ModeError
     from asrkit.inputs import BAD_INPUT
-    from asrkit.transcribe import AudioError, ModelLoadError, load_model
+    from asrkit.transcribe import AudioError, ModelLoadError, SegmentationError, load_model
+    from asrkit.transcribe.vad import VadUnavailableError
 
     if not args.model:
         print("error: no model: pass --model EXP_DIR_OR_FINAL_ZIP (or set ASRKIT_MODEL)", file=sys.stderr)
         return 2
     if args.num_threads > 0:
         torch.set_num_threads(args.num_threads)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)  # progress lines
     try:  # the options first: a bad one is refused before the model loads
+        segmentation = _segmentation(args)
         options = DecodingOptions(modes=(args.mode,), beam_size=args.beam_size, ctc_weight=args.ctc_weight,
                                   reverse_weight=args.reverse_weight, decoding_chunk_size=args.chunk or 0,
                                   num_decoding_left_chunks=args.left_chunks)
-    except (ModeError, DecodingOptionError) as e:
+    except (ModeError, DecodingOptionError, SegmentationError) as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2
     try:
@@ -118,23 +125,49 @@ def run_transcribe(args: argparse.Namespace) -> int:
         message = _one_line(e)
         print(f"error: {message}" if args.model in message else f"error: {args.model}: {message}", file=sys.stderr)
         return 2
-    segmentation = _segmentation(model, args.cut_at_pauses, args.long_audio_s)
     failed = 0
-    for wav in args.wavs:
+    for number, wav in enumerate(args.wavs, 1):
+        desc = f"[{number}/{len(args.wavs)}] {os.path.basename(wav)}" if len(args.wavs) > 1 else os.path.basename(wav)
+        progress = _FileProgress(desc)
         try:
-            result = model.transcribe_with_options(wav, options, segmentation=segmentation)
+            result = model.transcribe_with_options(wav, options, segmentation=segmentation, progress=progress)
         except AudioError as e:
             print(f"error: {e}", file=sys.stderr)
             failed += 1
             continue
-        except (ModeError, DecodingOptionError) as e:  # the same for every file: stop here
+        except (ModeError, DecodingOptionError, VadUnavailableError) as e:  # the same for every file: stop here
             print(f"error: {_one_line(e)}", file=sys.stderr)
             return 2
+        finally:
+            progress.close()
         if args.json:
             print(json.dumps({"path": wav, **result.to_dict()}, ensure_ascii=False), flush=True)
         else:
             print(f"{wav}\t{result.text}", flush=True)
     return 2 if failed else 0
+
+
+class _FileProgress:
+    """``transcribe``'s progress callback for one file: a :class:`ProgressReport` over its
+    seconds of audio, made at the first call (when the length is known)."""
+
+    def __init__(self, desc: str):
+        self.desc = desc
+        self.report: Optional[ProgressReport] = None
+
+    def __call__(self, done: float, total: float) -> None:
+        if self.report is None:
+            self.report = ProgressReport(total, self.desc, "s", log, every_s=30.0, line=self.line)
+        self.report.advance_to(done)
+
+    def line(self) -> str:
+        """The log line when stderr is not a terminal."""
+        r = self.report
+        return f"{self.desc}: {r.done:.0f}/{r.total:.0f} s of audio ({100.0 * r.done / max(r.total, 1e-9):.0f} %)"
+
+    def close(self) -> None:
+        if self.report is not None:
+            self.report.close()
 
 
 def _one_line(e: Exception) -> str:

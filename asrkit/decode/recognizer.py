@@ -16,6 +16,7 @@ from asrkit.inputs import INPUT_DIGESTS, check_input_digests, check_units_size
 from asrkit.io.checkpoint import load_checkpoint
 from asrkit.models import AsrModel, build_model
 from asrkit.models.state import load_weights
+from asrkit.progress import ProgressReport
 
 log = logging.getLogger("asrkit.recognize")
 
@@ -86,14 +87,17 @@ def recognize(model: AsrModel, entries: Sequence, processor, tokenizer, options:
     (unreadable audio) is left out and counted; an utterance shorter than the
     encoder's minimum input gets the empty text in every mode, with a warning.  A mode
     the model cannot run raises :class:`asrkit.decode.modes.ModeError` before anything
-    is decoded."""
+    is decoded.  Progress (:class:`asrkit.progress.ProgressReport`): a bar over the
+    utterances when stderr is a terminal, else a log line every ``log_every_s`` seconds."""
     modes = check_modes(model, options.modes)
     log.info("decoding %d utterances in modes %s (beam %d, batch %d, %s)", len(entries), " ".join(modes),
              options.beam_size, options.batch_size, options.encoder_context())
     progress = progress if progress is not None else Progress()
     texts: dict[str, list[Optional[str]]] = {m: [None] * len(entries) for m in modes}
     min_frames = model.encoder.min_input_length
-    start = last_log = time.perf_counter()
+    start = time.perf_counter()
+    report = ProgressReport(len(entries), "decode", "utt", log, every_s=log_every_s,
+                            line=lambda: progress.line(len(entries)))
     for indices in duration_batches(entries, options.batch_size):
         samples = [processor(entries[i], 0) for i in indices]
         batch = processor.collate(samples)
@@ -122,11 +126,9 @@ def recognize(model: AsrModel, entries: Sequence, processor, tokenizer, options:
                     texts[mode][kept[row]] = tokenizer.decode(hyps[mode][j])
         progress.utts += len(kept)
         progress.audio_s += sum(entries[i].duration for i in kept)
-        now = time.perf_counter()
-        progress.wall_s = now - start
-        if now - last_log >= log_every_s:
-            last_log = now
-            log.info("%s", progress.line(len(entries)))
+        progress.wall_s = time.perf_counter() - start
+        report.advance(len(indices))
+    report.close()
     progress.wall_s = time.perf_counter() - start
     log.info("done: %s", progress.line(len(entries)))
     return {mode: {entries[i].key: t for i, t in enumerate(texts[mode]) if t is not None} for mode in modes}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -29,8 +29,8 @@ from asrkit.decode.options import DecodingOptionError, DecodingOptions, check_en
 from asrkit.stream.features import StreamingFbank
 from asrkit.transcribe.loading import ModelLoadError, load_archive, load_experiment
 from asrkit.transcribe.result import TokenTime, Transcript, group_words
-from asrkit.transcribe.segments import (Segment, Segmentation, blank_probabilities, endpoint_segments,
-                                        segment_features)
+from asrkit.transcribe.segments import Segment, Segmentation, fixed_pieces, speech_segments
+from asrkit.transcribe.vad import VAD_RATE
 
 FBANK_PIECE_S = 30.0
 _FAULTS = {"missing_file": "no such file", "unreadable_audio": "not a readable audio file",
@@ -116,26 +116,30 @@ class Transcriber:
             raise DecodingOptionError("reverse_weight > 0 needs a model with decoder bitransformer")
         check_encoder_context(options, self.backend.chunk_trained)
 
-    def default_segmentation(self, threshold_s: float = 30.0) -> Segmentation:
-        """:meth:`Segmentation.for_model` of this model (``threshold_s``: how long audio
-        a model that is not cut at pauses decodes whole)."""
-        return Segmentation.for_model(self.backend.chunk_trained, self.backend.has_ctc, threshold_s)
-
-    def features(self, samples: torch.Tensor, rate: int) -> torch.Tensor:
-        """Normalised fbank ``[T, F]`` of ``samples [1, T]`` at ``rate`` Hz (resampled first)."""
+    def features(self, wav: torch.Tensor) -> torch.Tensor:
+        """Normalised fbank ``[T', F]`` of ``wav [T]`` (samples at the model's rate)."""
         b = self.backend
-        wav = resample(samples, rate, b.sample_rate)[0]
         fbank = StreamingFbank(b.sample_rate, b.num_mel_bins, b.frame_length, b.frame_shift)
         piece = int(FBANK_PIECE_S * b.sample_rate)
         feats = [fbank.accept(wav[i:i + piece]) for i in range(0, wav.numel(), piece)]
         return b.normalise(torch.cat(feats) if feats else torch.zeros(0, b.num_mel_bins))
+
+    def segments(self, samples: torch.Tensor, rate: int, wav: torch.Tensor,
+                 segmentation: Segmentation) -> list[Segment]:
+        """The parts of ``wav [T]`` (``samples [1, T0]`` at ``rate`` Hz resampled to the
+        model's rate) that are decoded one by one (:mod:`asrkit.transcribe.segments`)."""
+        if not segmentation.vad:
+            return fixed_pieces(wav.numel(), self.sample_rate, segmentation.max_segment_s)
+        at_16k = wav if self.sample_rate == VAD_RATE else resample(samples, rate, VAD_RATE)[0]
+        return speech_segments(at_16k.numpy(), self.sample_rate, wav.numel(), segmentation)
 
     def transcribe(self, audio: Union[str, os.PathLike, np.ndarray, torch.Tensor],
                    sample_rate: Optional[int] = None, mode: str = "attention_rescoring",
                    chunk: Optional[int] = None, left_chunks: int = -1, beam_size: int = 10,
                    ctc_weight: float = 0.3, reverse_weight: float = 0.0, blank_penalty: float = 0.0,
                    length_penalty: float = 0.0, blank_skip_threshold: float = DEFAULT_BLANK_SKIP_THRESHOLD,
-                   segmentation: Optional[Segmentation] = None) -> Transcript:
+                   segmentation: Optional[Segmentation] = None,
+                   progress: Optional[Callable[[float, float], None]] = None) -> Transcript:
         """Transcribe ``audio``: a path (a WAV/FLAC file at any sample rate), or samples
         (a numpy array or tensor ``[T]`` or ``[channels, T]``, floats in [-1, 1) or int16)
         with their ``sample_rate``.
@@ -146,9 +150,9 @@ class Transcriber:
         ``--num_decoding_left_chunks``); ``None``, 0 or negative: full context.  The other
         options are those of :class:`asrkit.decode.DecodingOptions`, which they make up
         (see :meth:`transcribe_with_options`).  ``segmentation``: where audio is cut into
-        parts decoded one by one (:mod:`asrkit.transcribe.segments`); ``None``:
-        :meth:`default_segmentation` (a chunk-trained model with a CTC head: at 0.25 s
-        pauses; any other: only audio longer than 30 s, at endpoints).
+        parts decoded one by one (:class:`asrkit.transcribe.Segmentation`; ``None``: its
+        defaults: the speech between the pauses the voice-activity detector finds).  ``progress(done_s, total_s)``: called after each part with the seconds of
+        audio done and in all.
 
         Raises :class:`AudioError` for input that cannot be transcribed (missing, not
         audio, empty, shorter than the model's shortest input),
@@ -160,40 +164,57 @@ class Transcriber:
                                   length_penalty=length_penalty, blank_penalty=blank_penalty,
                                   decoding_chunk_size=0 if chunk is None or chunk < 0 else int(chunk),
                                   num_decoding_left_chunks=left_chunks)
-        return self.transcribe_with_options(audio, options, sample_rate, segmentation)
+        return self.transcribe_with_options(audio, options, sample_rate, segmentation, progress)
 
     def transcribe_with_options(self, audio: Union[str, os.PathLike, np.ndarray, torch.Tensor],
                                 options: DecodingOptions, sample_rate: Optional[int] = None,
-                                segmentation: Optional[Segmentation] = None) -> Transcript:
+                                segmentation: Optional[Segmentation] = None,
+                                progress: Optional[Callable[[float, float], None]] = None) -> Transcript:
         """:meth:`transcribe` with the decoding options built beforehand (as ``asrkit
         transcribe`` builds them once for all its files): ``options.modes`` holds the one
         mode; ``batch_size`` does not apply, nor ``simulate_streaming`` to an exported
-        archive (whose encoder has no chunk-by-chunk form).  Raises as :meth:`transcribe`."""
+        archive (whose encoder has no chunk-by-chunk form).  Raises as :meth:`transcribe`.
+
+        Memory: the samples (and their copy at the model's rate and at 16 kHz, where those
+        differ) plus one part's features and decoding, whatever the length."""
         self.check_options(options)
         mode = options.modes[0]
         b = self.backend
         samples, rate, name = read_samples(audio, sample_rate)
-        feats = self.features(samples, rate)
+        wav = resample(samples, rate, b.sample_rate)[0]
         duration = samples.size(1) / rate
-        if feats.size(0) < b.min_input_length:
+        if self._feature_frames(wav.numel()) < b.min_input_length:
             raise AudioError(name, "too_short", f"{duration:.3f} s; the model needs "
                              f"{b.min_input_length} feature frames, "
                              f"{(b.min_input_length - 1) * b.frame_shift + b.frame_length:g} ms")
-        out_frames = (feats.size(0) - b.right_context - 1) // b.subsampling + 1
-        segments = [Segment(0, out_frames, True)]
-        segmentation = segmentation or self.default_segmentation()
-        if duration > segmentation.threshold_s:
-            probs = (blank_probabilities(b, feats, options, segmentation.window_s, segmentation.context_s,
-                                         self.device)
-                     if b.has_ctc else torch.zeros(out_frames))  # (no CTC head: only the length rules cut)
-            segments = endpoint_segments(probs, b.subsampling * b.frame_shift / 1000.0, segmentation.rules,
-                                         segmentation.blank_threshold)
+        segments = self.segments(samples, rate, wav, segmentation or Segmentation())
+        del samples  # (the model-rate copy is all that is read from here on)
         decoded = []
         for segment in segments:
-            if segment.speech:
-                x = segment_features(feats, segment, b.subsampling, b.right_context)
-                decoded.append((segment, *self._decode(x, mode, options)))
+            segment = self._at_least_min_input(segment, wav.numel())
+            decoded.append((segment, *self._decode(self.features(wav[segment.start:segment.end]), mode, options)))
+            if progress is not None:
+                progress(min(duration, segment.end / b.sample_rate), duration)
+        if progress is not None and not segments:
+            progress(duration, duration)
         return self._transcript(decoded, duration, mode)
+
+    def _feature_frames(self, num_samples: int) -> int:
+        """Kaldi fbank frames of ``num_samples`` samples at the model's rate (snip edges)."""
+        b = self.backend
+        length = int(b.sample_rate * b.frame_length / 1000)
+        shift = int(b.sample_rate * b.frame_shift / 1000)
+        return 0 if num_samples < length else 1 + (num_samples - length) // shift
+
+    def _at_least_min_input(self, segment: Segment, num_samples: int) -> Segment:
+        """``segment`` widened (forward, then back) to the model's shortest input where it is
+        shorter: a short last piece of fixed-length cutting."""
+        b = self.backend
+        need = int(b.sample_rate * ((b.min_input_length - 1) * b.frame_shift + b.frame_length) / 1000)
+        if segment.end - segment.start >= need:
+            return segment
+        end = min(num_samples, segment.start + need)
+        return Segment(max(0, end - need), end)
 
     @torch.inference_mode()
     def _decode(self, feats: torch.Tensor, mode: str, options: DecodingOptions
@@ -231,13 +252,14 @@ class Transcriber:
             tokens += seg_tokens
             texts.append(b.text(ids))
             if times is not None and spans is not None:
-                seg_times = [TokenTime(tok, (segment.start + s) * frame_s, (segment.start + e) * frame_s)
+                offset = segment.start / b.sample_rate
+                seg_times = [TokenTime(tok, offset + s * frame_s, offset + e * frame_s)
                              for tok, (s, e) in zip(seg_tokens, spans)]
                 times += seg_times
                 words += group_words(seg_times, b.space_separated)
             else:
                 times = None
-        parts = [(s.start * frame_s, min(duration, s.end * frame_s)) for s, _, _ in decoded]
+        parts = [(s.start / b.sample_rate, min(duration, s.end / b.sample_rate)) for s, _, _ in decoded]
         return Transcript(" ".join(t for t in texts if t), tokens, times, None if times is None else words,
                           parts, duration, mode)
 

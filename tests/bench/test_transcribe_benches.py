@@ -54,26 +54,40 @@ def test_the_timestamp_bench_runs_and_reports_every_mode(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads(out.read_text())
     assert [(r["mode"], r["decoding"]) for r in rows] == [
-        ("ctc_greedy_search", "whole"), ("ctc_greedy_search", "cut at 0.25 s pauses"),
-        ("attention", "whole"), ("attention", "cut at 0.25 s pauses")]
-    assert [r["default"] for r in rows] == [False, True, False, True]  # U2++: cut at 0.25 s pauses by default
+        ("ctc_greedy_search", "whole"), ("ctc_greedy_search", "cut at pauses (VAD)"),
+        ("attention", "whole"), ("attention", "cut at pauses (VAD)")]
+    assert [r["default"] for r in rows] == [False, True, False, True]
     for r in rows:
         assert 6 <= r["words"] <= 12 and 0.0 <= r["on_time_pct"] <= 100.0 and r["wer"] >= 0.0
     assert "on time %" in proc.stdout
 
 
-def test_the_long_file_bench_runs_one_process_per_length(tmp_path):
+def test_the_long_file_bench_reports_long_files_against_their_parts_and_non_speech(tmp_path):
     out = tmp_path / "long.json"
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "transcribe_long.py"), "--model",
-                           str(FIXTURES / "u2pp"), "--minutes", "0.1", "0.3", "--utterances", "3",
-                           "--long_audio_s", "3", "--gap_s", "2", "2", "--blank_threshold", "0.5",
-                           "--json", str(out)], env=repo_env(), capture_output=True, text=True, timeout=240)
+    proc = subprocess.run([sys.executable, "-m", "bench.transcribe_long", "--model", str(FIXTURES / "u2pp"),
+                           "--minutes", "0.15", "--gaps", "0.2-0.5", "0", "--utterances", "3", "--non_speech",
+                           "--mode", "ctc_greedy_search", "--json", str(out)], cwd=REPO, env=repo_env(),
+                          capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = json.loads(out.read_text())
-    assert [r["minutes"] for r in rows] == [0.1, 0.3]
-    for r in rows:
-        assert abs(r["audio_s"] - 60 * r["minutes"]) < 0.01
-        assert r["wall_s"] > 0 and r["peak_rss_mb"] >= r["rss_loaded_mb"] > 0 and r["segments"] >= 1
-    # 18 s over the 3 s threshold: cut at the 2 s gaps (this weak model's silence has P(blank) 0.7-0.9)
-    assert rows[1]["segments"] > 1
-    assert "peak RSS MiB" in proc.stdout
+    report = json.loads(out.read_text())
+    assert [(r["gap"], r["minutes"]) for r in report["long"]] == [("0.2-0.5", 0.15), ("0", 0.15)]
+    for r in report["long"]:
+        assert abs(r["audio_s"] - 60 * r["minutes"]) < 0.01 and r["utterances"] >= 2
+        assert r["wall_s"] > 0 and r["peak_rss_mb"] >= r["rss_loaded_mb"] > 0
+        assert r["segments"] >= 1 and r["cer"] >= 0 and r["parts_cer"] >= 0
+    assert report["long"][0]["segments"] >= report["long"][0]["utterances"]  # a cut in every 0.2-0.5 s pause
+    assert len(report["non_speech"]) == 15 and all(r["text"] == "" for r in report["non_speech"])
+    assert "parts CER %" in proc.stdout and "| C major chord -10 dBFS |" in proc.stdout
+
+
+def test_the_long_files_hold_whole_utterances_with_the_pauses_asked_for():
+    from bench import transcribe_long
+    utts = [np.full(16000, 0.5, np.float32), np.full(8000, 0.5, np.float32)]
+    audio, order = transcribe_long.build_file(utts, 10.0, (0.2, 0.5), seed=1)
+    assert audio.size == 160000 and order[:4] == [0, 1, 0, 1]
+    loud = np.flatnonzero(np.abs(audio) > 0.1)
+    runs = np.split(loud, np.flatnonzero(np.diff(loud) > 1) + 1)
+    assert [r.size for r in runs] == [[16000, 8000][i % 2] for i in order]
+    gaps = [(b[0] - a[-1] - 1) / 16000 for a, b in zip(runs, runs[1:])]
+    assert all(0.2 <= g <= 0.5 for g in gaps)
+    assert transcribe_long.parse_gap("0.2-0.5") == (0.2, 0.5) and transcribe_long.parse_gap("0") == (0.0, 0.0)

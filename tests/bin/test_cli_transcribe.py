@@ -4,6 +4,7 @@ it while the good ones are still transcribed, exit status 2; no traceback."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import soundfile as sf
 
 from asrkit.bin import cli
 from asrkit.transcribe import load_model
-from tests.helpers import REPO
+from tests.helpers import REPO, repo_env
 from tests.models.wenet_reference import FIXTURES
 
 pytestmark = pytest.mark.usefixtures("restore_threads")  # (tests/conftest.py: the command sets --num_threads)
@@ -61,21 +62,52 @@ def test_json_lines_hold_tokens_token_times_and_word_times(model, capsys):
         assert all(t["start"] < t["end"] for t in row["token_times"])
 
 
-def test_cut_at_pauses_decodes_the_parts_one_by_one(model, tmp_path, capsys):
+def test_the_segmentation_options(model, tmp_path, capsys):
     from asrkit.transcribe import Segmentation
-    gap = np.zeros(24000, np.float32)
+    gap = np.random.default_rng(0).normal(0, 0.002, 8000).astype(np.float32)  # 0.5 s
     audio = np.concatenate([sf.read(GOOD[0], dtype="float32")[0], gap, sf.read(GOOD[1], dtype="float32")[0]])
-    sf.write(tmp_path / "two.wav", audio, 16000)
-    assert cli.main(["transcribe", "--model", MODEL, "--json", "--cut_at_pauses", "1.0",
-                     str(tmp_path / "two.wav")]) == 0
+    two = str(tmp_path / "two.wav")
+    sf.write(two, audio, 16000)
+    assert cli.main(["transcribe", "--model", MODEL, "--json", two]) == 0
     row = json.loads(capsys.readouterr().out)
-    assert len(row["segments"]) == 2  # a 4.2 s file: whole without the option
+    assert len(row.pop("segments")) == 2  # cut at the pause by default
+    assert cli.main(["transcribe", "--model", MODEL, "--json", "--min_pause_s", "1.0", two]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert len(row["segments"]) == 1  # a pause shorter than --min_pause_s does not cut
     row.pop("path")
-    assert row == model.transcribe(tmp_path / "two.wav", segmentation=Segmentation.at_pauses(1.0)).to_dict()
-    assert cli.main(["transcribe", "--model", MODEL, "--json", "--cut_at_pauses", "0", str(tmp_path / "two.wav")]) == 0
-    assert len(json.loads(capsys.readouterr().out)["segments"]) == 1  # 0: whole, up to --long_audio_s
-    assert cli.main(["transcribe", "--model", MODEL, "--json", str(tmp_path / "two.wav")]) == 0
-    assert len(json.loads(capsys.readouterr().out)["segments"]) == 2  # U2++: cut at pauses by default
+    assert row == model.transcribe(two, segmentation=Segmentation(min_pause_s=1.0)).to_dict()
+    assert cli.main(["transcribe", "--model", MODEL, "--json", "--no_vad", "--max_segment_s", "2", two]) == 0
+    assert [e - s for s, e in json.loads(capsys.readouterr().out)["segments"]][:1] == [2.0]  # fixed pieces
+    assert cli.main(["transcribe", "--model", MODEL, "--max_segment_s", "0.5", two]) == 2
+    assert capsys.readouterr().err.strip() == "error: max_segment_s must be >= 1 s (or None: no limit), got 0.5"
+
+
+def test_a_long_file_shows_a_progress_bar_on_a_terminal(tmp_path):
+    """Run under a pseudo-terminal: tqdm's bar (seconds of audio done) is drawn on stderr."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    pieces = [sf.read(w, dtype="float32")[0] for w in GOOD]
+    gap = np.zeros(8000, np.float32)
+    sf.write(tmp_path / "long.wav", np.concatenate([x for _ in range(40) for p in pieces for x in (p, gap)]), 16000)
+    main, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # (a new pty is 0 columns wide)
+    proc = subprocess.run([sys.executable, "-m", "asrkit.bin.cli", "transcribe", "--model", MODEL, "--num_threads", "1", str(tmp_path / "long.wav")], cwd=REPO,
+                          env=repo_env(), stdout=subprocess.PIPE, stderr=child, timeout=120)
+    os.close(child)
+    err = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        err += chunk
+    os.close(main)
+    assert proc.returncode == 0 and proc.stdout.decode().startswith(str(tmp_path / "long.wav"))
+    assert re.search(r"long\.wav: +\d+%\|.*\| \d+/\d+ s audio", err.decode(errors="replace")), err[-500:]
 
 
 def test_a_bad_model_or_mode_is_one_line_and_status_2(bad_files, capsys):

@@ -7,9 +7,8 @@
   are resampled to the same text;
 * an exported ``final.zip`` and the experiment directory give the same transcript;
 * token times are the CTC spikes of the model's own log-probabilities, words group them;
-* a long concatenation is cut at endpoints into segments whose transcripts, decoded alone,
-  are its transcript (times offset to the file); the windowed CTC pass equals the
-  whole-file one when a window holds the file;
+* utterances joined with pauses are cut at the pauses (every model, by default) into parts
+  whose transcripts, decoded alone, are its transcript (times offset to the file);
 * checkpoint choice, config path resolution, and bad input."""
 from __future__ import annotations
 
@@ -29,7 +28,6 @@ from asrkit.decode.alignment import best_path_spans
 from asrkit.decode import DecodingOptionError, DecodingOptions, ModeError
 from asrkit.transcribe import AudioError, ModelLoadError, Segmentation, find_checkpoint, load_model
 from asrkit.transcribe import TokenTime, group_words
-from asrkit.transcribe.segments import Segment, blank_probabilities, segment_features
 from tests.helpers import REPO
 from tests.models.wenet_reference import FIXTURES, MODES
 
@@ -73,7 +71,7 @@ def test_wenets_tokens_in_every_mode_from_the_wav_files(name, reference, key, of
     for utt in ref["utts"]:
         for mode in MODES:
             got = model.transcribe(WAVS / utt["wav"], mode=mode, chunk=chunk, left_chunks=left,
-                                   segmentation=Segmentation(), **WENET)  # (decoded whole, as WeNet does)
+                                   segmentation=Segmentation.whole(), **WENET)  # (as WeNet does)
             assert ids(model, got) == utt[key][mode]["tokens"], (utt["wav"], mode)
     if key == "decode_chunk":  # (the chunked references differ from full context: the option reaches the encoder)
         assert any(u[key][m]["tokens"] != u["decode_full"][m]["tokens"] for u in ref["utts"] for m in MODES)
@@ -163,45 +161,39 @@ def test_token_times_are_the_ctc_spikes_and_words_group_them(u2pp):
                                                  "end": round(r.token_times[0].end, 3)}
 
 
-def test_a_long_concatenation_is_decoded_segment_by_segment(u2pp):
+def joined_with_pauses(pause_s: float = 0.4) -> tuple[np.ndarray, list[int]]:
+    """The three fixture utterances joined with ``pause_s`` of faint noise; where each starts."""
     pieces = [sf.read(w, dtype="float32")[0] for w in sorted(WAVS.glob("*.wav"))]
-    gap = np.zeros(int(1.5 * 16000), np.float32)
-    audio = np.concatenate([pieces[0], gap, pieces[1], gap, pieces[2]])
-    cut = Segmentation(threshold_s=1.0, window_s=2.0)
+    gap = np.random.default_rng(0).normal(0.0, 0.002, int(pause_s * 16000)).astype(np.float32)
+    starts = list(np.cumsum([0] + [p.size + gap.size for p in pieces[:-1]]))
+    return np.concatenate([pieces[0], gap, pieces[1], gap, pieces[2]]), starts
+
+
+def test_utterances_joined_with_pauses_are_decoded_part_by_part(u2pp):
+    audio, starts = joined_with_pauses()
     for mode in ("ctc_greedy_search", "attention_rescoring"):
-        whole = u2pp.transcribe(audio, 16000, mode=mode, segmentation=cut)
-        assert len(whole.segments) == 3
-        next_starts = np.cumsum([p.size + gap.size for p in pieces])[:2] / 16000
-        for (_, end), next_start in zip(whole.segments, next_starts):
-            assert next_start - 1.5 < end <= next_start  # each cut falls in the gap after its piece
-        assert whole.segments[-1][1] == pytest.approx(whole.duration, abs=0.1)
-        # the segments decoded alone: the same tokens, times offset by the segment start
+        joined = u2pp.transcribe(audio, 16000, mode=mode)
+        assert len(joined.segments) == 3
+        for (_, end), next_start in zip(joined.segments, starts[1:]):
+            assert next_start / 16000 - 0.4 < end <= next_start / 16000 + 0.3  # each cut in (or at the edge of) a pause
+        # the parts decoded alone: the same tokens, times offset by the part's start
         tokens, times = [], []
-        for start, end in whole.segments:
-            first = int(round(start * 16000))
-            # up to the last input frame of the segment's last encoder frame e - 1: frame 4(e - 1) + 6,
-            # whose window ends 6 * 160 + 400 samples after sample 640(e - 1), i.e. 720 after the end
-            last = first + int(round((end - start) * 16000)) + 720
-            alone = u2pp.transcribe(audio[first:last], 16000, mode=mode, segmentation=Segmentation())
+        for start, end in joined.segments:
+            alone = u2pp.transcribe(audio[int(round(start * 16000)):int(round(end * 16000))], 16000, mode=mode,
+                                    segmentation=Segmentation.whole())
             tokens += alone.tokens
             times += [(round(t.start + start, 6), round(t.end + start, 6)) for t in alone.token_times]
-        assert whole.tokens == tokens
-        assert [(round(t.start, 6), round(t.end, 6)) for t in whole.token_times] == times
-    whole = u2pp.transcribe(audio, 16000, segmentation=Segmentation())  # 6.5 s: below the threshold
-    assert whole.segments == [(0.0, pytest.approx(whole.duration, abs=0.1))]
+        assert joined.tokens == tokens
+        assert [(round(t.start, 6), round(t.end, 6)) for t in joined.token_times] == times
+    whole = u2pp.transcribe(audio, 16000, segmentation=Segmentation.whole())
+    assert whole.segments == [(0.0, whole.duration)]
 
 
-def test_by_default_only_chunk_trained_models_are_cut_at_pauses(u2pp, offline, exported_u2pp):
-    pieces = [sf.read(w, dtype="float32")[0] for w in sorted(WAVS.glob("*.wav"))]
-    gap = np.zeros(int(1.5 * 16000), np.float32)
-    audio = np.concatenate([pieces[0], gap, pieces[1], gap, pieces[2]])
-    assert u2pp.backend.chunk_trained and exported_u2pp.backend.chunk_trained and not offline.backend.chunk_trained
-    assert u2pp.default_segmentation() == exported_u2pp.default_segmentation() == Segmentation.at_pauses(0.25)
-    assert offline.default_segmentation() == Segmentation()
-    cut = u2pp.transcribe(audio, 16000)  # U2++: cut at the two 1.5 s gaps although only 6.5 s long
-    assert len(cut.segments) == 3 and cut == u2pp.transcribe(audio, 16000, segmentation=Segmentation.at_pauses(0.25))
-    whole = offline.transcribe(audio, 16000)  # full context: decoded whole
-    assert whole.segments == [(0.0, pytest.approx(whole.duration, abs=0.1))]
+def test_every_model_is_cut_at_pauses_by_default(u2pp, offline, exported_u2pp):
+    audio, _ = joined_with_pauses()
+    for model in (u2pp, offline, exported_u2pp):
+        result = model.transcribe(audio, 16000)
+        assert len(result.segments) == 3 and result == model.transcribe(audio, 16000, segmentation=Segmentation())
 
 
 def test_transcribe_with_options_built_beforehand(u2pp):
@@ -211,31 +203,6 @@ def test_transcribe_with_options_built_beforehand(u2pp):
                                                                           beam_size=4, chunk=4)
     with pytest.raises(DecodingOptionError, match="transcription decodes with one mode, got 2"):
         u2pp.transcribe_with_options(MIKE, DecodingOptions(modes=["attention", "attention_rescoring"]))
-
-
-def test_the_windowed_ctc_pass_covers_every_frame(u2pp):
-    samples, rate = sf.read(MIKE, dtype="float32")
-    audio = np.concatenate([samples] * 3)
-    feats = u2pp.features(torch.from_numpy(audio).unsqueeze(0), rate)
-    one = blank_probabilities(u2pp.backend, feats, DecodingOptions(), window_s=100.0, context_s=1.0)
-    with torch.inference_mode():
-        enc, _ = u2pp.backend.model.encode(feats.unsqueeze(0), torch.tensor([feats.size(0)]))
-        want = u2pp.backend.model.ctc_log_probs(enc)[0, :, 0].exp()
-    assert torch.equal(one, want)
-    small = blank_probabilities(u2pp.backend, feats, DecodingOptions(), window_s=0.5, context_s=0.5)
-    assert small.shape == want.shape and (small - want).abs().mean() < 0.1
-
-
-def test_segment_features_give_exactly_the_segments_encoder_frames(u2pp):
-    samples, rate = sf.read(MIKE, dtype="float32")
-    feats = u2pp.features(torch.from_numpy(samples).unsqueeze(0), rate)
-    total = (feats.size(0) - 7) // 4 + 1
-    for start, end in [(0, 1), (0, 10), (3, 17), (5, total)]:
-        x = segment_features(feats, Segment(start, end, True), 4, 6)
-        assert x.size(0) >= 7 and x.size(0) - 4 < 7 + 4 * (end - start - 1)  # no frame to spare
-        _, lengths = u2pp.backend.encode(x.unsqueeze(0), torch.tensor([x.size(0)]), DecodingOptions())
-        assert int(lengths[0]) == end - start
-        assert torch.equal(x, feats[4 * start: 4 * start + x.size(0)])
 
 
 def test_words_from_char_bpe_cjk_and_space_separated_units():

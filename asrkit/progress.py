@@ -1,0 +1,72 @@
+"""Progress of long work on stderr: a tqdm bar on a terminal, log lines elsewhere.
+
+tqdm is what the ecosystem uses for this (pip, torch.hub, huggingface, lhotse): it sizes
+itself to the terminal, smooths its rate and time-left estimates and redraws in place.
+A bar is only useful to someone watching a terminal, so when stderr is not one (a log
+file, CI, a recipe's ``2>&1 | tee``) the same progress is a log line every ``every_s``
+seconds instead -- a redrawn bar would fill a file with carriage returns.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Callable, Optional
+
+
+class ProgressReport:
+    """Progress of ``total`` units of work (``None``: unknown), advanced with :meth:`advance`.
+
+    * on a terminal (``terminal=None``: whether stderr is one): a tqdm bar named ``desc``,
+      shown once the work has lasted ``delay_s`` (short work shows nothing) and removed
+      when done;
+    * otherwise: ``log.info(line())`` at most every ``every_s`` seconds (``line`` returns
+      the text; by default ``desc done/total unit``).
+    """
+
+    def __init__(self, total: Optional[float], desc: str, unit: str, log: logging.Logger,
+                 every_s: float = 10.0, line: Optional[Callable[[], str]] = None,
+                 terminal: Optional[bool] = None, delay_s: float = 0.5):
+        self.total, self.desc, self.unit, self.log = total, desc, unit, log
+        self.every_s = every_s
+        self.done = 0.0
+        self._line = line or self._default_line
+        self._last = time.perf_counter()
+        terminal = sys.stderr.isatty() if terminal is None else terminal
+        self._bar = None
+        if terminal:
+            from tqdm import tqdm  # (deferred: only a terminal draws a bar)
+            self._bar = tqdm(total=total, desc=desc, unit=unit, leave=False, delay=delay_s, dynamic_ncols=True,
+                             file=sys.stderr, bar_format=None if unit != "s" or total is None else
+                             "{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s audio [{elapsed}<{remaining}]")
+
+    def _default_line(self) -> str:
+        total = f"/{self.total:g}" if self.total is not None else ""
+        return f"{self.desc}: {self.done:g}{total} {self.unit}"
+
+    def advance(self, amount: float) -> None:
+        """``amount`` more units done."""
+        self.done += amount
+        if self._bar is not None:
+            self._bar.update(amount)
+            return
+        now = time.perf_counter()
+        if now - self._last >= self.every_s:
+            self._last = now
+            self.log.info("%s", self._line())
+
+    def advance_to(self, done: float) -> None:
+        """Done up to ``done`` units in all."""
+        self.advance(max(0.0, done - self.done))
+
+    def close(self) -> None:
+        """Remove the bar (log lines need no closing)."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def __enter__(self) -> "ProgressReport":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
