@@ -5,10 +5,12 @@ noise and tones alone transcribe to (nothing, when the detector does its job).
 
     python -m bench.transcribe_long --model exp/conformer_cpu [--model exp/u2pp_cpu ...] \\
         [--minutes 1 10] [--gaps 0.2-0.5 0] [--mode attention_rescoring] [--utterances 300] \\
-        [--non_speech] [--no_vad] [--num_threads 1] [--seed 5] [--json out.json]
+        [--non_speech] [--no_vad] [--segmentation FIELD=VALUE ...] [--split test|dev] \\
+        [--num_threads 1] [--seed 5] [--json out.json]
 
-The files: ``--utterances`` connected-digit utterances of the digits corpus's *test*
-split (``tools/synthesize_corpus.py``: test-split voices, random rate and pitch, their own
+The files: ``--utterances`` connected-digit utterances with the voices of the digits
+corpus's *test* split (``--split dev``: the dev split's, to choose settings on;
+``tools/synthesize_corpus.py``: random rate and pitch, their own
 0.05-0.6 s of leading and trailing silence, noise at 10-35 dB SNR) are synthesized once.
 Each long file holds them in order (repeating when the file is longer than all of them),
 each followed by a pause drawn uniformly from the ``--gaps`` range (``0.2-0.5``: 0.2 to
@@ -17,7 +19,7 @@ utterances as fit in its length, then faint noise up to the length; 16 kHz WAV.
 
 Per model, one process decodes each utterance alone and whole (``Segmentation.whole()``,
 as ``recognize`` decodes an utterance): "parts"; then each long file is transcribed from
-its path by a fresh process (so that its peak resident memory, ``ru_maxrss``, is that
+its path by a fresh process (so that its peak resident memory, ``VmHWM``, is that
 file's alone) with the default segmentation (or ``--no_vad``): the wall time of the
 ``transcribe`` call, the peak, the peak above the memory after loading the model, the
 parts decoded, and CER (characters without spaces) and WER of the file's transcript
@@ -53,13 +55,15 @@ def parse_gap(text: str) -> tuple[float, float]:
     return float(low), float(high or low)
 
 
-def synthesize_utterances(count: int, seed: int, work: Path) -> list[dict]:
-    """``count`` test-split utterances written to ``work/wav``: ``{"wav", "text"}`` each."""
-    variants = synth.default_test_voices()
+def synthesize_utterances(count: int, seed: int, work: Path, split: str = "test") -> list[dict]:
+    """``count`` utterances with the voices of the digits corpus's ``split`` (``test`` or
+    ``dev``: voices training never heard) written to ``work/wav``: ``{"wav", "text"}`` each."""
+    variants = synth.split_variants(synth.list_variants(), synth.DEFAULT_SEED, synth.DEFAULT_DEV_SHARE,
+                                    synth.DEFAULT_TEST_SHARE)[split]
     (work / "wav").mkdir(parents=True, exist_ok=True)
     out = []
     for i in range(count):
-        _, _, text, path = synth.make_utterance((str(work), "test", i, seed, "digits", synth.ACCENTS, variants, False))
+        _, _, text, path = synth.make_utterance((str(work), split, i, seed, "digits", synth.ACCENTS, variants, False))
         out.append({"wav": path, "text": text})
     return out
 
@@ -110,13 +114,25 @@ def rss_mb() -> float:
     return pages * resource.getpagesize() / 2 ** 20
 
 
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process's address space in MiB (``VmHWM``).  Not
+    ``ru_maxrss``: Linux carries that over from the parent across fork + exec, so a child
+    would report at least its parent's size."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0  # kB
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 def _load(args):
     import torch
 
     from asrkit.transcribe import Segmentation, load_model
     torch.set_num_threads(args.num_threads)
     model = load_model(args.model[0], overrides=args.override)
-    segmentation = Segmentation(vad=False) if args.no_vad else Segmentation()
+    settings = {k: (None if v == "none" else float(v)) for k, v in (item.split("=", 1) for item in args.segmentation)}
+    segmentation = Segmentation(vad=not args.no_vad, **settings)
     return model, segmentation, Segmentation
 
 
@@ -127,7 +143,7 @@ def child_file(args) -> int:
     start = time.perf_counter()
     result = model.transcribe(args.child_file, mode=args.mode, segmentation=segmentation)
     wall = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+    peak = peak_rss_mb()
     print(json.dumps({"audio_s": result.duration, "wall_s": wall, "rss_loaded_mb": loaded, "peak_rss_mb": peak,
                       "segments": len(result.segments), "text": result.text}))
     return 0
@@ -167,6 +183,8 @@ def run_child(args, flag: str, value: str, model: str) -> dict:
     cmd = [sys.executable, "-m", "bench.transcribe_long", flag, value, "--model", model, "--mode", args.mode,
            "--num_threads", str(args.num_threads), "--seed", str(args.seed)]
     cmd += ["--no_vad"] if args.no_vad else []
+    for item in args.segmentation:
+        cmd += ["--segmentation", item]
     for item in args.override:
         cmd += ["--override", item]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -185,6 +203,10 @@ def main(argv=None) -> int:
     p.add_argument("--utterances", type=int, default=300, help="distinct test utterances the files hold")
     p.add_argument("--non_speech", action="store_true", help="also the silence / noise / tone table")
     p.add_argument("--no_vad", action="store_true", help="Segmentation(vad=False): decoded in 20 s pieces")
+    p.add_argument("--segmentation", action="append", default=[], metavar="FIELD=VALUE",
+                   help="a Segmentation setting other than the default, e.g. min_pause_s=0.08 (repeatable)")
+    p.add_argument("--split", choices=("test", "dev"), default="test",
+                   help="the voices of the utterances (dev: for choosing settings)")
     p.add_argument("--num_threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=5)
     p.add_argument("--json", type=Path)
@@ -202,7 +224,7 @@ def main(argv=None) -> int:
     report = {"long": [], "non_speech": []}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        utts = synthesize_utterances(args.utterances, args.seed, work / "utts")
+        utts = synthesize_utterances(args.utterances, args.seed, work / "utts", args.split)
         (work / "utts.json").write_text(json.dumps(utts))
         samples = [sf.read(u["wav"], dtype="float32")[0] for u in utts]
         files = []
@@ -231,7 +253,8 @@ def main(argv=None) -> int:
 
 
 def print_report(args, report: dict) -> None:
-    segmentation = "no VAD: 20 s pieces" if args.no_vad else "default segmentation (VAD)"
+    segmentation = "no VAD: 20 s pieces" if args.no_vad else "segmentation (VAD) " + (
+        " ".join(args.segmentation) or "defaults")
     print(f"mode {args.mode}, {args.num_threads} thread(s), {segmentation}; test utterances one by one "
           "('parts') vs joined in one file")
     print("| model | pause s | minutes | utterances | CER % | parts CER % | WER % | parts WER % | wall s | RTF "

@@ -74,7 +74,7 @@ def configure_transcribe(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beam_size", type=int, default=10)
     p.add_argument("--ctc_weight", type=float, default=0.3)
     p.add_argument("--reverse_weight", type=float, default=0.0)
-    p.add_argument("--min_pause_s", type=float, default=0.08,
+    p.add_argument("--min_pause_s", type=float, default=0.15,
                    help="cut the audio where speech pauses this long (the voice-activity detector) and decode "
                         "the parts one by one; audio without speech gives empty text")
     p.add_argument("--max_segment_s", type=float, default=20.0,

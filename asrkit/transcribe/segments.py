@@ -46,7 +46,7 @@ class Segmentation:
     The defaults were chosen on the digits corpus's dev split (docs/transcribe.md)."""
 
     vad: bool = True
-    min_pause_s: float = 0.08
+    min_pause_s: float = 0.15
     max_segment_s: Optional[float] = 20.0
     pad_s: float = 0.3
     min_speech_s: float = 0.05
