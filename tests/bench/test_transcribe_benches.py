@@ -91,3 +91,18 @@ def test_the_long_files_hold_whole_utterances_with_the_pauses_asked_for():
     gaps = [(b[0] - a[-1] - 1) / 16000 for a, b in zip(runs, runs[1:])]
     assert all(0.2 <= g <= 0.5 for g in gaps)
     assert transcribe_long.parse_gap("0.2-0.5") == (0.2, 0.5) and transcribe_long.parse_gap("0") == (0.0, 0.0)
+
+
+def test_the_detector_comparison_scores_what_segmentation_needs():
+    from bench import vad_choice
+    silence = ("silence", np.zeros(16000, np.float32))
+    utt = {"samples": np.zeros(3 * 16000, np.float32), "spans": [(0.2, 0.5), (1.0, 1.4), (1.45, 2.0)]}
+
+    def frames(samples):  # speech exactly where the words are, 10 ms frames
+        t = np.arange(samples.size // 160) * 0.01
+        return np.array([any(a <= x < b for a, b in utt["spans"]) for x in t]) if samples is utt["samples"] \
+            else np.zeros(t.size, bool), 0.01
+    r = vad_choice.score(frames, [silence], [utt])
+    # every word found; of the two pauses only the 0.5 s one holds 0.1 s of non-speech
+    assert r == {"non_speech_frames_pct": 0.0, "files_with_speech": 0, "files": 1, "words_pct": 100.0,
+                 "pauses_pct": 50.0}
