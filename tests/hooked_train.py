@@ -168,4 +168,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from asrkit.train.entry import exit_process
+    exit_process(main())  # (as asrkit.bin.train ends)

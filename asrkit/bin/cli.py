@@ -83,6 +83,8 @@ def configure_transcribe(p: argparse.ArgumentParser) -> None:
                    help="no voice-activity detection: decode each file whole (in --max_segment_s pieces "
                         "when longer; such cuts may fall inside words)")
     p.add_argument("--json", action="store_true", help="one JSON object per line, with times")
+    p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32",
+                   help="precision of the model passes (autocast; CTC scores stay fp32)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--num_threads", type=int, default=0, help="intra-op threads (0: torch default)")
 
@@ -111,7 +113,7 @@ def run_transcribe(args: argparse.Namespace) -> int:
         segmentation = _segmentation(args)
         options = DecodingOptions(modes=(args.mode,), beam_size=args.beam_size, ctc_weight=args.ctc_weight,
                                   reverse_weight=args.reverse_weight, decoding_chunk_size=args.chunk or 0,
-                                  num_decoding_left_chunks=args.left_chunks)
+                                  num_decoding_left_chunks=args.left_chunks, dtype=args.dtype)
     except (ModeError, DecodingOptionError, SegmentationError) as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2

@@ -81,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also score each mode against the list's transcripts (WER or CER)")
     p.add_argument("--override", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a config value (repeatable), e.g. tokenizer_conf.symbol_table_path=...")
+    p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32",
+                   help="precision of the model passes (autocast; CTC scores stay fp32; docs/performance.md)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     p.add_argument("--num_threads", type=int, default=0, help="intra-op threads (0: torch default)")
     return p
@@ -103,7 +105,8 @@ def decoding_options(args: argparse.Namespace) -> DecodingOptions:
                            length_penalty=args.length_penalty, blank_penalty=args.blank_penalty,
                            decoding_chunk_size=args.decoding_chunk_size,
                            num_decoding_left_chunks=args.num_decoding_left_chunks,
-                           simulate_streaming=args.simulate_streaming, batch_size=args.batch_size)
+                           simulate_streaming=args.simulate_streaming, batch_size=args.batch_size,
+                           dtype=args.dtype)
 
 
 def run(args: argparse.Namespace) -> int:

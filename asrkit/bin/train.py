@@ -26,10 +26,9 @@ checkpoint at an optimizer-step boundary (``asrkit.train.preemption``): rerun wi
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from asrkit.train.entry import run
+from asrkit.train.entry import exit_process, run
 from asrkit.train.job import LaunchFlags, ModuleInit, TrainJob, WarmStart
 
 
@@ -96,4 +95,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())  # (not sys.exit: asrkit.train.entry.exit_process says why)

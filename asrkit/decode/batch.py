@@ -58,11 +58,13 @@ def decode(model, feats: torch.Tensor, feats_lengths: torch.Tensor, options: Dec
     ``attention`` hypotheses.  A mode the model cannot run raises
     :class:`asrkit.decode.modes.ModeError`, ``reverse_weight > 0`` with
     ``attention_rescoring`` on a model without a right-to-left decoder ``ValueError``.
-    The model should be in eval mode (``model.eval()``)."""
+    The model passes run under ``options.autocast`` (``options.dtype``).  The model should be
+    in eval mode (``model.eval()``)."""
     searcher = Searcher.of_model(model)
     modes = check_modes(searcher, options.modes)
     if options.reverse_weight > 0.0 and "attention_rescoring" in modes and not searcher.bidirectional:
         raise ValueError("reverse_weight > 0 needs a model with decoder bitransformer")
-    enc_out, enc_lengths = encoder_output(model, feats, feats_lengths, options)
-    shared = SharedOutputs.from_options(searcher, enc_out, enc_lengths, options)
-    return {mode: REGISTRY[mode].run(shared) for mode in modes}
+    with options.autocast(feats.device.type):  # (fp32: no autocast)
+        enc_out, enc_lengths = encoder_output(model, feats, feats_lengths, options)
+        shared = SharedOutputs.from_options(searcher, enc_out, enc_lengths, options)
+        return {mode: REGISTRY[mode].run(shared) for mode in modes}

@@ -6,11 +6,17 @@ model can run the modes is the registry's question (:func:`asrkit.decode.modes.c
 asked where the model is known."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Tuple
 
+import torch
+
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
 from asrkit.decode.modes import check_mode_names
+
+
+AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class DecodingOptionError(ValueError):
@@ -37,6 +43,10 @@ class DecodingOptions:
       ``simulate_streaming`` (needs ``N > 0``): the encoder runs chunk by chunk with its
       caches (see :func:`asrkit.decode.batch.encoder_output`).
     * ``batch_size`` (>= 1): utterances per encoder pass when a data list is recognised.
+    * ``dtype`` (``fp32``, ``bf16``, ``fp16``): the precision of the encoder and decoder
+      passes -- ``torch.autocast`` with that dtype (:meth:`autocast`); the CTC
+      log-probabilities and every search's scores stay fp32 (autocast computes
+      ``log_softmax`` in fp32).
 
     Streaming (:class:`asrkit.stream.recognizer.StreamingRecognizer`) reads the chunk
     options (``decoding_chunk_size > 0``), ``beam_size``, ``ctc_weight`` and
@@ -58,6 +68,7 @@ class DecodingOptions:
     num_decoding_left_chunks: int = -1
     simulate_streaming: bool = False
     batch_size: int = 16
+    dtype: str = "fp32"
 
     def __post_init__(self):
         if self.beam_size < 1:
@@ -81,9 +92,18 @@ class DecodingOptions:
             raise DecodingOptionError(f"blank_penalty must be >= 0, got {self.blank_penalty}")
         if self.batch_size < 1:
             raise DecodingOptionError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.dtype not in AUTOCAST_DTYPES:
+            raise DecodingOptionError(f"dtype must be one of {', '.join(AUTOCAST_DTYPES)}, got {self.dtype!r}")
         if isinstance(self.modes, str):
             raise TypeError(f"modes is a sequence of mode names, got the string {self.modes!r}")
         object.__setattr__(self, "modes", tuple(check_mode_names(self.modes)))
+
+    def autocast(self, device_type: str):
+        """The context the model passes run in: ``torch.autocast(device_type, dtype)`` for
+        ``bf16``/``fp16``, nothing for ``fp32``."""
+        if self.dtype == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device_type, dtype=AUTOCAST_DTYPES[self.dtype])
 
     @property
     def chunked(self) -> bool:

@@ -31,6 +31,7 @@ from asrkit.train.dist.comm_hooks import describe as describe_comm_hook
 from asrkit.train.dist.context import DistContext
 from asrkit.train.dist.scaling import scale_accum_grad
 from asrkit.train.job import ModuleInit
+from asrkit.train.precision import cpu_precision
 from asrkit.train.scheduler import build_optimizer, build_scheduler
 
 log = logging.getLogger("asrkit.train")
@@ -74,12 +75,27 @@ def seed_everything(seed: int) -> None:
 
 
 def amp_scaler(cfg: TrainConfig, device: torch.device) -> Optional[torch.amp.GradScaler]:
-    """The GradScaler for ``dtype: fp16`` on CUDA (None otherwise: fp32 needs none and
-    bf16 has fp32's exponent range).  Its calibration skips -- steps it drops while it
-    lowers the scale -- are counted apart from non-finite faults by the executor."""
-    if cfg.dtype == "fp16" and device.type == "cuda":
-        return torch.amp.GradScaler("cuda")
+    """The GradScaler for ``dtype: fp16`` on ``device`` (CUDA or CPU; None otherwise: fp32
+    needs none and bf16 has fp32's exponent range).  Its calibration skips -- steps it
+    drops while it lowers the scale -- are counted apart from non-finite faults by the
+    executor."""
+    if cfg.dtype == "fp16":
+        return torch.amp.GradScaler(device.type)
     return None
+
+
+def log_precision(cfg: TrainConfig, device: torch.device, scaler) -> None:
+    """Log the run's precision; on a CPU the decision of :func:`asrkit.train.precision.cpu_precision`
+    (a warning where the CPU has no native support for the dtype)."""
+    if cfg.dtype == "fp32":
+        return
+    if device.type == "cpu":
+        choice = cpu_precision(cfg.dtype)
+        (log.warning if choice.warning else log.info)("mixed precision: %s", choice.line)
+        return
+    log.info("mixed precision: %s autocast on %s%s; CTC is computed in fp32", cfg.dtype, device,
+             " with a dynamic GradScaler (its calibration skips are counted apart from faults)"
+             if scaler is not None else " (no loss scaling needed)")
 
 
 def effective_batch(cfg: TrainConfig, world_size: int) -> str:
@@ -118,10 +134,7 @@ def build_training(cfg: TrainConfig, ctx: DistContext, *, train_data: str, cv_da
     themselves, e.g. a benchmark comparing DDP options)."""
     accum_grad = _scaled_accum_grad(cfg, ctx)
     scaler = amp_scaler(cfg, ctx.device)
-    if cfg.dtype != "fp32":
-        log.info("mixed precision: %s autocast on %s%s; CTC is computed in fp32", cfg.dtype, ctx.device,
-                 " with a dynamic GradScaler (its calibration skips are counted apart from faults)"
-                 if scaler is not None else " (no loss scaling needed)")
+    log_precision(cfg, ctx.device, scaler)
     seed_everything(cfg.seed)
 
     inputs = inputs or load_model_inputs(cfg, model_cmvn=True)

@@ -31,6 +31,31 @@ from asrkit.train.trainer import NoUsableDataError
 log = logging.getLogger("asrkit.train")
 
 
+def exit_process(code: int):
+    """End this training process with exit status ``code`` without the interpreter's
+    finalization, after flushing logs and stdio and ending child processes.
+
+    Why: gloo's worker threads can still hold work objects with tensors when the
+    interpreter tears down; destroying them then takes the GIL of a dying interpreter and
+    the process aborts with "terminate called without an active exception" (SIGABRT) --
+    after the run finished and saved, yet torchrun then fails the whole job (seen in loaded
+    CI runs; pytorch PR #179291 describes the mechanism).  Everything is saved and closed by
+    the time :func:`run` returns (checkpoints are written atomically, the TensorBoard writer
+    is closed), so nothing is left for finalization to do.  For ``__main__`` only: it never
+    returns."""
+    import multiprocessing
+    for child in multiprocessing.active_children():  # (data-loader workers, normally gone already)
+        child.terminate()
+        child.join(timeout=5)
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 def _error(msg: str) -> int:
     print(f"error: {msg}", file=sys.stderr)
     return 2

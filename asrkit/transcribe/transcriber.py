@@ -3,10 +3,11 @@
 
 Audio is read with :func:`asrkit.data.audio.load_audio` (any sample rate and channel count
 soundfile reads: WAV, FLAC, ...; channels averaged), resampled to the model's rate with
-:func:`asrkit.data.audio.resample`, turned into fbank features by
-:class:`asrkit.stream.features.StreamingFbank` in 30 s pieces (equal to the whole-file
-fbank, without its memory peak) and normalised as the model expects (the data-pipeline
-CMVN of the config, when set).  Decoding is :mod:`asrkit.decode`'s: the encoder output of
+:func:`asrkit.data.audio.resample`, cut into the parts decoded one by one
+(:mod:`asrkit.transcribe.segments`: the speech between pauses), and each part turned into
+fbank features by :class:`asrkit.stream.features.StreamingFbank` (in 30 s pieces when a
+part is that long) normalised as the model expects (the data-pipeline CMVN of the config,
+when set).  Decoding is :mod:`asrkit.decode`'s: the encoder output of
 :func:`asrkit.decode.batch.encoder_output` (or the archive's encoder), the mode from
 :data:`asrkit.decode.modes.REGISTRY`; token times come from :mod:`asrkit.decode.alignment`.
 """
@@ -139,7 +140,7 @@ class Transcriber:
                    ctc_weight: float = 0.3, reverse_weight: float = 0.0, blank_penalty: float = 0.0,
                    length_penalty: float = 0.0, blank_skip_threshold: float = DEFAULT_BLANK_SKIP_THRESHOLD,
                    segmentation: Optional[Segmentation] = None,
-                   progress: Optional[Callable[[float, float], None]] = None) -> Transcript:
+                   progress: Optional[Callable[[float, float], None]] = None, dtype: str = "fp32") -> Transcript:
         """Transcribe ``audio``: a path (a WAV/FLAC file at any sample rate), or samples
         (a numpy array or tensor ``[T]`` or ``[channels, T]``, floats in [-1, 1) or int16)
         with their ``sample_rate``.
@@ -151,8 +152,10 @@ class Transcriber:
         options are those of :class:`asrkit.decode.DecodingOptions`, which they make up
         (see :meth:`transcribe_with_options`).  ``segmentation``: where audio is cut into
         parts decoded one by one (:class:`asrkit.transcribe.Segmentation`; ``None``: its
-        defaults: the speech between the pauses the voice-activity detector finds).  ``progress(done_s, total_s)``: called after each part with the seconds of
-        audio done and in all.
+        defaults: the speech between the pauses the voice-activity detector finds).
+        ``progress(done_s, total_s)``: called after each part with the seconds of audio done
+        and in all.  ``dtype``: the precision of the model passes (``fp32``, ``bf16``,
+        ``fp16``: autocast; CTC scores stay fp32).
 
         Raises :class:`AudioError` for input that cannot be transcribed (missing, not
         audio, empty, shorter than the model's shortest input),
@@ -163,7 +166,7 @@ class Transcriber:
                                   reverse_weight=reverse_weight, blank_skip_threshold=blank_skip_threshold,
                                   length_penalty=length_penalty, blank_penalty=blank_penalty,
                                   decoding_chunk_size=0 if chunk is None or chunk < 0 else int(chunk),
-                                  num_decoding_left_chunks=left_chunks)
+                                  num_decoding_left_chunks=left_chunks, dtype=dtype)
         return self.transcribe_with_options(audio, options, sample_rate, segmentation, progress)
 
     def transcribe_with_options(self, audio: Union[str, os.PathLike, np.ndarray, torch.Tensor],
@@ -223,12 +226,13 @@ class Transcriber:
         CTC head, or tokens the CTC frames cannot hold)."""
         b = self.backend
         x = feats.unsqueeze(0).to(self.device)
-        enc, lengths = b.encode(x, torch.tensor([x.size(1)], device=self.device), options)
-        shared = SharedOutputs.from_options(b.searcher, enc, lengths, options)
-        ids = [int(t) for t in REGISTRY[mode].run(shared)[0]]
-        if not b.has_ctc:
-            return ids, None
-        log_probs = shared.log_probs()[0, :int(lengths[0])].cpu()
+        with options.autocast(x.device.type):
+            enc, lengths = b.encode(x, torch.tensor([x.size(1)], device=self.device), options)
+            shared = SharedOutputs.from_options(b.searcher, enc, lengths, options)
+            ids = [int(t) for t in REGISTRY[mode].run(shared)[0]]
+            if not b.has_ctc:
+                return ids, None
+            log_probs = shared.log_probs()[0, :int(lengths[0])].float().cpu()
         try:
             found = (best_path_spans(log_probs, b.blank) if mode == "ctc_greedy_search"
                      else forced_alignment(log_probs, ids, b.blank))

@@ -1,5 +1,5 @@
-"""Mixed precision and SyncBatchNorm: refused before training where they cannot run (CPU,
-gloo); on CUDA fp16 trains with a GradScaler (calibration skips are not faults), bf16
+"""Mixed precision and SyncBatchNorm: SyncBatchNorm refused before training where it cannot
+run (CPU, gloo; mixed precision on a CPU: tests/train/test_cpu_precision.py); on CUDA fp16 trains with a GradScaler (calibration skips are not faults), bf16
 without one, CTC in fp32; SyncBatchNorm converts the batch-norm conv modules.
 
 GPU tests are marked ``gpu`` (skipped without CUDA); the SyncBatchNorm run needs 2 GPUs.
@@ -24,15 +24,6 @@ def _main(exp, tmp_path, capsys, config, *extra):
     code = main(["--config", str(config), "--train_data", str(split["train"].data_list), "--cv_data",
                  str(split["dev"].data_list), "--model_dir", str(tmp_path / "exp"), *extra])
     return code, capsys.readouterr().err
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusals")
-def test_amp_refused_on_cpu_before_training(tiny_experiment, tmp_path, capsys):
-    for dtype in ("fp16", "bf16"):
-        code, err = _main(tiny_experiment, tmp_path, capsys, tiny_experiment.config(tmp_path / f"{dtype}.yaml",
-                                                                                     dtype=dtype))
-        assert code == 2 and f"dtype: {dtype} needs a CUDA device" in err and "use dtype: fp32" in err
-    assert not (tmp_path / "exp").exists()
 
 
 def test_sync_batchnorm_refused_on_gloo_before_training(tiny_experiment, tmp_path, capsys):

@@ -18,7 +18,8 @@ def _job(exp, tmp_path, config, **fields) -> TrainJob:
 
 
 def test_each_problem_has_its_kind_and_prints_as_the_trainer_did(tiny_experiment, tmp_path):
-    config = tiny_experiment.config(tmp_path / "c.yaml", dtype="fp16", tokenizer_conf={"symbol_table_path": ""})
+    config = tiny_experiment.config(tmp_path / "c.yaml", keep_global_batch=True,
+                                    tokenizer_conf={"symbol_table_path": ""})
     job = _job(tiny_experiment, tmp_path, config, checkpoint=str(tmp_path / "none.pt"),
                init=ModuleInit(str(tmp_path / "enc.pt")), warm_start=WarmStart(str(tmp_path / "w.list"), 0))
     job = dataclasses.replace(job, cv_data=str(tmp_path / "dev.list"))
@@ -26,8 +27,8 @@ def test_each_problem_has_its_kind_and_prints_as_the_trainer_did(tiny_experiment
     assert [(p.kind, str(p)) for p in problems] == [
         (ProblemKind.MISSING_FILE, f"--cv_data {tmp_path}/dev.list: file not found"),
         (ProblemKind.UNSET_PATH, "tokenizer_conf.symbol_table_path is not set (the units.txt of tools/make_units.py)"),
-        (ProblemKind.SETTING, "dtype: fp16 needs a CUDA device (mixed precision is for GPUs; on this CPU bf16 is "
-                              "many times slower than fp32) -- use dtype: fp32"),
+        (ProblemKind.SETTING, "keep_global_batch: true needs reference_world_size (the number of ranks the config "
+                              "was tuned on, e.g. 4)"),
         (ProblemKind.MISSING_FILE, f"--checkpoint {tmp_path}/none.pt: file not found"),
         (ProblemKind.MISSING_FILE, f"--enc_init {tmp_path}/enc.pt: file not found"),
         (ProblemKind.MISSING_FILE, f"--warm_start_data {tmp_path}/w.list: file not found"),
@@ -38,7 +39,8 @@ def test_each_problem_has_its_kind_and_prints_as_the_trainer_did(tiny_experiment
 
 
 def test_the_doctor_sorts_problems_by_kind(tiny_experiment, tmp_path):
-    config = tiny_experiment.config(tmp_path / "c.yaml", dtype="bf16", tokenizer_conf={"symbol_table_path": ""})
+    config = tiny_experiment.config(tmp_path / "c.yaml", keep_global_batch=True,
+                                    tokenizer_conf={"symbol_table_path": ""})
     split = tiny_experiment.corpus.splits
     results, _ = check_inputs(str(config), [], str(split["train"].data_list), str(tmp_path / "dev.list"))
     lines = [r.line() for r in results if r.failed]
@@ -46,8 +48,8 @@ def test_the_doctor_sorts_problems_by_kind(tiny_experiment, tmp_path):
         f"FAIL files: --cv_data {tmp_path}/dev.list: file not found -> {PREPARE_FIX}",
         "FAIL files: tokenizer_conf.symbol_table_path is not set (the units.txt of tools/make_units.py) -> set it "
         "in the config (or --override KEY=PATH)",
-        "FAIL config: dtype: bf16 needs a CUDA device (mixed precision is for GPUs; on this CPU bf16 is many times "
-        "slower than fp32) -> use dtype: fp32"]
+        "FAIL config: keep_global_batch: true needs reference_world_size (the number of ranks the config was tuned "
+        "on, e.g. 4)"]
 
 
 def test_an_empty_list_and_a_file_as_model_dir_are_unusable_paths(tiny_experiment, tmp_path):

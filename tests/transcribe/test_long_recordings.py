@@ -42,3 +42,17 @@ def test_joined_with_short_pauses_within_half_a_point_of_one_by_one(joined):
     assert len(result.segments) >= len(refs)  # a cut in every pause between utterances
     whole, _ = error_rates(refs, [model.transcribe(audio, 16000, segmentation=Segmentation(vad=False)).text])
     assert whole > cer + 3.0, whole  # in 20 s pieces, across pauses and mid-word: what the detector avoids
+
+
+def test_bf16_decoding_gives_the_fp32_text(joined):
+    """``dtype="bf16"`` runs the model passes under autocast (CTC scores stay fp32): on this
+    model and these utterances the text is fp32's (bf16's 8 significant bits change scores
+    by ~0.4 %, too little to reorder hypotheses that are not near ties)."""
+    from asrkit.decode import DecodingOptionError
+    _, samples, _ = joined
+    model = load_model(MODEL)
+    for mode in ("ctc_greedy_search", "attention_rescoring"):
+        for x in samples[:6]:
+            assert model.transcribe(x, 16000, mode=mode, dtype="bf16").text == model.transcribe(x, 16000, mode=mode).text
+    with pytest.raises(DecodingOptionError, match="dtype must be one of fp32, bf16, fp16, got 'fp8'"):
+        model.transcribe(samples[0], 16000, dtype="fp8")
