@@ -224,3 +224,25 @@ def test_chunked_decoding_of_a_full_context_model_is_refused_before_the_model_is
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "decoding_chunk_size 4: the model was trained with full context only" in errors[0]
     assert not (tmp_path / "d").exists()
+
+
+def test_recognize_dtype_runs_the_model_passes_under_autocast(experiment, tiny_corpus, tmp_path, monkeypatch):
+    """--dtype bf16: the encoder runs under CPU autocast in bf16 (recorded by a stand-in
+    encode); --dtype fp32 (the default) without autocast."""
+    root, _, _ = experiment
+    data = tiny_corpus.splits["dev"].data_list
+    seen = []
+    full_encode = AsrModel.encode
+
+    def encode(self, feats, feats_lengths, **chunking):
+        seen.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
+        return full_encode(self, feats, feats_lengths, **chunking)
+    monkeypatch.setattr(AsrModel, "encode", encode)
+    common = ["--config", str(root / "train.yaml"), "--checkpoint", str(root / "ckpt.pt"), "--data", str(data),
+              "--modes", "ctc_greedy_search", "attention_rescoring", "--beam_size", "3"]
+    assert main(common + ["--result_dir", str(tmp_path / "bf16"), "--dtype", "bf16"]) == 0
+    assert seen and set(seen) == {(True, torch.bfloat16)}
+    seen.clear()
+    assert main(common + ["--result_dir", str(tmp_path / "fp32")]) == 0
+    assert seen and {on for on, _ in seen} == {False}
+    assert (tmp_path / "bf16" / "attention_rescoring" / "text").is_file()
