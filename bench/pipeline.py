@@ -47,8 +47,18 @@ class Pipeline:
             if batch["feats_lengths"].numel():
                 return batch
 
+    def autocast(self):
+        """The trainer's precision context: autocast in ``cfg.dtype`` (nothing for fp32)."""
+        import contextlib
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.cfg.dtype)
+        return contextlib.nullcontext() if dtype is None else torch.autocast("cpu", dtype=dtype)
+
+    def forward(self, batch: dict) -> dict:
+        with self.autocast():
+            return self.model(batch["feats"], batch["feats_lengths"], batch["target"], batch["target_lengths"])
+
     def forward_backward(self, batch: dict) -> None:
-        out = self.model(batch["feats"], batch["feats_lengths"], batch["target"], batch["target_lengths"])
+        out = self.forward(batch)
         (out["loss"] / batch["feats_lengths"].numel()).backward()
 
     def optimizer_step(self) -> None:
@@ -74,11 +84,13 @@ def build_pipeline(args, rank: int = 0, world_size: int = 1) -> Pipeline:
     return Pipeline(parts.cfg, parts.train_loader, parts.bare_model.train(), parts.optimizer, parts.scheduler)
 
 
-def matmul_peak(threads: int, n: int = 1024, repeats: int = 20) -> float:
-    """Measured fp32 GFLOP/s of a square matmul with ``threads`` threads."""
+def matmul_peak(threads: int, n: int = 1024, repeats: int = 20, dtype: str = "fp32") -> float:
+    """Measured GFLOP/s of a square ``n``-by-``n`` matmul with ``threads`` threads in ``dtype``
+    (``fp32``, ``bf16``, ``fp16``)."""
     import time
     torch.set_num_threads(threads)
-    a, b = torch.randn(n, n), torch.randn(n, n)
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    a, b = torch.randn(n, n).to(dt), torch.randn(n, n).to(dt)
     for _ in range(3):
         a @ b
     start = time.perf_counter()

@@ -11,8 +11,10 @@ timing each phase with wall clocks, and reports:
 * real frames/s: unpadded 10 ms fbank frames trained per second, end to end;
 * utterances/s, padding share, the share of time waiting for data;
 * the time split: data wait, forward, backward, optimizer (clip + step + zero_grad);
-* the model's FLOPs per frame (forward, counted by torch's FlopCounterMode; training is
-  ~3x forward) and the share of the machine's measured fp32 matmul peak that reaches.
+* the model's FLOPs per real frame of one training step (forward and backward, counted by
+  torch's FlopCounterMode) and the share of the machine's matmul peak that reaches -- the
+  peak of a 1024-square matmul measured in the same run at the same thread count and in
+  the run's precision (``--override dtype=bf16`` trains under bf16 autocast, as the trainer).
 
 ``--profile N`` additionally runs N more steps under ``torch.profiler`` and prints the
 self CPU time per operator category (convolution, matmul, softmax (attention and the losses'
@@ -37,12 +39,19 @@ import torch
 from bench.pipeline import add_pipeline_args, build_pipeline, matmul_peak
 
 
-def forward_flops_per_frame(model, batch) -> float:
+def step_flops_per_frame(pipe, batch) -> tuple[float, float]:
+    """(forward, forward + backward) FLOPs per real frame of ``batch``, counted by torch's
+    FlopCounterMode over one training step (the gradients are discarded)."""
     from torch.utils.flop_counter import FlopCounterMode
+    frames = float(batch["feats_lengths"].sum())
     counter = FlopCounterMode(display=False)
-    with counter, torch.no_grad():
-        model(batch["feats"], batch["feats_lengths"], batch["target"], batch["target_lengths"])
-    return counter.get_total_flops() / float(batch["feats_lengths"].sum())
+    with counter:
+        out = pipe.forward(batch)
+    forward = counter.get_total_flops()
+    with counter:  # (entering resets the count: this one is the backward alone)
+        (out["loss"] / batch["feats_lengths"].numel()).backward()
+    pipe.optimizer.zero_grad(set_to_none=True)
+    return forward / frames, (forward + counter.get_total_flops()) / frames
 
 
 # operator name fragments -> category, first match wins (self CPU time of aten ops)
@@ -98,10 +107,10 @@ def main(argv=None) -> int:
     p.add_argument("--profile", type=int, default=0, metavar="N", help="profile N more steps by operator")
     args = p.parse_args(argv)
 
-    peak = matmul_peak(args.threads)
     torch.set_num_threads(args.threads)
     pipe = build_pipeline(args)
     model = pipe.model
+    peak = matmul_peak(args.threads, dtype=pipe.cfg.dtype)
 
     t = {"data": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0}
     frames = padded = utts = steps = 0
@@ -122,7 +131,7 @@ def main(argv=None) -> int:
             total_start = mark
         now = time.perf_counter()
         t["data"] += now - mark
-        out = model(batch["feats"], batch["feats_lengths"], batch["target"], batch["target_lengths"])
+        out = pipe.forward(batch)
         t1 = time.perf_counter()
         (out["loss"] / batch["feats_lengths"].numel()).backward()
         t2 = time.perf_counter()
@@ -136,12 +145,12 @@ def main(argv=None) -> int:
         utts += batch["feats_lengths"].numel()
         steps += 1
         if flops is None:
-            flops = forward_flops_per_frame(model, batch)
+            flops, train_flops = step_flops_per_frame(pipe, batch)
         mark = time.perf_counter()
     wall = mark - total_start
-    train_flops = 3 * flops
     result = {
-        "machine": f"{platform.processor() or platform.machine()}, {args.threads} threads, torch {torch.__version__}",
+        "machine": f"{platform.processor() or platform.machine()}, {args.threads} threads, torch {torch.__version__}, "
+                   f"CPU capability {torch.backends.cpu.get_cpu_capability()}", "dtype": pipe.cfg.dtype,
         "config": args.config, "overrides": args.override, "steps": args.steps,
         "real_frames": frames, "utterances": utts, "seconds": wall,
         "real_frames_per_s": frames / wall, "utts_per_s": utts / wall,
@@ -157,7 +166,8 @@ def main(argv=None) -> int:
           file=sys.stderr)
     print("split: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in result["split"].items()), file=sys.stderr)
     print(f"{result['params_M']:.2f} M params, {result['train_MFLOP_per_frame']:.1f} MFLOP/frame (train), "
-          f"matmul peak {peak:.0f} GFLOP/s -> {100 * result['share_of_peak']:.1f}% of peak", file=sys.stderr)
+          f"{pipe.cfg.dtype} matmul peak {peak:.0f} GFLOP/s -> {100 * result['share_of_peak']:.1f}% of peak",
+          file=sys.stderr)
     if args.profile:
         result["profile"] = profile_steps(lambda: train_step(pipe.next_batch()), args.profile)
         print("profile (self CPU time): " + ", ".join(

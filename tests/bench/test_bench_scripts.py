@@ -108,10 +108,12 @@ def test_train_throughput_counts_the_frames_it_trained_and_the_flops_of_its_mode
     # FLOPs: counted here on the same model's forward over the same (whole-list) batch
     flops, batch_lengths, params = first_batch_flops(pipeline_args)
     assert sorted(batch_lengths) == sorted(lengths)
-    assert result["fwd_MFLOP_per_frame"] == pytest.approx(flops / sum(lengths) / 1e6, rel=1e-9)
-    assert result["train_MFLOP_per_frame"] == pytest.approx(3 * flops / sum(lengths) / 1e6, rel=1e-9)
+    # (counted with gradients on, inside the training step: attention's kernel choice then counts ~5 % more)
+    assert result["fwd_MFLOP_per_frame"] == pytest.approx(flops / sum(lengths) / 1e6, rel=0.1)
+    # forward + backward counted over one training step: the backward of a matmul is two matmuls
+    assert 2.5 < result["train_MFLOP_per_frame"] / result["fwd_MFLOP_per_frame"] < 3.5
     assert result["params_M"] == pytest.approx(params / 1e6)
-    train_flops_per_s = 2 * 3 * flops / result["seconds"]
+    train_flops_per_s = 2 * result["train_MFLOP_per_frame"] * 1e6 * sum(lengths) / result["seconds"]
     assert result["share_of_peak"] == pytest.approx(train_flops_per_s / (result["matmul_peak_GFLOPs"] * 1e9))
     assert 0 < result["share_of_peak"] < 1
     # profile: the documented categories; the tiny conformer's own ops land where they belong
