@@ -117,3 +117,30 @@ def test_rows_without_keys_are_opened_and_flagged_for_a_zero_context():
     same_keys = torch.tensor([[[True, False, True]]])
     opened, no_key = allow_rows_without_keys(same_keys)
     assert opened is same_keys and no_key is None
+
+
+def test_bf16_attention_on_cpu_is_computed_in_fp32(monkeypatch):
+    """Under CPU bf16 autocast the scores and softmax run in fp32 (the bf16 flash-attention
+    backward is ~6x slower on a CPU: docs/performance.md) and the context comes back in bf16,
+    close to the fp32 module's (bf16's own rounding of the projections around it)."""
+    import asrkit.models.attention as attention
+    torch.manual_seed(0)
+    att = RelPositionMultiHeadedAttention(4, 32, 0.0).eval()
+    x = torch.randn(2, 9, 32)
+    pos = RelPositionalEncoding(32, 0.0)(x)[1]
+    mask = torch.ones(2, 1, 9, dtype=torch.bool)
+    mask[1, :, 6:] = False
+    seen = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def recording(q, k, v, **kw):
+        seen.append((q.dtype, None if kw.get("attn_mask") is None else kw["attn_mask"].dtype))
+        return sdpa(q, k, v, **kw)
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", recording)
+    want = att(x, x, x, mask, pos)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = att(x, x, x, mask, pos)
+    assert seen[0] == (torch.float32, torch.float32)  # fp32 module
+    assert seen[1] == (torch.float32, torch.float32)  # under bf16 autocast: still fp32 inside
+    assert got.dtype == torch.bfloat16
+    assert (got.float() - want).abs().max() < 0.05 * want.abs().max()
