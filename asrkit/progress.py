@@ -22,11 +22,13 @@ class ProgressReport:
       when done;
     * otherwise: ``log.info(line())`` at most every ``every_s`` seconds (``line`` returns
       the text; by default ``desc done/total unit``).
+
+    ``bar_format``: tqdm's (None: its default).
     """
 
     def __init__(self, total: Optional[float], desc: str, unit: str, log: logging.Logger,
                  every_s: float = 10.0, line: Optional[Callable[[], str]] = None,
-                 terminal: Optional[bool] = None, delay_s: float = 0.5):
+                 terminal: Optional[bool] = None, delay_s: float = 0.5, bar_format: Optional[str] = None):
         self.total, self.desc, self.unit, self.log = total, desc, unit, log
         self.every_s = every_s
         self.done = 0.0
@@ -37,8 +39,7 @@ class ProgressReport:
         if terminal:
             from tqdm import tqdm  # (deferred: only a terminal draws a bar)
             self._bar = tqdm(total=total, desc=desc, unit=unit, leave=False, delay=delay_s, dynamic_ncols=True,
-                             file=sys.stderr, bar_format=None if unit != "s" or total is None else
-                             "{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s audio [{elapsed}<{remaining}]")
+                             file=sys.stderr, bar_format=bar_format)
 
     def _default_line(self) -> str:
         total = f"/{self.total:g}" if self.total is not None else ""
@@ -70,3 +71,31 @@ class ProgressReport:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class AudioProgress:
+    """A progress callback ``(done_s, total_s)`` over one file's seconds of audio (what
+    ``Transcriber.transcribe(..., progress=)`` calls): a :class:`ProgressReport` named
+    ``desc``, made at the first call, when the length is known; off a terminal a line every
+    ``every_s`` seconds of work, ``desc: 120/600 s of audio (20 %)``."""
+
+    BAR = "{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s audio [{elapsed}<{remaining}]"
+
+    def __init__(self, desc: str, log: logging.Logger, every_s: float = 30.0):
+        self.desc, self.log, self.every_s = desc, log, every_s
+        self.report: Optional[ProgressReport] = None
+
+    def __call__(self, done: float, total: float) -> None:
+        if self.report is None:
+            self.report = ProgressReport(total, self.desc, "s", self.log, every_s=self.every_s, line=self.line,
+                                         bar_format=self.BAR)
+        self.report.advance_to(done)
+
+    def line(self) -> str:
+        """The log line when stderr is not a terminal."""
+        r = self.report
+        return f"{self.desc}: {r.done:.0f}/{r.total:.0f} s of audio ({100.0 * r.done / max(r.total, 1e-9):.0f} %)"
+
+    def close(self) -> None:
+        if self.report is not None:
+            self.report.close()

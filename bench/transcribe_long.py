@@ -132,13 +132,12 @@ def _load(args):
     torch.set_num_threads(args.num_threads)
     model = load_model(args.model[0], overrides=args.override)
     settings = {k: (None if v == "none" else float(v)) for k, v in (item.split("=", 1) for item in args.segmentation)}
-    segmentation = Segmentation(vad=not args.no_vad, **settings)
-    return model, segmentation, Segmentation
+    return model, Segmentation(vad=not args.no_vad, **settings)
 
 
 def child_file(args) -> int:
     """Transcribe one long file; report time, memory, parts and the text."""
-    model, segmentation, _ = _load(args)
+    model, segmentation = _load(args)
     loaded = rss_mb()
     start = time.perf_counter()
     result = model.transcribe(args.child_file, mode=args.mode, segmentation=segmentation)
@@ -151,7 +150,8 @@ def child_file(args) -> int:
 
 def child_parts(args) -> int:
     """Decode each utterance of the list alone and whole; report their texts."""
-    model, _, Segmentation = _load(args)
+    from asrkit.transcribe import Segmentation
+    model, _ = _load(args)
     rows = json.loads(Path(args.child_parts).read_text())
     start = time.perf_counter()
     texts = [model.transcribe(r["wav"], mode=args.mode, segmentation=Segmentation.whole()).text for r in rows]
@@ -161,7 +161,7 @@ def child_parts(args) -> int:
 
 def child_non_speech(args) -> int:
     """Transcribe the non-speech files; report their texts."""
-    model, segmentation, _ = _load(args)
+    model, segmentation = _load(args)
     out = []
     for name, samples in non_speech_files(args.seed):
         out.append({"file": name, "text": model.transcribe(samples, SAMPLE_RATE, mode=args.mode,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 
-from asrkit.progress import ProgressReport
+from asrkit.progress import AudioProgress, ProgressReport
 
 
 def test_not_on_a_terminal_a_log_line_at_most_every_every_s(caplog):
@@ -24,7 +24,7 @@ def test_not_on_a_terminal_a_log_line_at_most_every_every_s(caplog):
 
 def test_on_a_terminal_a_bar_on_stderr(capsys):
     log = logging.getLogger("asrkit.test_progress")
-    with ProgressReport(8, "file.wav", "s", log, terminal=True, delay_s=0.0) as report:
+    with ProgressReport(8, "file.wav", "s", log, terminal=True, delay_s=0.0, bar_format=AudioProgress.BAR) as report:
         report.advance_to(8)
     err = capsys.readouterr().err
     assert re.search(r"\rfile\.wav: +\d+%\|.*\| \d/8 s audio", err), err

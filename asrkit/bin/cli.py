@@ -29,7 +29,7 @@ import sys
 from typing import Callable, Optional
 
 from asrkit.bin import doctor
-from asrkit.progress import ProgressReport
+from asrkit.progress import AudioProgress
 
 log = logging.getLogger("asrkit.transcribe")
 
@@ -130,7 +130,7 @@ def run_transcribe(args: argparse.Namespace) -> int:
     failed = 0
     for number, wav in enumerate(args.wavs, 1):
         desc = f"[{number}/{len(args.wavs)}] {os.path.basename(wav)}" if len(args.wavs) > 1 else os.path.basename(wav)
-        progress = _FileProgress(desc)
+        progress = AudioProgress(desc, log)
         try:
             result = model.transcribe_with_options(wav, options, segmentation=segmentation, progress=progress)
         except AudioError as e:
@@ -147,29 +147,6 @@ def run_transcribe(args: argparse.Namespace) -> int:
         else:
             print(f"{wav}\t{result.text}", flush=True)
     return 2 if failed else 0
-
-
-class _FileProgress:
-    """``transcribe``'s progress callback for one file: a :class:`ProgressReport` over its
-    seconds of audio, made at the first call (when the length is known)."""
-
-    def __init__(self, desc: str):
-        self.desc = desc
-        self.report: Optional[ProgressReport] = None
-
-    def __call__(self, done: float, total: float) -> None:
-        if self.report is None:
-            self.report = ProgressReport(total, self.desc, "s", log, every_s=30.0, line=self.line)
-        self.report.advance_to(done)
-
-    def line(self) -> str:
-        """The log line when stderr is not a terminal."""
-        r = self.report
-        return f"{self.desc}: {r.done:.0f}/{r.total:.0f} s of audio ({100.0 * r.done / max(r.total, 1e-9):.0f} %)"
-
-    def close(self) -> None:
-        if self.report is not None:
-            self.report.close()
 
 
 def _one_line(e: Exception) -> str:

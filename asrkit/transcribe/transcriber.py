@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from asrkit.data.audio import DataFault, load_audio, resample
+from asrkit.data.features import num_frames
 from asrkit.data.lists import ListEntry
 from asrkit.decode.alignment import AlignmentError, best_path_spans, forced_alignment
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
@@ -186,10 +187,9 @@ class Transcriber:
         samples, rate, name = read_samples(audio, sample_rate)
         wav = resample(samples, rate, b.sample_rate)[0]
         duration = samples.size(1) / rate
-        if self._feature_frames(wav.numel()) < b.min_input_length:
+        if num_frames(wav.numel(), b.sample_rate, b.frame_length, b.frame_shift) < b.min_input_length:
             raise AudioError(name, "too_short", f"{duration:.3f} s; the model needs "
-                             f"{b.min_input_length} feature frames, "
-                             f"{(b.min_input_length - 1) * b.frame_shift + b.frame_length:g} ms")
+                             f"{b.min_input_length} feature frames, {self._min_input_ms():g} ms")
         segments = self.segments(samples, rate, wav, segmentation or Segmentation())
         del samples  # (the model-rate copy is all that is read from here on)
         decoded = []
@@ -202,18 +202,15 @@ class Transcriber:
             progress(duration, duration)
         return self._transcript(decoded, duration, mode)
 
-    def _feature_frames(self, num_samples: int) -> int:
-        """Kaldi fbank frames of ``num_samples`` samples at the model's rate (snip edges)."""
+    def _min_input_ms(self) -> float:
+        """The model's shortest input in milliseconds of audio (its minimum feature frames)."""
         b = self.backend
-        length = int(b.sample_rate * b.frame_length / 1000)
-        shift = int(b.sample_rate * b.frame_shift / 1000)
-        return 0 if num_samples < length else 1 + (num_samples - length) // shift
+        return (b.min_input_length - 1) * b.frame_shift + b.frame_length
 
     def _at_least_min_input(self, segment: Segment, num_samples: int) -> Segment:
         """``segment`` widened (forward, then back) to the model's shortest input where it is
         shorter: a short last piece of fixed-length cutting."""
-        b = self.backend
-        need = int(b.sample_rate * ((b.min_input_length - 1) * b.frame_shift + b.frame_length) / 1000)
+        need = int(self.backend.sample_rate * self._min_input_ms() / 1000)
         if segment.end - segment.start >= need:
             return segment
         end = min(num_samples, segment.start + need)

@@ -36,14 +36,15 @@ def test_the_decision_follows_the_cpu_flags(tmp_path):
 
 
 class Recorder:
-    """Wraps ``Executor._forward``: records the autocast state and the CTC loss's dtype of
-    every training forward, and multiplies the loss of the batches whose first key is in
+    """Wraps ``Executor._forward``: records the first key of every training batch
+    (``first_keys``), the autocast state and the CTC loss's dtype of every training forward
+    (``seen``), and multiplies the loss of the batches whose first key is in
     ``overflow`` by 1e4 -- finite in fp32, but its gradients overflow fp16 (> 65504) in the
     backward pass of the autocast matmuls: a real fp16 overflow, a pure function of the batch,
     so a resumed run meets it where an uninterrupted one does."""
 
     def __init__(self, monkeypatch, overflow=frozenset()):
-        self.seen, self.overflow, self.overflowed = [], set(overflow), []
+        self.first_keys, self.seen, self.overflow, self.overflowed = [], [], set(overflow), []
         original = Executor._forward
 
         def forward(executor, model, batch, chunk):
@@ -56,6 +57,7 @@ class Recorder:
             finally:
                 hook.remove()
             if model.training:
+                self.first_keys.append(batch["keys"][0])
                 self.seen.append((*inside[0], out["loss_ctc"].dtype))
                 if batch["keys"][0] in self.overflow:
                     self.overflowed.append(batch["keys"][0])
@@ -66,17 +68,10 @@ class Recorder:
 
 def first_keys(exp, tmp_path, cfg, monkeypatch, count: int) -> list[str]:
     """The first key of each of the first ``count`` training batches of epoch 0."""
-    keys = []
-    original = Executor._forward
-
-    def forward(executor, model, batch, chunk):
-        if model.training:
-            keys.append(batch["keys"][0])
-        return original(executor, model, batch, chunk)
     with monkeypatch.context() as m:
-        m.setattr(Executor, "_forward", forward)
+        rec = Recorder(m)
         train_here(exp, tmp_path / "probe", cfg, "--max_steps", count)
-    return keys[:count]
+    return rec.first_keys[:count]
 
 
 def test_fp16_overflow_steps_are_calibration_skips_and_a_resume_continues_exactly(tiny_experiment, tmp_path,
