@@ -26,6 +26,7 @@ from asrkit.train.job import TrainJob
 from asrkit.train.logs import close_logging
 from asrkit.train.phase import fatal, train_phase, warm_start
 from asrkit.train.preflight import preflight
+from asrkit.train.precision import resolve_auto_dtype
 from asrkit.train.trainer import NoUsableDataError
 
 log = logging.getLogger("asrkit.train")
@@ -78,6 +79,11 @@ def run(job: TrainJob) -> int:
             check_socket_ifname(master_host(spec.init_method, os.environ), os.environ, backend=spec.backend)
     except (ConfigError, D.LaunchError, NetworkCheckError) as e:
         return _error(str(e))
+    if cfg.dtype == "auto":  # decided before anything reads it; the ranks' agreement check compares the result
+        cfg.dtype, why = resolve_auto_dtype(torch.device(job.device))
+        notes.append(why)
+    if warm_cfg is not None and warm_cfg.dtype == "auto":
+        warm_cfg.dtype = resolve_auto_dtype(torch.device(job.device))[0]
     problems = preflight(cfg, job, spec.backend)
     if problems:  # one line for one problem
         sep = " " if len(problems) == 1 else "\n  "

@@ -19,6 +19,10 @@ instruction set does:
 
 :func:`cpu_capabilities` reads the flags of ``/proc/cpuinfo`` (Linux; elsewhere none are
 known and the warnings say so); tests pass their own :class:`CpuCapabilities`.
+
+``dtype: auto`` (asrkit's value, not WeNet's) is :func:`resolve_auto_dtype`: bf16 where the
+device computes it natively -- the recipes' choice, measured to keep their accuracy
+(docs/performance.md) -- and fp32 elsewhere, decided on each rank before anything is built.
 """
 from __future__ import annotations
 
@@ -90,3 +94,24 @@ def cpu_precision(dtype: str, caps: Optional[CpuCapabilities] = None) -> Optiona
                            f"{caps.isa} kernels): fp16 is emulated and runs for checking the fp16 path (loss "
                            "scaling with a dynamic GradScaler); bf16 is a CPU's fast mixed precision where it "
                            "has avx512_bf16 or amx_bf16", warning=True)
+
+
+def resolve_auto_dtype(device: torch.device, caps: Optional[CpuCapabilities] = None,
+                       cuda_bf16: Optional[bool] = None) -> tuple[str, str]:
+    """``(dtype, why)`` for ``dtype: auto`` on ``device``: ``"bf16"`` on a GPU that supports
+    it (compute capability 8.0+; ``cuda_bf16`` overrides the query, for tests) or a CPU with
+    native bf16 (``caps``, default this one's: :meth:`CpuCapabilities.native`), else
+    ``"fp32"`` -- never fp16, whose loss scaling is a choice a user makes.  ``why`` is the
+    line to log."""
+    if device.type == "cuda":
+        supported = torch.cuda.is_bf16_supported() if cuda_bf16 is None else cuda_bf16
+        return (("bf16", "dtype auto -> bf16: the GPU computes bf16 natively") if supported else
+                ("fp32", "dtype auto -> fp32: the GPU has no bf16 (compute capability < 8.0)"))
+    if device.type != "cpu":
+        return "fp32", f"dtype auto -> fp32 on {device.type}"
+    caps = caps or cpu_capabilities()
+    native = caps.native("bf16")
+    if native:
+        return "bf16", f"dtype auto -> bf16: the CPU has native bf16 ({', '.join(native)})"
+    return "fp32", (f"dtype auto -> fp32: the CPU has no native bf16 (no avx512_bf16 / amx_bf16 flag; torch "
+                    f"{caps.isa} kernels), where bf16 is {AVX2_BF16_SLOWDOWN.split(' (')[0]}")

@@ -78,7 +78,9 @@ class TrainerSections:
     optim_conf: OptimConf = dataclasses.field(default_factory=OptimConf)
     scheduler: Literal["warmuplr"] = "warmuplr"
     scheduler_conf: SchedulerConf = dataclasses.field(default_factory=SchedulerConf)
-    dtype: Literal["fp32", "fp16", "bf16"] = "fp32"
+    # auto (asrkit's): bf16 where the device computes it natively, else fp32 -- decided on each
+    # rank at start and logged (asrkit.train.precision.resolve_auto_dtype)
+    dtype: Literal["fp32", "fp16", "bf16", "auto"] = "fp32"
     seed: int = 777
     # the meaning of the keys (asrkit.config_versions); load_config reads older ones
     config_version: int = checked(CONFIG_VERSION, lambda v: None if 1 <= v <= CONFIG_VERSION else

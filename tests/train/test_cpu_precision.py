@@ -125,3 +125,24 @@ def test_bf16_trains_under_autocast_with_ctc_in_fp32_close_to_fp32(tiny_experime
         losses[dtype] = ckpt.read_info(out / "epoch_1.pt")["cv_loss"]
     print(f"CV loss after 12 steps: {losses}")
     assert abs(losses["bf16"] - losses["fp32"]) <= 0.03 * losses["fp32"], losses
+
+
+def test_dtype_auto_picks_bf16_only_where_the_device_has_it():
+    from asrkit.train.precision import resolve_auto_dtype
+    cpu = torch.device("cpu")
+    assert resolve_auto_dtype(cpu, EPYC) == ("bf16", "dtype auto -> bf16: the CPU has native bf16 (avx512_bf16)")
+    dtype, why = resolve_auto_dtype(cpu, HASWELL)
+    assert dtype == "fp32" and "no native bf16" in why and "~27x slower than fp32" in why
+    assert resolve_auto_dtype(torch.device("cuda"), cuda_bf16=True)[0] == "bf16"
+    assert resolve_auto_dtype(torch.device("cuda"), cuda_bf16=False)[0] == "fp32"
+
+
+def test_the_trainer_resolves_dtype_auto_logs_it_and_saves_the_result(tiny_experiment, tmp_path):
+    import yaml
+    from asrkit.train.precision import resolve_auto_dtype
+    out = tmp_path / "auto"
+    err = train_here(tiny_experiment, out, tiny_experiment.config(tmp_path / "auto.yaml", dtype="auto"),
+                     "--max_steps", 1).stderr
+    dtype, why = resolve_auto_dtype(torch.device("cpu"))
+    assert f"config: {why}" in err
+    assert yaml.safe_load((out / "train.yaml").read_text())["dtype"] == dtype
