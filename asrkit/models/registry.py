@@ -18,11 +18,11 @@ from asrkit.models.cmvn import GlobalCMVN
 from asrkit.models.ctc import CTC
 from asrkit.models.decoder import BiTransformerDecoder, TransformerDecoder
 from asrkit.models.encoder import ConformerEncoder, TransformerEncoder
-from asrkit.models.transducer.joint import JOINTS
+from asrkit.models.transducer.joint import JOINTS, TransducerJoint
 from asrkit.models.transducer.loss import check_rnnt_loss
 from asrkit.models.transducer.model import Transducer
-from asrkit.models.transducer.predictor import PREDICTORS
-from asrkit.models.transducer.schema import predictor_params
+from asrkit.models.transducer.predictor import PREDICTORS, Predictor
+from asrkit.models.transducer.schema import PREDICTOR_PARAMS
 from asrkit.schema import one_of
 from asrkit.text.vocabulary import Vocabulary
 
@@ -113,11 +113,36 @@ def build_asr_model(cfg, input_dim: int, vocabulary: Vocabulary, cmvn: Optional[
                     length_normalized_loss=mc.length_normalized_loss)
 
 
+def build_predictor(cfg, vocabulary: Vocabulary) -> Predictor:
+    """``cfg.predictor`` (WeNet's default ``rnn``) from :data:`PREDICTORS`, with the keys of
+    ``predictor_conf`` that kind takes, its defaults for those not given
+    (:data:`~asrkit.models.transducer.schema.PREDICTOR_PARAMS`; the config's validation has
+    checked that the required ones are there)."""
+    kind = cfg.predictor or "rnn"
+    params = {key: default if (given := getattr(cfg.predictor_conf, key)) is None else given
+              for key, default in PREDICTOR_PARAMS[kind].items()}
+    return _lookup(PREDICTORS, "predictor", kind)(vocabulary.size, **params)
+
+
+def build_joint(cfg, vocabulary: Vocabulary, enc_size: int, pred_size: int) -> TransducerJoint:
+    """``cfg.joint`` (WeNet's default ``transducer_joint``) from :data:`JOINTS` with
+    ``joint_conf``, for encoder and predictor outputs of ``enc_size`` and ``pred_size``
+    (``joint_conf.enc_output_size`` / ``pred_output_size``, when given, must be those)."""
+    jc = cfg.joint_conf
+    for key, given, actual in (("enc_output_size", jc.enc_output_size, enc_size),
+                               ("pred_output_size", jc.pred_output_size, pred_size)):
+        if given is not None and given != actual:
+            part = "encoder" if key.startswith("enc") else "predictor"
+            raise ValueError(f"joint_conf.{key} {given} is not the {part}'s output size {actual}")
+    return _lookup(JOINTS, "joint", cfg.joint or "transducer_joint")(
+        vocabulary.size, enc_size, pred_size, jc.join_dim, prejoin_linear=jc.prejoin_linear,
+        postjoin_linear=jc.postjoin_linear, joint_mode=jc.joint_mode, activation=jc.activation)
+
+
 def build_transducer(cfg, input_dim: int, vocabulary: Vocabulary, cmvn: Optional[GlobalCMVN]) -> Transducer:
     """The transducer (``model: transducer``, :class:`~asrkit.models.transducer.model.Transducer`):
-    the encoder, ``cfg.predictor`` from :data:`PREDICTORS` (WeNet's default ``rnn``) with
-    ``predictor_conf``, ``cfg.joint`` from :data:`JOINTS` with ``joint_conf``, the decoder
-    when ``attention_weight > 0`` and a CTC head when ``ctc_weight > 0``.  Raises
+    the encoder, the decoder when ``attention_weight > 0``, a CTC head when ``ctc_weight >
+    0``, :func:`build_predictor` and :func:`build_joint` (WeNet's order).  Raises
     :class:`~asrkit.models.transducer.loss.RnntLossUnavailable` first when the installed
     torchaudio cannot compute the RNN-T loss."""
     check_rnnt_loss()
@@ -127,18 +152,9 @@ def build_transducer(cfg, input_dim: int, vocabulary: Vocabulary, cmvn: Optional
     transducer = 1.0 if mc.transducer_weight is None else mc.transducer_weight  # WeNet's defaults
     attention = 0.0 if mc.attention_weight is None else mc.attention_weight
     encoder = _lookup(ENCODERS, "encoder", cfg.encoder)(input_dim, cfg.encoder_conf)
-    decoder, ctc = _heads(cfg, vocabulary, mc.ctc_weight, attention)  # (WeNet's order of building)
-    kind = cfg.predictor or "rnn"
-    predictor = _lookup(PREDICTORS, "predictor", kind)(vocabulary.size, **predictor_params(kind, cfg.predictor_conf))
-    jc = cfg.joint_conf
-    for key, given, actual in (("enc_output_size", jc.enc_output_size, encoder.output_size()),
-                               ("pred_output_size", jc.pred_output_size, predictor.output_size())):
-        if given is not None and given != actual:
-            raise ValueError(f"joint_conf.{key} {given} is not the {key[:-12]} output size {actual}")
-    joint = _lookup(JOINTS, "joint", cfg.joint or "transducer_joint")(
-        vocabulary.size, encoder.output_size(), predictor.output_size(), jc.join_dim,
-        prejoin_linear=jc.prejoin_linear, postjoin_linear=jc.postjoin_linear, joint_mode=jc.joint_mode,
-        activation=jc.activation)
+    decoder, ctc = _heads(cfg, vocabulary, mc.ctc_weight, attention)
+    predictor = build_predictor(cfg, vocabulary)
+    joint = build_joint(cfg, vocabulary, encoder.output_size(), predictor.output_size())
     return Transducer(vocabulary, encoder, predictor, joint, decoder, ctc, cmvn,
                       transducer_weight=transducer, ctc_weight=mc.ctc_weight, attention_weight=attention,
                       lsm_weight=mc.lsm_weight,

@@ -249,6 +249,9 @@ class ModelSections:
         mc = self.model_conf
         transducer = 1.0 if mc.transducer_weight is None else mc.transducer_weight
         attention = 0.0 if mc.attention_weight is None else mc.attention_weight
+        if transducer <= 0.0:
+            errors.append("model_conf.transducer_weight: must be > 0 for model: transducer (the predictor and "
+                          "the joint learn from the RNN-T loss only)")
         if abs(transducer + mc.ctc_weight + attention - 1.0) > 1e-6:
             errors.append(f"model_conf: transducer_weight + ctc_weight + attention_weight must be 1 (WeNet "
                           f"asserts it), got {transducer} + {mc.ctc_weight} + {attention} (defaults when not "

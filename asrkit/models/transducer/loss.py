@@ -8,32 +8,35 @@ activations (``docs/experiments/transducer_joint_memory.md``).
 from __future__ import annotations
 
 import torch
+import torchaudio
 
 from asrkit.models.losses import IGNORE_ID
 
 
+try:  # (a torchaudio without it must not stop asrkit from importing: check_rnnt_loss reports it)
+    from torchaudio.functional import rnnt_loss as _torchaudio_rnnt_loss
+except ImportError:
+    _torchaudio_rnnt_loss = None
+
+
 class RnntLossUnavailable(RuntimeError):
-    """The installed torchaudio has no ``torchaudio.functional.rnnt_loss``."""
+    """The installed torchaudio cannot compute ``torchaudio.functional.rnnt_loss``."""
 
 
 def check_rnnt_loss() -> None:
     """:class:`RnntLossUnavailable` (one line, naming the torchaudio version) unless
-    ``torchaudio.functional.rnnt_loss`` can be imported and run."""
-    try:
-        import torchaudio
-    except Exception as e:  # (ImportError, or a torchaudio built for another torch: OSError)
-        raise RnntLossUnavailable(f"model: transducer needs torchaudio.functional.rnnt_loss, but torchaudio "
-                                  f"does not import ({type(e).__name__}: {e})") from None
-    version = getattr(torchaudio, "__version__", "?")
-    try:
-        from torchaudio.functional import rnnt_loss
-        logits = torch.zeros(1, 1, 2, 2)
-        rnnt_loss(logits, torch.ones(1, 1, dtype=torch.int32), torch.ones(1, dtype=torch.int32),
-                  torch.ones(1, dtype=torch.int32), blank=0)
-    except Exception as e:  # (ImportError; RuntimeError when its compiled extension is missing)
-        raise RnntLossUnavailable(f"model: transducer needs torchaudio.functional.rnnt_loss, which torchaudio "
-                                  f"{version} lacks ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
-                                  ) from None
+    ``torchaudio.functional.rnnt_loss`` exists and runs (its compiled kernel can be missing
+    from a build that still has the Python function)."""
+    problem = "it has no torchaudio.functional.rnnt_loss"
+    if _torchaudio_rnnt_loss is not None:
+        try:
+            _torchaudio_rnnt_loss(torch.zeros(1, 1, 2, 2), torch.ones(1, 1, dtype=torch.int32),
+                                  torch.ones(1, dtype=torch.int32), torch.ones(1, dtype=torch.int32), blank=0)
+            return
+        except Exception as e:  # (RuntimeError or OSError from a missing or mismatched extension)
+            problem = f"its rnnt_loss fails: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+    raise RnntLossUnavailable(f"model: transducer needs torchaudio.functional.rnnt_loss, but the installed "
+                              f"torchaudio {torchaudio.__version__} cannot compute it ({problem})")
 
 
 def add_blank(target: torch.Tensor, blank: int) -> torch.Tensor:
@@ -52,8 +55,9 @@ def rnnt_loss(logits: torch.Tensor, target: torch.Tensor, logit_lengths: torch.T
 
     Computed in fp32 with autocast off, whatever the logits' dtype (torchaudio takes fp32
     or fp16 only, and the lattice's sums of log-probabilities need fp32)."""
+    if _torchaudio_rnnt_loss is None:
+        check_rnnt_loss()  # (raises: the one-line reason)
     with torch.autocast(device_type=logits.device.type, enabled=False):
-        from torchaudio.functional import rnnt_loss as _rnnt_loss
-        return _rnnt_loss(logits.float(), target.masked_fill(target == IGNORE_ID, 0).to(torch.int32),
+        return _torchaudio_rnnt_loss(logits.float(), target.masked_fill(target == IGNORE_ID, 0).to(torch.int32),
                           logit_lengths.to(torch.int32), target_lengths.to(torch.int32),
                           blank=blank, reduction="none")

@@ -7,7 +7,8 @@ WeNet passes ``predictor_conf`` as keyword arguments to the predictor class that
 (:data:`PREDICTOR_PARAMS`).  Here every key of :class:`PredictorConf` is optional (``None``:
 not given) and :func:`predictor_problems` applies the kind's table: a key the kind requires
 and lacks, or a key the kind does not take (WeNet: ``TypeError: unexpected keyword``), is
-an error at load.  :func:`predictor_params` gives the kind's resolved keyword values.
+an error at load.  ``asrkit.models.registry.build_predictor`` builds the kind with the given
+keys and the table's defaults for the others.
 """
 from __future__ import annotations
 
@@ -86,13 +87,6 @@ def predictor_problems(kind: str, conf: PredictorConf) -> list[str]:
         problems.append(f"predictor_conf.output_size ({conf.output_size}) must equal embed_size "
                         f"({conf.embed_size}) for predictor {kind}")
     return problems
-
-
-def predictor_params(kind: str, conf: PredictorConf) -> dict[str, Any]:
-    """The keyword values of predictor ``kind``: the given keys, the kind's defaults for
-    the others (``conf`` must have passed :func:`predictor_problems`)."""
-    return {key: default if (given := getattr(conf, key)) is None else given
-            for key, default in PREDICTOR_PARAMS[kind].items()}
 
 
 @dataclasses.dataclass
