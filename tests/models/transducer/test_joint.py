@@ -7,6 +7,8 @@ import torch
 
 from asrkit.models.transducer.joint import TransducerJoint
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # small models: one thread, immune to a busy machine
+
 
 def inputs(enc: int = 6, pred: int = 5):
     g = torch.Generator().manual_seed(0)

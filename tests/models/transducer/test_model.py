@@ -17,6 +17,8 @@ from asrkit.text.vocabulary import Vocabulary
 from tests.models.tiny import TINY, merge, random_batch
 from tests.models.transducer.tiny import TINY_TRANSDUCER, tiny_transducer, tiny_transducer_config
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # small models: one thread, immune to a busy machine
+
 
 def refusal(**sections) -> str:
     """The message of the ConfigError of the tiny transducer config with ``sections``."""

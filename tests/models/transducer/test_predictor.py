@@ -12,6 +12,8 @@ from torch.nn import functional as F
 
 from asrkit.models.transducer.predictor import ConvPredictor, EmbeddingPredictor, RNNPredictor
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # small models: one thread, immune to a busy machine
+
 VOCAB = 11
 KINDS = {
     "lstm": lambda: RNNPredictor(VOCAB, 8, 6, 0.0, hidden_size=10, num_layers=2, rnn_type="lstm", dropout=0.0),

@@ -28,6 +28,8 @@ from asrkit.models.transducer.loss import add_blank
 from tests.models.transducer.wenet_transducer import (REFERENCES, load_reference, load_wenet_transducer,
                                                       reference_batch)
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # small models: one thread, immune to a busy machine
+
 TOLERANCE = 1e-4
 
 
