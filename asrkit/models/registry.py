@@ -158,8 +158,8 @@ def build_transducer(cfg, input_dim: int, vocabulary: Vocabulary, cmvn: Optional
     return Transducer(vocabulary, encoder, predictor, joint, decoder, ctc, cmvn,
                       transducer_weight=transducer, ctc_weight=mc.ctc_weight, attention_weight=attention,
                       lsm_weight=mc.lsm_weight,
-                      reverse_weight=mc.reverse_weight if cfg.decoder == "bitransformer" else 0.0,
-                      length_normalized_loss=mc.length_normalized_loss)
+                      reverse_weight=mc.reverse_weight if decoder is not None and cfg.decoder == "bitransformer"
+                      else 0.0, length_normalized_loss=mc.length_normalized_loss)
 
 
 # name -> builder(cfg, input_dim, vocabulary, cmvn) -> nn.Module.  A model family registers

@@ -118,3 +118,15 @@ def test_batch_losses_match_wenet(wenet, monkeypatch):
     assert abs(float(own["loss_rnnt"]) - alone) < TOLERANCE
     monkeypatch.setattr(ConvolutionModule, "forward", wenet_padded_convolution)
     assert_batch_matches(wenet_losses(model(*batch)), reference["forward_full"], "full, WeNet's padding")
+
+
+
+def test_a_wenet_checkpoint_loads_into_a_pure_transducer_without_its_untrained_heads():
+    """WeNet saves ``ctc.*`` and ``decoder.*`` whatever their loss weights; a config with
+    weight 0 for both (WeNet's default transducer) builds neither, and the checkpoint loads
+    without them, every other weight WeNet's."""
+    pure = ["model_conf.transducer_weight=1.0", "model_conf.ctc_weight=0.0", "model_conf.attention_weight=0.0"]
+    model = load_wenet_transducer("rnnt_offline", overrides=pure)
+    assert model.ctc is None and model.decoder is None
+    full = load_wenet_transducer("rnnt_offline").state_dict()
+    assert all(torch.equal(value, full[key]) for key, value in model.state_dict().items())

@@ -20,14 +20,14 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "wenet" / "transdu
 REFERENCES = {"rnnt_offline": "reference.pt", "rnnt_stateless_u2pp": "reference_chunk4.pt"}
 
 
-def load_wenet_transducer(name: str, config: str = "train.yaml"):
-    """The WeNet model of fixture folder ``name`` from ``config`` (as WeNet wrote it;
-    relative paths resolve from that folder, as in a WeNet experiment) and ``epoch_5.pt``,
-    in eval mode."""
+def load_wenet_transducer(name: str, config: str = "train.yaml", overrides: tuple[str, ...] = ()):
+    """The WeNet model of fixture folder ``name`` from ``config`` (as WeNet wrote it, with
+    ``overrides``; relative paths resolve from that folder, as in a WeNet experiment) and
+    ``epoch_5.pt``, in eval mode."""
     cwd = os.getcwd()
     os.chdir(FIXTURES / name)
     try:
-        cfg = load_config(config)
+        cfg = load_config(config, overrides)
         vocabulary = Vocabulary.from_symbols(read_units(cfg.tokenizer_conf.symbol_table_path))
         model = build_model(cfg, cfg.input_dim, vocabulary, load_cmvn_stats=False)
         load_weights(model, load_checkpoint("epoch_5.pt"), "epoch_5.pt")
