@@ -49,24 +49,31 @@ def _keep(padding: torch.Tensor) -> torch.Tensor:
 class Predictor(nn.Module):
     """The interface of every predictor (see the module docstring)."""
 
+    @torch.jit.export
     def output_size(self) -> int:
         raise NotImplementedError
 
+    @torch.jit.export
     def init_state(self, batch_size: int, device: torch.device) -> List[torch.Tensor]:
         raise NotImplementedError
 
+    @torch.jit.export
     def forward_step(self, input: torch.Tensor, padding: torch.Tensor, cache: List[torch.Tensor]
                      ) -> Tuple[torch.Tensor, List[torch.Tensor]]:
         raise NotImplementedError
 
+    @torch.jit.export
     def batch_to_cache(self, cache: List[torch.Tensor]) -> List[List[torch.Tensor]]:
         raise NotImplementedError
 
+    @torch.jit.export
     def cache_to_batch(self, cache: List[List[torch.Tensor]]) -> List[torch.Tensor]:
         raise NotImplementedError
 
 
 class RNNPredictor(Predictor):
+    __constants__ = ["is_lstm"]  # (for TorchScript: only the branch of this kind is compiled)
+
     """WeNet's ``rnn`` predictor: ``projection(rnn(dropout(embed(tokens))))``.
 
     State: ``[h, c]`` for an LSTM, ``[h]`` for a GRU or plain RNN, each
@@ -90,9 +97,11 @@ class RNNPredictor(Predictor):
                                   bias=bias, batch_first=True, dropout=dropout if num_layers > 1 else 0.0)
         self.projection = nn.Linear(hidden_size, output_size)
 
+    @torch.jit.export
     def output_size(self) -> int:
         return self._output_size
 
+    @torch.jit.export
     def init_state(self, batch_size: int, device: torch.device) -> List[torch.Tensor]:
         zeros = torch.zeros(self.num_layers, batch_size, self.hidden_size, device=device,
                             dtype=self.embed.weight.dtype)
@@ -110,16 +119,19 @@ class RNNPredictor(Predictor):
         out, _ = self._run(self.dropout(self.embed(input)), state)
         return self.projection(out)
 
+    @torch.jit.export
     def forward_step(self, input: torch.Tensor, padding: torch.Tensor, cache: List[torch.Tensor]
                      ) -> Tuple[torch.Tensor, List[torch.Tensor]]:
         out, new = self._run(self.dropout(self.embed(input)), cache)
         keep = _keep(padding).view(1, -1, 1)  # states are [layers, B, hidden]
         return self.projection(out), [torch.where(keep, old, s) for old, s in zip(cache, new)]
 
+    @torch.jit.export
     def batch_to_cache(self, cache: List[torch.Tensor]) -> List[List[torch.Tensor]]:
         rows = [torch.split(state, 1, dim=1) for state in cache]
         return [[state_rows[b] for state_rows in rows] for b in range(cache[0].size(1))]
 
+    @torch.jit.export
     def cache_to_batch(self, cache: List[List[torch.Tensor]]) -> List[torch.Tensor]:
         return [torch.cat([row[i] for row in cache], dim=1) for i in range(len(cache[0]))]
 
@@ -139,9 +151,11 @@ class _HistoryPredictor(Predictor):
         self.embed = nn.Embedding(vocab_size, embed_size)
         self.embed_dropout = Dropout(embed_dropout)
 
+    @torch.jit.export
     def output_size(self) -> int:
         return self.embed_size
 
+    @torch.jit.export
     def init_state(self, batch_size: int, device: torch.device) -> List[torch.Tensor]:
         return [torch.zeros(batch_size, self.context_size - 1, self.embed_size, device=device,
                             dtype=self.embed.weight.dtype)]
@@ -156,6 +170,7 @@ class _HistoryPredictor(Predictor):
         windows = x.unfold(1, self.context_size, 1).transpose(2, 3)            # [B, U, C, E]
         return self.mix(windows)
 
+    @torch.jit.export
     def forward_step(self, input: torch.Tensor, padding: torch.Tensor, cache: List[torch.Tensor]
                      ) -> Tuple[torch.Tensor, List[torch.Tensor]]:
         history = cache[0]
@@ -164,9 +179,11 @@ class _HistoryPredictor(Predictor):
         new = context[:, 1:]
         return out, [torch.where(_keep(padding).view(-1, 1, 1), history, new)]
 
+    @torch.jit.export
     def batch_to_cache(self, cache: List[torch.Tensor]) -> List[List[torch.Tensor]]:
         return [[row] for row in torch.split(cache[0], 1, dim=0)]
 
+    @torch.jit.export
     def cache_to_batch(self, cache: List[List[torch.Tensor]]) -> List[torch.Tensor]:
         return [torch.cat([row[0] for row in cache], dim=0)]
 
@@ -223,8 +240,9 @@ class ConvPredictor(_HistoryPredictor):
     def mix(self, windows: torch.Tensor) -> torch.Tensor:
         # a depthwise kernel over one window is a weighted sum of its C embeddings per channel
         out = torch.einsum("buce,ec->bue", windows, self.conv.weight.squeeze(1))
-        if self.conv.bias is not None:
-            out = out + self.conv.bias
+        bias = self.conv.bias
+        if bias is not None:
+            out = out + bias
         return self.activation(self.norm(out))
 
 

@@ -59,3 +59,14 @@ def test_projected_once_and_pairs_of_a_beam_give_the_same_logits():
     # one (frame, predictor position) pair per row: [N, 1, 1, D] + [N, 1, 1, D]
     pairs = joint(enc_p[:, 2].view(2, 1, 1, -1), pred_p[:, 1].view(2, 1, 1, -1), pre_project=False)
     assert torch.allclose(pairs[:, 0, 0], full[:, 2, 1], atol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # torch.jit.script deprecation notice
+@torch.no_grad()
+def test_the_joint_scripts():
+    torch.manual_seed(0)
+    for joint in (TransducerJoint(7, 6, 5, 8), TransducerJoint(7, 8, 8, 8, prejoin_linear=False, postjoin_linear=True)):
+        enc, pred = inputs(*((6, 5) if joint.prejoin_linear else (8, 8)))
+        scripted = torch.jit.script(joint)
+        assert torch.equal(scripted(enc, pred), joint(enc, pred))
+        assert torch.equal(scripted.project_encoder(enc), joint.project_encoder(enc))

@@ -132,3 +132,19 @@ def test_stateless_kinds_need_output_size_equal_to_embed_size():
         EmbeddingPredictor(VOCAB, 8, 6, 0.0, n_head=2)
     with pytest.raises(ValueError, match="must equal embed_size"):
         ConvPredictor(VOCAB, 8, 6, 0.0)
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # torch.jit.script deprecation notice
+@torch.no_grad()
+def test_every_kind_scripts_with_its_streaming_methods(predictor):
+    """The searches are scripted for export: the predictor's methods must compile, and compute
+    what the eager ones do."""
+    scripted = torch.jit.script(predictor)
+    ys, padding = tokens(), torch.tensor([[0.0], [1.0], [0.0]])
+    assert torch.equal(scripted(ys), predictor(ys))
+    state = scripted.init_state(3, torch.device("cpu"))
+    out, new = scripted.forward_step(ys[:, :1], padding, state)
+    want, want_new = predictor.forward_step(ys[:, :1], padding, predictor.init_state(3, torch.device("cpu")))
+    assert torch.equal(out, want) and all(torch.equal(a, b) for a, b in zip(new, want_new))
+    assert all(torch.equal(a, b) for a, b in zip(scripted.cache_to_batch(scripted.batch_to_cache(new)), new))
+    assert scripted.output_size() == predictor.output_size()
