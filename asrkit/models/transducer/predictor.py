@@ -72,12 +72,12 @@ class Predictor(nn.Module):
 
 
 class RNNPredictor(Predictor):
-    __constants__ = ["is_lstm"]  # (for TorchScript: only the branch of this kind is compiled)
-
     """WeNet's ``rnn`` predictor: ``projection(rnn(dropout(embed(tokens))))``.
 
     State: ``[h, c]`` for an LSTM, ``[h]`` for a GRU or plain RNN, each
     ``[num_layers, B, hidden_size]``, zeros at the start."""
+
+    __constants__ = ["is_lstm"]  # (for TorchScript: only the branch of this kind is compiled)
 
     def __init__(self, vocab_size: int, embed_size: int, output_size: int, embed_dropout: float,
                  hidden_size: int, num_layers: int, bias: bool = True, rnn_type: str = "lstm",
