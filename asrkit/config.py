@@ -75,7 +75,8 @@ class TrainConfig(*reversed(_SECTIONS)):
         model parts against the registries that build them
         (:func:`asrkit.models.registry.name_problems`)."""
         errors = [msg for section in _SECTIONS if "validate" in vars(section) for msg in section.validate(self)]
-        return errors + name_problems({"encoder": self.encoder, "decoder": self.decoder, "model": self.model})
+        return errors + name_problems({"encoder": self.encoder, "decoder": self.decoder, "model": self.model,
+                                       "predictor": self.predictor, "joint": self.joint})
 
 
 # ----------------------------------------------------------------------------- validation

@@ -33,6 +33,7 @@ import torch
 
 import asrkit
 from asrkit.config import TrainConfig, dump_config, load_config, schema_classes, to_dict
+from asrkit.models.transducer.schema import JointConf, PredictorConf
 from tests.helpers import distinct_utterance_list, run_tool, train_args
 
 PACKAGE = Path(asrkit.__file__).resolve().parent
@@ -146,6 +147,27 @@ def _powersgd_state(cfg, exp, tmp_path):
     assert (state.matrix_approximation_rank, state.start_powerSGD_iter) == (2, 7)
 
 
+def _transducer(cfg, exp, tmp_path):
+    from asrkit.models.registry import build_predictor, build_transducer
+    from asrkit.models.transducer.schema import JointConf, PredictorConf
+    from asrkit.text.vocabulary import Vocabulary
+    vocabulary = Vocabulary.of_size(cfg.output_dim)
+    rnn = PredictorConf(embed_size=8, output_size=8, embed_dropout=0.0, hidden_size=8, num_layers=1)
+    transducer = dataclasses.replace(
+        cfg, model="transducer", predictor="rnn", predictor_conf=rnn, joint="transducer_joint",
+        joint_conf=JointConf(enc_output_size=cfg.encoder_conf.output_size, join_dim=8),
+        model_conf=dataclasses.replace(cfg.model_conf, transducer_weight=0.5, attention_weight=0.2))
+    assert build_transducer(transducer, cfg.input_dim, vocabulary, None).predictor.output_size() == 8
+    for kind in ("embedding", "conv"):  # the keys of the stateless kinds
+        conf = PredictorConf(embed_size=8, output_size=8, embed_dropout=0.0, n_head=2 if kind == "embedding" else None)
+        assert build_predictor(dataclasses.replace(transducer, predictor=kind, predictor_conf=conf), vocabulary)
+
+
+_TRANSDUCER_KEYS = (["TrainConfig.predictor", "TrainConfig.predictor_conf", "TrainConfig.joint",
+                     "TrainConfig.joint_conf", "ModelConf.transducer_weight", "ModelConf.attention_weight"]
+                    + [f"PredictorConf.{f.name}" for f in dataclasses.fields(PredictorConf)]
+                    + [f"JointConf.{f.name}" for f in dataclasses.fields(JointConf)])
+
 TARGETED = {
     "TrainConfig.max_nonfinite_steps": (
         "asrkit.train.executor.Executor._count_fault (a skipped non-finite optimizer step)",
@@ -159,6 +181,8 @@ TARGETED = {
     "DdpConf.powersgd_start_iter": (
         "asrkit.train.dist.comm_hooks.powersgd_state (registered on the DDP model with comm_hook: powersgd)",
         "the tiny run is one process: no DDP model, no hook", _powersgd_state),
+    **{key: ("asrkit.models.registry.build_transducer and build_predictor (model: transducer)",
+             "the tiny run trains model: asr_model", _transducer) for key in _TRANSDUCER_KEYS},
 }
 
 

@@ -72,12 +72,16 @@ class AsrModel(nn.Module):
     def __init__(self, vocabulary: Vocabulary, encoder: nn.Module, decoder: Optional[nn.Module],
                  ctc: Optional[CTC], cmvn: Optional[GlobalCMVN], ctc_weight: float,
                  lsm_weight: float = 0.0, reverse_weight: float = 0.0,
-                 length_normalized_loss: bool = False):
+                 length_normalized_loss: bool = False, attention_weight: Optional[float] = None):
         super().__init__()
+        # the weight of the attention loss: 1 − ctc_weight here; a subclass adding a loss
+        # term (asrkit.models.transducer) passes its own
+        attention_weight = 1.0 - ctc_weight if attention_weight is None else attention_weight
         if ctc is None and ctc_weight > 0.0:
             raise ValueError("ctc_weight > 0 needs a CTC head")
-        if decoder is None and ctc_weight < 1.0:
-            raise ValueError("ctc_weight < 1 needs a decoder")
+        if decoder is None and attention_weight > 0.0:
+            raise ValueError("ctc_weight < 1 needs a decoder" if attention_weight == 1.0 - ctc_weight
+                             else "attention_weight > 0 needs a decoder")
         if reverse_weight > 0.0 and (decoder is None or not decoder.has_reverse):
             raise ValueError("reverse_weight > 0 needs decoder bitransformer")
         if ctc is not None and ctc.blank_id != vocabulary.blank_id:
@@ -91,6 +95,7 @@ class AsrModel(nn.Module):
         self.ctc = ctc
         self.cmvn = cmvn
         self.ctc_weight = ctc_weight
+        self.attention_weight = attention_weight
         self.lsm_weight = lsm_weight
         self.reverse_weight = reverse_weight
         self.length_normalized_loss = length_normalized_loss
@@ -123,6 +128,39 @@ class AsrModel(nn.Module):
                 "loss_att": zero if has_att else None, "num_utts": count, "num_tokens": count,
                 "acc_correct": count if has_att else None, "acc_total": count if has_att else None}
 
+    def _counts(self, feats: torch.Tensor, target: torch.Tensor, target_lengths: torch.Tensor) -> dict:
+        """The start of a loss dict: ``num_utts``, ``num_tokens`` (see the class docstring)
+        and the optional entries at None; ValueError for a ``target`` that is not ``[B, L]``."""
+        if target.dim() != 2 or target.size(0) != feats.size(0):
+            raise ValueError(f"target must be [B, L] with B={feats.size(0)}, got {tuple(target.shape)}")
+        return {"num_utts": torch.tensor(feats.size(0), dtype=torch.long, device=feats.device),
+                "num_tokens": (target_lengths + 1).sum(),
+                "loss_ctc": None, "loss_att": None, "acc_correct": None, "acc_total": None}
+
+    def per_utterance(self, loss: torch.Tensor, out: dict) -> torch.Tensor:
+        """``loss`` (a sum of per-utterance losses) as the trainer is to see it: as it is, or
+        with ``length_normalized_loss`` times ``num_tokens / num_utts``, so that divided by
+        the token count it is still the per-utterance average (WeNet normalises only the
+        attention loss by tokens; see the class docstring)."""
+        return loss * (out["num_tokens"] / out["num_utts"]) if self.length_normalized_loss else loss
+
+    def ctc_attention_loss(self, enc_out: torch.Tensor, enc_lengths: torch.Tensor, target: torch.Tensor,
+                           target_lengths: torch.Tensor, out: dict) -> Optional[torch.Tensor]:
+        """``ctc_weight · loss_ctc + attention_weight · loss_att`` (None when the model has
+        neither term), filling ``out``'s ``loss_ctc``, ``loss_att``, ``acc_correct`` and
+        ``acc_total`` (the class docstring); a term whose weight is 0 is not computed."""
+        loss: Optional[torch.Tensor] = None
+        if self.ctc is not None and self.ctc_weight > 0.0:
+            loss_ctc = self.per_utterance(self.ctc.loss(enc_out, enc_lengths, target, target_lengths).sum(), out)
+            out["loss_ctc"] = loss_ctc
+            loss = self.ctc_weight * loss_ctc
+        if self.decoder is not None and self.attention_weight > 0.0:
+            att, correct, total = self.attention_loss(enc_out, enc_lengths, target, target_lengths)
+            out.update(loss_att=att, acc_correct=correct, acc_total=total)
+            weighted = self.attention_weight * att
+            loss = weighted if loss is None else loss + weighted
+        return loss
+
     def attention_loss(self, enc_out: torch.Tensor, enc_lengths: torch.Tensor, target: torch.Tensor,
                        target_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(Σ loss, correct, total)`` of the decoder(s), teacher-forced."""
@@ -151,24 +189,8 @@ class AsrModel(nn.Module):
         micro-batch: ``asrkit.models.chunks``)."""
         if feats.size(0) == 0:
             return self._zero_loss(feats.device)
-        if target.dim() != 2 or target.size(0) != feats.size(0):
-            raise ValueError(f"target must be [B, L] with B={feats.size(0)}, got {tuple(target.shape)}")
+        out = self._counts(feats, target, target_lengths)
         enc_out, enc_lengths = self.encode(feats, feats_lengths, chunk_size=chunk_size,
                                            num_left_chunks=num_left_chunks)
-        out: dict = {"num_utts": torch.tensor(feats.size(0), dtype=torch.long, device=feats.device),
-                     "num_tokens": (target_lengths + 1).sum(),
-                     "loss_ctc": None, "loss_att": None, "acc_correct": None, "acc_total": None}
-        loss: Optional[torch.Tensor] = None
-        if self.ctc is not None and self.ctc_weight > 0.0:
-            loss_ctc = self.ctc.loss(enc_out, enc_lengths, target, target_lengths).sum()
-            if self.length_normalized_loss:  # WeNet's CTC stays per utterance (class docstring)
-                loss_ctc = loss_ctc * (out["num_tokens"] / out["num_utts"])
-            out["loss_ctc"] = loss_ctc
-            loss = self.ctc_weight * loss_ctc
-        if self.decoder is not None and self.ctc_weight < 1.0:
-            att, correct, total = self.attention_loss(enc_out, enc_lengths, target, target_lengths)
-            out.update(loss_att=att, acc_correct=correct, acc_total=total)
-            weighted = (1.0 - self.ctc_weight) * att
-            loss = weighted if loss is None else loss + weighted
-        out["loss"] = loss
+        out["loss"] = self.ctc_attention_loss(enc_out, enc_lengths, target, target_lengths, out)
         return out

@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar, Literal, Optional
 
-from asrkit.schema import WenetKey, between, checked, non_negative, off, only, positive, same_as
+from asrkit.models.transducer.schema import JointConf, PredictorConf, predictor_problems
+from asrkit.schema import WenetKey, any_value, between, checked, non_negative, off, only, positive, same_as
 
 # WeNet keys of encoder_conf and decoder_conf that are not fields (wenet/transformer/encoder.py,
 # decoder.py): each at the value that is what asrkit always does, or that switches off a WeNet
@@ -132,23 +133,44 @@ class DecoderConf:
     }
 
 
+def _weight_or_none(value) -> Optional[str]:
+    return None if value is None or 0.0 <= value <= 1.0 else f"must be in [0.0, 1.0], got {value!r}"
+
+
+# WeNet's k2 options of the transducer (wenet/models/transducer/transducer.py): asrkit has no
+# k2 path (k2 does not install for asrkit's torch), so only the values that leave it off load.
+_K2 = "k2's pruned RNN-T loss (enable_k2; k2 does not install for asrkit's torch)"
+_K2_ONLY = "read by WeNet only with enable_k2: true (k2's pruned RNN-T loss), which asrkit refuses"
+
+
 @dataclasses.dataclass
 class ModelConf:
-    """``model_conf``: the hybrid CTC/attention loss.
+    """``model_conf``: the weights of the loss terms.
 
-    loss = ctc_weight · CTC + (1 − ctc_weight) · ATT, where with ``decoder: bitransformer``
-    ATT = (1 − reverse_weight) · left-to-right + reverse_weight · right-to-left.
-    ``length_normalized_loss`` selects the trainer's normaliser (tokens instead of utterances).
+    ``model: asr_model``: loss = ctc_weight · CTC + (1 − ctc_weight) · ATT, where with
+    ``decoder: bitransformer`` ATT = (1 − reverse_weight) · left-to-right + reverse_weight ·
+    right-to-left.  ``model: transducer``: loss = transducer_weight · RNN-T + ctc_weight ·
+    CTC + attention_weight · ATT, the three weights summing to 1 (WeNet asserts it);
+    ``transducer_weight`` and ``attention_weight`` are keys of the transducer only (``None``:
+    not given; WeNet's defaults 1.0 and 0.0).  ``length_normalized_loss`` selects the
+    trainer's normaliser (tokens instead of utterances).
     """
 
     ctc_weight: float = checked(0.3, between(0.0, 1.0))
     lsm_weight: float = checked(0.0, between(0.0, 1.0))
     length_normalized_loss: bool = False
     reverse_weight: float = checked(0.0, between(0.0, 1.0))
+    transducer_weight: Optional[float] = checked(None, _weight_or_none)
+    attention_weight: Optional[float] = checked(None, _weight_or_none)
 
     WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
         "ignore_id": only(-1, reason="asrkit pads targets with -1"),
         "apply_non_blank_embedding": off(False, feature="the non-blank embedding of CTC-aligned frames"),
+        "enable_k2": off(False, feature=_K2),
+        "delay_penalty": off(0.0, feature="the delay penalty of " + _K2),
+        "lm_only_scale": any_value(float, _K2_ONLY),
+        "am_only_scale": any_value(float, _K2_ONLY),
+        "warmup_steps": any_value(float, _K2_ONLY),
     }
 
 
@@ -196,7 +218,42 @@ class ModelSections:
     input_dim: Optional[int] = checked(None, lambda v: None if v is None or v > 0 else f"must be > 0, got {v!r}")
     output_dim: Optional[int] = checked(None, lambda v: None if v is None or v > 2 else f"must be > 2, got {v!r}")
 
+    # model: transducer only (asrkit.models.transducer): None when not given
+    predictor: Optional[str] = None   # PREDICTORS: rnn | embedding | conv (WeNet's default rnn)
+    predictor_conf: Optional[PredictorConf] = None
+    joint: Optional[str] = None       # JOINTS: transducer_joint (WeNet's default)
+    joint_conf: Optional[JointConf] = None
+
     WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
         "ctc": only("ctc", reason="asrkit's only CTC head"),
         "vocab_size": same_as("output_dim", "WeNet's trainer writes the dictionary size as both"),
     }
+
+    def validate(self) -> list[str]:
+        """The keys that belong to one model family: those of ``model: transducer`` are
+        required by it (``predictor_conf``, ``joint_conf``; WeNet has no default for either)
+        and refused with any other model (WeNet ignores them there, or fails on them)."""
+        if self.model != "transducer":
+            given = {"predictor": self.predictor, "predictor_conf": self.predictor_conf, "joint": self.joint,
+                     "joint_conf": self.joint_conf, "model_conf.transducer_weight": self.model_conf.transducer_weight,
+                     "model_conf.attention_weight": self.model_conf.attention_weight}
+            return [f"{key}: read only by model: transducer (model is {self.model})"
+                    for key, value in given.items() if value is not None]
+        missing = [key for key in ("predictor_conf", "joint_conf") if getattr(self, key) is None]
+        if missing:
+            return [f"model: transducer needs a predictor (predictor: rnn | embedding | conv, with its "
+                    f"predictor_conf) and a joint (joint_conf); missing: {', '.join(missing)}"]
+        errors = predictor_problems(self.predictor or "rnn", self.predictor_conf)
+        if self.joint_conf.join_dim is None:
+            errors.append("joint_conf.join_dim: required by joint transducer_joint")
+        mc = self.model_conf
+        transducer = 1.0 if mc.transducer_weight is None else mc.transducer_weight
+        attention = 0.0 if mc.attention_weight is None else mc.attention_weight
+        if transducer <= 0.0:
+            errors.append("model_conf.transducer_weight: must be > 0 for model: transducer (the predictor and "
+                          "the joint learn from the RNN-T loss only)")
+        if abs(transducer + mc.ctc_weight + attention - 1.0) > 1e-6:
+            errors.append(f"model_conf: transducer_weight + ctc_weight + attention_weight must be 1 (WeNet "
+                          f"asserts it), got {transducer} + {mc.ctc_weight} + {attention} (defaults when not "
+                          f"given: 1.0, asrkit's 0.3 (WeNet's transducer: 0.0), 0.0)")
+        return errors

@@ -3,8 +3,10 @@ resuming and ``--enc_init`` share.
 
 :func:`model_state` turns what a checkpoint holds into a state dict under the model's
 names -- asrkit's own (a DDP ``module.`` prefix dropped) or WeNet's
-(:mod:`asrkit.models.wenet_state`) -- and refuses an asrkit checkpoint written before
-``config_version`` 2 whose relative positions the model would read differently.
+(:mod:`asrkit.models.wenet_state`; less the heads WeNet saves untrained, whose loss weight
+is 0 and which asrkit does not build: :func:`without_untrained_heads`) -- and refuses an
+asrkit checkpoint written before ``config_version`` 2 whose relative positions the model
+would read differently.
 :func:`load_weights` then requires the keys to match the model's exactly: one missing or
 one extra key, or a tensor of another shape, is a :class:`CheckpointError` naming it.
 """
@@ -39,12 +41,21 @@ def check_positional_version(checkpoint: dict, model: nn.Module, source: str) ->
                               f"to use it")
 
 
+def without_untrained_heads(state: dict, model: nn.Module) -> dict:
+    """``state`` (WeNet's, under asrkit's names) less the keys of the CTC head / attention
+    decoder that ``model`` leaves out (its ``ctc`` / ``decoder`` is None: that loss's weight
+    is 0).  WeNet builds and saves both heads whatever their weights, and a head whose weight
+    is 0 is never trained (e.g. a pure RNN-T transducer's ``ctc.*`` and ``decoder.*``)."""
+    absent = tuple(f"{head}." for head in ("ctc", "decoder") if getattr(model, head, "") is None)
+    return {k: v for k, v in state.items() if not k.startswith(absent)} if absent else state
+
+
 def model_state(checkpoint: dict, model: nn.Module, source: str) -> dict:
     """The state dict of ``checkpoint`` (as :func:`asrkit.io.checkpoint.load_checkpoint`
     returns it) under ``model``'s names (see the module docstring)."""
     state = strip_module_prefix(checkpoint["model"])
     if is_wenet_state(state):
-        return from_wenet_state(state, source)
+        return without_untrained_heads(from_wenet_state(state, source), model)
     check_positional_version(checkpoint, model, source)
     return state
 
