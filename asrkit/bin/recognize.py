@@ -60,9 +60,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beam_size", type=int, default=10)
     p.add_argument("--batch_size", type=int, default=16)
     p.add_argument("--ctc_weight", type=float, default=0.3,
-                   help="attention_rescoring: weight of the CTC score")
+                   help="attention_rescoring: weight of the CTC score (the transducer rescorings: of the "
+                        "search score)")
     p.add_argument("--reverse_weight", type=float, default=0.0,
                    help="attention_rescoring: weight of the right-to-left decoder (bitransformer)")
+    p.add_argument("--search_ctc_weight", type=float, default=0.3,
+                   help="rnnt_beam_search (and rnnt_beam_attn_rescoring's n-best): weight of CTC probabilities")
+    p.add_argument("--search_transducer_weight", type=float, default=0.7,
+                   help="rnnt_beam_search: weight of the joint's probabilities")
+    p.add_argument("--transducer_weight", type=float, default=0.5,
+                   help="rnnt_beam_attn_rescoring, ctc_beam_td_attn_rescoring: weight of the RNN-T log-likelihood "
+                        "(ctc_weight weighs the search score there)")
+    p.add_argument("--attn_weight", type=float, default=0.5,
+                   help="rnnt_beam_attn_rescoring, ctc_beam_td_attn_rescoring: weight of the attention score")
     p.add_argument("--blank_skip_threshold", type=float, default=DEFAULT_BLANK_SKIP_THRESHOLD,
                    help="prefix beam search: frames with P(blank) above this add no new prefixes "
                         "(1.0 disables)")
@@ -106,7 +116,9 @@ def decoding_options(args: argparse.Namespace) -> DecodingOptions:
                            decoding_chunk_size=args.decoding_chunk_size,
                            num_decoding_left_chunks=args.num_decoding_left_chunks,
                            simulate_streaming=args.simulate_streaming, batch_size=args.batch_size,
-                           dtype=args.dtype)
+                           dtype=args.dtype, search_ctc_weight=args.search_ctc_weight,
+                           search_transducer_weight=args.search_transducer_weight,
+                           transducer_weight=args.transducer_weight, attn_weight=args.attn_weight)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -66,5 +66,5 @@ def decode(model, feats: torch.Tensor, feats_lengths: torch.Tensor, options: Dec
         raise ValueError("reverse_weight > 0 needs a model with decoder bitransformer")
     with options.autocast(feats.device.type):  # (fp32: no autocast)
         enc_out, enc_lengths = encoder_output(model, feats, feats_lengths, options)
-        shared = SharedOutputs.from_options(searcher, enc_out, enc_lengths, options)
+        shared = SharedOutputs.from_options(searcher, enc_out, enc_lengths, options, model)
         return {mode: REGISTRY[mode].run(shared) for mode in modes}

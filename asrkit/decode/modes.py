@@ -4,10 +4,11 @@ prefix-beam n-best).  A new mode is one :func:`register_mode` call."""
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Callable, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple
 
 import torch
 
+from asrkit.decode import transducer_modes as td
 from asrkit.decode.searcher import Searcher
 
 if TYPE_CHECKING:
@@ -30,6 +31,9 @@ class Requirement:
 
 CTC_HEAD = Requirement("a CTC head", "trained with ctc_weight 0", Searcher.has_ctc)
 ATTENTION_DECODER = Requirement("an attention decoder", "trained with ctc_weight 1", Searcher.has_decoder)
+# (getattr: an exported archive's scripted searcher, from a CTC/attention model, may predate the flag)
+TRANSDUCER = Requirement("a transducer (predictor and joint)", "it is not model: transducer",
+                         lambda searcher: bool(getattr(searcher, "transducer", False)))
 
 
 @dataclasses.dataclass
@@ -49,17 +53,29 @@ class SharedOutputs:
     blank_skip_threshold: float
     length_penalty: float = 0.0
     blank_penalty: float = 0.0
+    # the transducer modes (asrkit.decode.transducer_modes): the model (its predictor, joint and
+    # RNN-T loss) and WeNet's search and rescoring weights
+    transducer_model: Optional[Any] = None
+    search_ctc_weight: float = 0.3
+    search_transducer_weight: float = 0.7
+    transducer_weight: float = 0.5
+    attn_weight: float = 0.5
     _log_probs: Optional[torch.Tensor] = None
     _nbest: Optional[Tuple[List[List[List[int]]], List[List[float]]]] = None
 
     @classmethod
     def from_options(cls, searcher: Searcher, encoder_out: torch.Tensor, encoder_lengths: torch.Tensor,
-                     options: "DecodingOptions") -> "SharedOutputs":
-        """The shared outputs of one encoder pass, searched with ``options``."""
+                     options: "DecodingOptions", model: Optional[Any] = None) -> "SharedOutputs":
+        """The shared outputs of one encoder pass, searched with ``options``; ``model``: the
+        model, which the transducer modes need (a transducer's predictor and joint)."""
         return cls(searcher, encoder_out, encoder_lengths, beam_size=options.beam_size,
                    ctc_weight=options.ctc_weight, reverse_weight=options.reverse_weight,
                    blank_skip_threshold=options.blank_skip_threshold, length_penalty=options.length_penalty,
-                   blank_penalty=options.blank_penalty)
+                   blank_penalty=options.blank_penalty,
+                   transducer_model=model if TRANSDUCER.present(searcher) else None,
+                   search_ctc_weight=options.search_ctc_weight,
+                   search_transducer_weight=options.search_transducer_weight,
+                   transducer_weight=options.transducer_weight, attn_weight=options.attn_weight)
 
     def log_probs(self) -> torch.Tensor:
         if self._log_probs is None:
@@ -123,6 +139,27 @@ register_mode(DecodingMode(
     "the CTC prefix-beam n-best rescored by the decoder(s) plus ctc_weight x CTC score"))
 
 
+register_mode(DecodingMode(
+    "rnnt_greedy_search", (TRANSDUCER,), lambda shared: [h.tokens for h in td.greedy_hypotheses(shared)],
+    "transducer greedy search: the joint's argmax per step, up to 64 symbols per frame (WeNet's)"))
+register_mode(DecodingMode(
+    "rnnt_beam_search", (TRANSDUCER,), lambda shared: [beam[0].tokens for beam in td.prefix_beam_nbest(shared)],
+    "WeNet's transducer prefix beam search, one symbol per frame, search_transducer_weight x joint + "
+    "search_ctc_weight x CTC"))
+register_mode(DecodingMode(
+    "modified_beam_search", (TRANSDUCER,), lambda shared: [h.tokens for h in td.modified_beam_hypotheses(shared)],
+    "icefall's modified beam search: one symbol per frame, the beam's best (hypothesis, unit) pairs"))
+register_mode(DecodingMode(
+    "rnnt_beam_attn_rescoring", (TRANSDUCER, ATTENTION_DECODER),
+    lambda shared: [tokens for tokens, _ in td.rnnt_beam_rescored(shared)],
+    "the rnnt_beam_search n-best rescored: attn_weight x attention + ctc_weight x search score + "
+    "transducer_weight x RNN-T log-likelihood"))
+register_mode(DecodingMode(
+    "ctc_beam_td_attn_rescoring", (TRANSDUCER, CTC_HEAD, ATTENTION_DECODER),
+    lambda shared: [tokens for tokens, _ in td.ctc_beam_rescored(shared)],
+    "the CTC prefix-beam n-best rescored as rnnt_beam_attn_rescoring, with the CTC score as search score"))
+
+
 def mode_names() -> tuple[str, ...]:
     """Registered mode names, in registration order."""
     return tuple(REGISTRY)
@@ -157,6 +194,13 @@ def refusal(name: str, searcher: Searcher) -> Optional[str]:
         if not need.present(searcher):
             return f"mode {name} needs {need.description}; this model has none ({need.absent_because})"
     return None
+
+
+def runnable_modes(model) -> list[str]:
+    """The registered modes ``model`` (an :class:`asrkit.models.AsrModel`, a transducer or a
+    :class:`Searcher`) has what it needs for, in registration order."""
+    searcher = model if isinstance(model, Searcher) else Searcher.of_model(model)
+    return [name for name in REGISTRY if refusal(name, searcher) is None]
 
 
 def check_modes(model, modes: Iterable[str]) -> list[str]:

@@ -42,6 +42,11 @@ class DecodingOptions:
       its chunk of ``N`` frames and ``num_decoding_left_chunks`` chunks before it, -1: all);
       ``simulate_streaming`` (needs ``N > 0``): the encoder runs chunk by chunk with its
       caches (see :func:`asrkit.decode.batch.encoder_output`).
+    * transducer modes (WeNet's names and its transducer recipe's values):
+      ``search_ctc_weight`` and ``search_transducer_weight`` (>= 0, positive sum) weigh CTC and
+      joint probabilities in ``rnnt_beam_search`` (and its n-best for
+      ``rnnt_beam_attn_rescoring``); the two rescoring modes rank by ``attn_weight``·attention
+      + ``ctc_weight``·search score + ``transducer_weight``·RNN-T log-likelihood (each >= 0).
     * ``batch_size`` (>= 1): utterances per encoder pass when a data list is recognised.
     * ``dtype`` (``fp32``, ``bf16``, ``fp16``): the precision of the encoder and decoder
       passes -- ``torch.autocast`` with that dtype (:meth:`autocast`); the CTC
@@ -69,6 +74,10 @@ class DecodingOptions:
     simulate_streaming: bool = False
     batch_size: int = 16
     dtype: str = "fp32"
+    search_ctc_weight: float = 0.3
+    search_transducer_weight: float = 0.7
+    transducer_weight: float = 0.5
+    attn_weight: float = 0.5
 
     def __post_init__(self):
         if self.beam_size < 1:
@@ -77,6 +86,12 @@ class DecodingOptions:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:  # (also refuses nan)
                 raise DecodingOptionError(f"{name} must be in [0, 1], got {value}")
+        for name in ("search_ctc_weight", "search_transducer_weight", "transducer_weight", "attn_weight"):
+            value = getattr(self, name)
+            if not value >= 0.0:  # (also refuses nan)
+                raise DecodingOptionError(f"{name} must be >= 0, got {value}")
+        if self.search_ctc_weight + self.search_transducer_weight <= 0.0:
+            raise DecodingOptionError("search_ctc_weight + search_transducer_weight must be > 0, got 0")
         if self.decoding_chunk_size < -1:
             raise DecodingOptionError(f"decoding_chunk_size must be -1 or 0 (full context) or > 0 (chunk size in "
                                       f"encoder frames), got {self.decoding_chunk_size}")

@@ -27,10 +27,14 @@ class Searcher(nn.Module):
     ``RuntimeError`` ("... needs a CTC head ..." / "... needs an attention decoder ...").
     """
 
-    def __init__(self, ctc: Optional[nn.Module], decoder: Optional[nn.Module], blank: int, sos: int, eos: int):
+    def __init__(self, ctc: Optional[nn.Module], decoder: Optional[nn.Module], blank: int, sos: int, eos: int,
+                 transducer: bool = False):
         super().__init__()
         self.ctc = ctc
         self.decoder = decoder
+        # a transducer model's predictor and joint stay the model's: its searches are eager
+        # (asrkit.decode.transducer_modes); the flag is what the mode registry checks
+        self.transducer = bool(transducer)
         self.blank = int(blank)
         self.sos = int(sos)
         self.eos = int(eos)
@@ -38,8 +42,9 @@ class Searcher(nn.Module):
 
     @classmethod
     def of_model(cls, model: nn.Module) -> "Searcher":
-        """The searcher of an :class:`asrkit.models.AsrModel` (shares its modules)."""
-        return cls(model.ctc, model.decoder, model.blank_id, model.sos, model.eos)
+        """The searcher of an :class:`asrkit.models.AsrModel` or a transducer (shares its modules)."""
+        return cls(model.ctc, model.decoder, model.blank_id, model.sos, model.eos,
+                   transducer=getattr(model, "predictor", None) is not None)
 
     def has_ctc(self) -> bool:
         return self.ctc is not None

@@ -14,7 +14,8 @@ from asrkit.bin import average_model, export, recognize
 from asrkit.inputs import load_text_inputs
 from asrkit.config import load_config
 from asrkit.data.lists import read_list
-from asrkit.decode import MODES, DecodingOptions, decode
+from asrkit.decode import DecodingOptions, decode
+from asrkit.export.torchscript import SCRIPTED_MODES as MODES  # the CTC/attention modes
 from asrkit.decode.recognizer import build_trained_model
 from asrkit.export import load_exported
 from asrkit.text import read_units

@@ -8,9 +8,12 @@ import soundfile as sf
 import torch
 import torchaudio
 
-from asrkit.decode import MODES, DecodingOptions, Searcher, decode
+from asrkit.decode import DecodingOptions, Searcher, decode
+from asrkit.decode.modes import runnable_modes
 from asrkit.models.cmvn import GlobalCMVN
 from tests.models.tiny import tiny_model
+
+MODES = runnable_modes(tiny_model())  # every mode a CTC/attention model has
 
 NUM_UTTS = 3
 STEPS = 100

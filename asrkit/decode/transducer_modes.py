@@ -1,0 +1,124 @@
+"""The transducer's decoding modes, with WeNet's names and options, run per utterance on the
+encoder output every mode of a batch shares (:class:`asrkit.decode.modes.SharedOutputs`);
+registered in :mod:`asrkit.decode.modes`.
+
+* ``rnnt_greedy_search`` -- :class:`~asrkit.decode.transducer_search.TransducerGreedySearch`
+  (up to 64 symbols per frame, WeNet's ``n_steps``).
+* ``rnnt_beam_search`` -- WeNet's prefix beam search
+  (:class:`~asrkit.decode.transducer_search.TransducerPrefixBeamSearch`), one symbol per
+  frame, ranking units by ``log(search_transducer_weight · P_joint + search_ctc_weight ·
+  P_ctc)``.
+* ``modified_beam_search`` -- icefall's (:class:`~asrkit.decode.transducer_search.ModifiedBeamSearch`).
+* ``rnnt_beam_attn_rescoring`` -- the ``rnnt_beam_search`` n-best rescored;
+  ``ctc_beam_td_attn_rescoring`` -- the CTC prefix-beam n-best (shared with the CTC modes)
+  rescored.  Both pick, as WeNet's ``transducer_attention_rescoring``, the hypothesis
+  maximising ``attn_weight · attention + ctc_weight · search score + transducer_weight ·
+  log P_rnnt(y | x)``, where *attention* is ``(1 − reverse_weight) · l2r + reverse_weight ·
+  r2l`` (the same decoder scores as ``attention_rescoring``), the search score is the
+  n-best's own (transducer prefix-beam or CTC prefix score), and ``log P_rnnt`` is minus the
+  RNN-T loss of the hypothesis (its full lattice, not the one path the search took).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, List
+
+import torch
+
+from asrkit.decode.transducer_search import (ModifiedBeamSearch, TransducerGreedySearch, TransducerHypothesis,
+                                             TransducerPrefixBeamSearch)
+
+if TYPE_CHECKING:
+    from asrkit.decode.modes import SharedOutputs
+
+MAX_SYMBOLS_PER_FRAME = 64  # WeNet's greedy_search n_steps
+
+
+def _utterances(shared: "SharedOutputs"):
+    """``(b, encoder frames [T_b, E])`` of every utterance of the batch."""
+    for b, n in enumerate(shared.encoder_lengths.tolist()):
+        yield b, shared.encoder_out[b, :n]
+
+
+def greedy_hypotheses(shared: "SharedOutputs") -> List[TransducerHypothesis]:
+    model = shared.transducer_model
+    out = []
+    for _, enc in _utterances(shared):
+        search = TransducerGreedySearch(model.predictor, model.joint, model.blank_id, enc.device,
+                                        MAX_SYMBOLS_PER_FRAME)
+        search.feed(enc)
+        out.append(search.best())
+    return out
+
+
+def prefix_beam_nbest(shared: "SharedOutputs") -> List[List[TransducerHypothesis]]:
+    """The ``rnnt_beam_search`` beam of every utterance, best first."""
+    model = shared.transducer_model
+    with_ctc = shared.search_ctc_weight > 0
+    log_probs = shared.log_probs() if with_ctc else None
+    out = []
+    for b, enc in _utterances(shared):
+        search = TransducerPrefixBeamSearch(model.predictor, model.joint, model.blank_id, enc.device,
+                                            shared.beam_size, shared.search_ctc_weight,
+                                            shared.search_transducer_weight)
+        search.feed(enc, log_probs[b, :enc.size(0)] if log_probs is not None else None)
+        out.append(search.nbest())
+    return out
+
+
+def modified_beam_hypotheses(shared: "SharedOutputs") -> List[TransducerHypothesis]:
+    model = shared.transducer_model
+    out = []
+    for _, enc in _utterances(shared):
+        search = ModifiedBeamSearch(model.predictor, model.joint, model.blank_id, enc.device, shared.beam_size)
+        search.feed(enc)
+        out.append(search.best())
+    return out
+
+
+def transducer_log_likelihoods(shared: "SharedOutputs", b: int, hyps: List[List[int]]) -> List[float]:
+    """``log P_rnnt(y | x)`` of each hypothesis of utterance ``b`` (minus its RNN-T loss)."""
+    if not hyps:
+        return []
+    model = shared.transducer_model
+    n = int(shared.encoder_lengths[b])
+    enc = shared.encoder_out[b:b + 1, :n].expand(len(hyps), -1, -1)
+    device = enc.device
+    longest = max(1, max(len(h) for h in hyps))  # (torchaudio needs one target column at least)
+    target = torch.full((len(hyps), longest), -1, dtype=torch.long, device=device)
+    for i, h in enumerate(hyps):
+        target[i, :len(h)] = torch.tensor(h, dtype=torch.long, device=device)
+    lengths = torch.tensor([len(h) for h in hyps], dtype=torch.long, device=device)
+    loss = model.transducer_loss(enc, torch.full((len(hyps),), n, dtype=torch.long, device=device), target,
+                                 lengths)
+    return (-loss).tolist()
+
+
+def rescored(shared: "SharedOutputs", nbest: List[List[List[int]]], search_scores: List[List[float]]
+             ) -> List[tuple[List[int], float]]:
+    """Per utterance, ``(tokens, total)`` of the n-best entry maximising the rescoring total
+    (module docstring); the empty hypothesis with score −inf where an n-best is empty."""
+    attention = (shared.searcher.rescoring_scores(shared.encoder_out, shared.encoder_lengths, nbest,
+                                                  shared.reverse_weight)
+                 if shared.attn_weight > 0 else [[0.0] * len(h) for h in nbest])
+    out = []
+    for b, hyps in enumerate(nbest):
+        rnnt = (transducer_log_likelihoods(shared, b, hyps) if shared.transducer_weight > 0
+                else [0.0] * len(hyps))
+        best, best_total = [], -float("inf")
+        for i, hyp in enumerate(hyps):
+            total = (shared.attn_weight * attention[b][i] + shared.ctc_weight * search_scores[b][i]
+                     + shared.transducer_weight * rnnt[i])
+            if total > best_total:
+                best, best_total = list(hyp), total
+        out.append((best, best_total))
+    return out
+
+
+def rnnt_beam_rescored(shared: "SharedOutputs") -> List[tuple[List[int], float]]:
+    beams = prefix_beam_nbest(shared)
+    return rescored(shared, [[h.tokens for h in beam] for beam in beams], [[h.score for h in beam] for beam in beams])
+
+
+def ctc_beam_rescored(shared: "SharedOutputs") -> List[tuple[List[int], float]]:
+    hyps, scores = shared.nbest()
+    return rescored(shared, hyps, scores)
