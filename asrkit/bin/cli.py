@@ -32,6 +32,8 @@ from asrkit.bin import doctor
 from asrkit.progress import AudioProgress
 
 log = logging.getLogger("asrkit.transcribe")
+# the transducer modes' weights (asrkit.decode.DecodingOptions has their defaults and meaning)
+TRANSDUCER_WEIGHTS = ("search_ctc_weight", "search_transducer_weight", "transducer_weight", "attn_weight")
 
 @dataclasses.dataclass(frozen=True)
 class Subcommand:
@@ -74,6 +76,8 @@ def configure_transcribe(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beam_size", type=int, default=10)
     p.add_argument("--ctc_weight", type=float, default=0.3)
     p.add_argument("--reverse_weight", type=float, default=0.0)
+    for name in TRANSDUCER_WEIGHTS:  # (recognize's --help says what each weighs)
+        p.add_argument(f"--{name}", type=float, default=None)
     p.add_argument("--min_pause_s", type=float, default=0.15,
                    help="cut the audio where speech pauses this long (the voice-activity detector) and decode "
                         "the parts one by one; audio without speech gives empty text")
@@ -113,7 +117,8 @@ def run_transcribe(args: argparse.Namespace) -> int:
         segmentation = _segmentation(args)
         options = DecodingOptions(modes=(args.mode,), beam_size=args.beam_size, ctc_weight=args.ctc_weight,
                                   reverse_weight=args.reverse_weight, decoding_chunk_size=args.chunk or 0,
-                                  num_decoding_left_chunks=args.left_chunks, dtype=args.dtype)
+                                  num_decoding_left_chunks=args.left_chunks, dtype=args.dtype,
+                                  **{n: getattr(args, n) for n in TRANSDUCER_WEIGHTS if getattr(args, n) is not None})
     except (ModeError, DecodingOptionError, SegmentationError) as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2

@@ -119,6 +119,22 @@ def rnnt_beam_rescored(shared: "SharedOutputs") -> List[tuple[List[int], float]]
     return rescored(shared, [[h.tokens for h in beam] for beam in beams], [[h.score for h in beam] for beam in beams])
 
 
+def _rescored_hypothesis(shared: "SharedOutputs") -> List[TransducerHypothesis]:
+    """``rnnt_beam_attn_rescoring``'s choice as the beam's hypothesis (with its frames)."""
+    beams = prefix_beam_nbest(shared)
+    picked = rescored(shared, [[h.tokens for h in beam] for beam in beams], [[h.score for h in beam] for beam in beams])
+    return [next(h for h in beam if h.tokens == tokens) for beam, (tokens, _) in zip(beams, picked)]
+
+
+# the modes whose hypotheses carry the encoder frame of each token's emission (token times)
+TIMED: dict = {
+    "rnnt_greedy_search": greedy_hypotheses,
+    "rnnt_beam_search": lambda shared: [beam[0] for beam in prefix_beam_nbest(shared)],
+    "modified_beam_search": modified_beam_hypotheses,
+    "rnnt_beam_attn_rescoring": _rescored_hypothesis,
+}
+
+
 def ctc_beam_rescored(shared: "SharedOutputs") -> List[tuple[List[int], float]]:
     hyps, scores = shared.nbest()
     return rescored(shared, hyps, scores)

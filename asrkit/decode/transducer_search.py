@@ -104,10 +104,13 @@ class TransducerGreedySearch(_Search):
         self.hyp = self._initial()
         self._cached: Optional[tuple[torch.Tensor, List[torch.Tensor]]] = None  # pred out, state after last
 
-    def feed(self, encoder_out: torch.Tensor) -> None:
-        """Search ``encoder_out [T, E]``, the next ``T`` encoder frames."""
+    def feed(self, encoder_out: torch.Tensor) -> list[float]:
+        """Search ``encoder_out [T, E]``, the next ``T`` encoder frames; returns each frame's
+        blank probability after the last symbol it emitted (what endpointing reads)."""
+        blank_probs: list[float] = []
         for t in range(encoder_out.size(0)):
             frame = encoder_out[t].view(1, 1, -1)
+            blank_prob = 0.0
             for _ in range(self.max_symbols):
                 if self._cached is None:
                     tokens = torch.tensor([[self.hyp.last]], dtype=torch.long, device=self.device)
@@ -116,12 +119,15 @@ class TransducerGreedySearch(_Search):
                 pred_out, state_after = self._cached
                 logp = self.joint(frame, pred_out).reshape(-1).float().log_softmax(dim=-1)
                 best = int(logp.argmax())
+                blank_prob = float(logp[self.blank].exp())
                 if best == self.blank:
                     break
                 self.hyp.tokens.append(best)
                 self.hyp.frames.append(self.frames_fed + t)
                 self.hyp.last, self.hyp.state, self._cached = best, state_after, None
+            blank_probs.append(blank_prob)
         self.frames_fed += encoder_out.size(0)
+        return blank_probs
 
     def best(self) -> TransducerHypothesis:
         return self.hyp
@@ -146,12 +152,15 @@ class TransducerPrefixBeamSearch(_Search):
         self.transducer_weight = transducer_weight
         self.beam: List[TransducerHypothesis] = [self._initial()]
 
-    def feed(self, encoder_out: torch.Tensor, ctc_log_probs: Optional[torch.Tensor] = None) -> None:
-        """Search ``encoder_out [T, E]`` (with ``ctc_log_probs [T, V]`` when ``ctc_weight > 0``)."""
+    def feed(self, encoder_out: torch.Tensor, ctc_log_probs: Optional[torch.Tensor] = None) -> list[float]:
+        """Search ``encoder_out [T, E]`` (with ``ctc_log_probs [T, V]`` when ``ctc_weight > 0``);
+        returns each frame's joint blank probability for the best hypothesis before it."""
         if self.ctc_weight > 0 and (ctc_log_probs is None or ctc_log_probs.size(0) != encoder_out.size(0)):
             raise ValueError("ctc_weight > 0 needs the CTC log-probabilities of the same frames")
+        blank_probs: list[float] = []
         for t in range(encoder_out.size(0)):
             logp, states_after = self._step(self.beam, encoder_out[t])
+            blank_probs.append(float(logp[0, self.blank].exp()))  # (the beam is sorted: 0 is the best)
             probs = self.transducer_weight * logp.exp()
             if self.ctc_weight > 0 and ctc_log_probs is not None:
                 probs = probs + self.ctc_weight * ctc_log_probs[t].float().exp().unsqueeze(0)
@@ -173,6 +182,7 @@ class TransducerPrefixBeamSearch(_Search):
                         merged[key] = child
             self.beam = sorted(merged.values(), key=lambda h: h.score, reverse=True)[: self.beam_size]
         self.frames_fed += encoder_out.size(0)
+        return blank_probs
 
     def nbest(self) -> List[TransducerHypothesis]:
         """The beam, best first."""
@@ -193,10 +203,14 @@ class ModifiedBeamSearch(_Search):
         self.beam_size = beam_size
         self.beam: List[TransducerHypothesis] = [self._initial()]
 
-    def feed(self, encoder_out: torch.Tensor) -> None:
-        """Search ``encoder_out [T, E]``, the next ``T`` encoder frames."""
+    def feed(self, encoder_out: torch.Tensor) -> list[float]:
+        """Search ``encoder_out [T, E]``, the next ``T`` encoder frames; returns each frame's
+        joint blank probability for the highest-scoring hypothesis before it."""
+        blank_probs: list[float] = []
         for t in range(encoder_out.size(0)):
             logp, states_after = self._step(self.beam, encoder_out[t])
+            leader = max(range(len(self.beam)), key=lambda j: self.beam[j].score)
+            blank_probs.append(float(logp[leader, self.blank].exp()))
             totals = logp + torch.tensor([h.score for h in self.beam], dtype=torch.float32).unsqueeze(1)
             vocab = totals.size(1)
             top_scores, top_flat = totals.reshape(-1).topk(min(self.beam_size, totals.numel()))
@@ -216,6 +230,7 @@ class ModifiedBeamSearch(_Search):
                     merged[key] = child
             self.beam = list(merged.values())
         self.frames_fed += encoder_out.size(0)
+        return blank_probs
 
     def nbest(self) -> List[TransducerHypothesis]:
         """The beam, best first by score / (tokens + 1): icefall's length normalisation, whose

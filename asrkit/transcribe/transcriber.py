@@ -28,6 +28,7 @@ from asrkit.decode.alignment import AlignmentError, best_path_spans, forced_alig
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
 from asrkit.decode.modes import REGISTRY, SharedOutputs
 from asrkit.decode.options import DecodingOptionError, DecodingOptions, check_encoder_context
+from asrkit.decode.transducer_modes import TIMED
 from asrkit.stream.features import StreamingFbank
 from asrkit.transcribe.loading import ModelLoadError, load_archive, load_experiment
 from asrkit.transcribe.result import TokenTime, Transcript, group_words
@@ -219,13 +220,17 @@ class Transcriber:
     @torch.inference_mode()
     def _decode(self, feats: torch.Tensor, mode: str, options: DecodingOptions
                 ) -> tuple[list[int], Optional[list[tuple[int, int]]]]:
-        """Token ids of one segment and their spans in its encoder frames (``None``: no
-        CTC head, or tokens the CTC frames cannot hold)."""
+        """Token ids of one segment and their spans in its encoder frames: a transducer
+        search's emission frame (one frame per token), else the CTC alignment of the tokens
+        (``None``: no CTC head, or tokens the CTC frames cannot hold)."""
         b = self.backend
         x = feats.unsqueeze(0).to(self.device)
         with options.autocast(x.device.type):
             enc, lengths = b.encode(x, torch.tensor([x.size(1)], device=self.device), options)
-            shared = SharedOutputs.from_options(b.searcher, enc, lengths, options)
+            shared = SharedOutputs.from_options(b.searcher, enc, lengths, options, getattr(b, "model", None))
+            if mode in TIMED:
+                hyp = TIMED[mode](shared)[0]
+                return [int(t) for t in hyp.tokens], [(f, f + 1) for f in hyp.frames]
             ids = [int(t) for t in REGISTRY[mode].run(shared)[0]]
             if not b.has_ctc:
                 return ids, None
@@ -245,7 +250,7 @@ class Transcriber:
         b = self.backend
         frame_s = b.subsampling * b.frame_shift / 1000.0
         tokens: list[str] = []
-        times: Optional[list[TokenTime]] = [] if b.has_ctc else None
+        times: Optional[list[TokenTime]] = [] if b.has_ctc or mode in TIMED else None
         words: list = []
         texts: list[str] = []
         for segment, ids, spans in decoded:
