@@ -53,9 +53,11 @@ class SharedOutputs:
     blank_skip_threshold: float
     length_penalty: float = 0.0
     blank_penalty: float = 0.0
-    # the transducer modes (asrkit.decode.transducer_modes): the model (its predictor, joint and
-    # RNN-T loss) and WeNet's search and rescoring weights
-    transducer_model: Optional[Any] = None
+    # the transducer modes (asrkit.decode.transducer_modes): the searcher over the model's
+    # predictor and joint, the per-utterance RNN-T loss (the rescoring modes; an exported
+    # archive has none), and WeNet's search and rescoring weights
+    transducer: Optional[Any] = None
+    rnnt_loss: Optional[Callable[..., torch.Tensor]] = None
     search_ctc_weight: float = 0.3
     search_transducer_weight: float = 0.7
     transducer_weight: float = 0.5
@@ -66,13 +68,15 @@ class SharedOutputs:
     @classmethod
     def from_options(cls, searcher: Searcher, encoder_out: torch.Tensor, encoder_lengths: torch.Tensor,
                      options: "DecodingOptions", model: Optional[Any] = None) -> "SharedOutputs":
-        """The shared outputs of one encoder pass, searched with ``options``; ``model``: the
-        model, which the transducer modes need (a transducer's predictor and joint)."""
+        """The shared outputs of one encoder pass, searched with ``options``; ``model``: what
+        the transducer modes need (:func:`asrkit.decode.transducer_modes.transducer_parts`:
+        the model, or an exported archive's scripted module)."""
+        transducer, rnnt_loss = td.transducer_parts(model) if TRANSDUCER.present(searcher) else (None, None)
         return cls(searcher, encoder_out, encoder_lengths, beam_size=options.beam_size,
                    ctc_weight=options.ctc_weight, reverse_weight=options.reverse_weight,
                    blank_skip_threshold=options.blank_skip_threshold, length_penalty=options.length_penalty,
                    blank_penalty=options.blank_penalty,
-                   transducer_model=model if TRANSDUCER.present(searcher) else None,
+                   transducer=transducer, rnnt_loss=rnnt_loss,
                    search_ctc_weight=options.search_ctc_weight,
                    search_transducer_weight=options.search_transducer_weight,
                    transducer_weight=options.transducer_weight, attn_weight=options.attn_weight)

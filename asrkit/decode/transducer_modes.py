@@ -24,13 +24,27 @@ from typing import TYPE_CHECKING, List
 
 import torch
 
-from asrkit.decode.transducer_search import (ModifiedBeamSearch, TransducerGreedySearch, TransducerHypothesis,
-                                             TransducerPrefixBeamSearch)
+from asrkit.decode.transducer_search import TransducerHypothesis, TransducerPrefixBeamSearch, TransducerSearcher
 
 if TYPE_CHECKING:
     from asrkit.decode.modes import SharedOutputs
 
 MAX_SYMBOLS_PER_FRAME = 64  # WeNet's greedy_search n_steps
+
+
+def transducer_parts(model) -> tuple:
+    """``(searcher, rnnt_loss)`` of ``model``: a transducer's :class:`TransducerSearcher` and
+    its per-utterance RNN-T loss (``transducer_loss``), or an exported archive's scripted
+    searcher (its ``transducer`` attribute) and ``None`` (the rescoring modes are not in
+    archives); ``(None, None)`` for anything else."""
+    if model is None:
+        return None, None
+    scripted = getattr(model, "transducer", None)
+    if scripted is not None:
+        return scripted, None
+    if getattr(model, "predictor", None) is None:
+        return None, None
+    return TransducerSearcher.of_model(model), model.transducer_loss
 
 
 def _utterances(shared: "SharedOutputs"):
@@ -40,46 +54,39 @@ def _utterances(shared: "SharedOutputs"):
 
 
 def greedy_hypotheses(shared: "SharedOutputs") -> List[TransducerHypothesis]:
-    model = shared.transducer_model
-    out = []
-    for _, enc in _utterances(shared):
-        search = TransducerGreedySearch(model.predictor, model.joint, model.blank_id, enc.device,
-                                        MAX_SYMBOLS_PER_FRAME)
-        search.feed(enc)
-        out.append(search.best())
-    return out
+    return _best(shared, "rnnt_greedy_search")
+
+
+def _best(shared: "SharedOutputs", mode: str) -> List[TransducerHypothesis]:
+    """Each utterance's result of a transducer search (:meth:`TransducerSearcher.best_per_utterance`,
+    what an exported archive runs)."""
+    return shared.transducer.best_per_utterance(mode, shared.encoder_out, shared.encoder_lengths, None,
+                                                shared.beam_size, 0.0, 1.0, MAX_SYMBOLS_PER_FRAME)
 
 
 def prefix_beam_nbest(shared: "SharedOutputs") -> List[List[TransducerHypothesis]]:
     """The ``rnnt_beam_search`` beam of every utterance, best first."""
-    model = shared.transducer_model
     with_ctc = shared.search_ctc_weight > 0
     log_probs = shared.log_probs() if with_ctc else None
     out = []
     for b, enc in _utterances(shared):
-        search = TransducerPrefixBeamSearch(model.predictor, model.joint, model.blank_id, enc.device,
-                                            shared.beam_size, shared.search_ctc_weight,
-                                            shared.search_transducer_weight)
+        search = TransducerPrefixBeamSearch(shared.transducer, enc.device, shared.beam_size,
+                                            shared.search_ctc_weight, shared.search_transducer_weight)
         search.feed(enc, log_probs[b, :enc.size(0)] if log_probs is not None else None)
         out.append(search.nbest())
     return out
 
 
 def modified_beam_hypotheses(shared: "SharedOutputs") -> List[TransducerHypothesis]:
-    model = shared.transducer_model
-    out = []
-    for _, enc in _utterances(shared):
-        search = ModifiedBeamSearch(model.predictor, model.joint, model.blank_id, enc.device, shared.beam_size)
-        search.feed(enc)
-        out.append(search.best())
-    return out
+    return _best(shared, "modified_beam_search")
 
 
 def transducer_log_likelihoods(shared: "SharedOutputs", b: int, hyps: List[List[int]]) -> List[float]:
     """``log P_rnnt(y | x)`` of each hypothesis of utterance ``b`` (minus its RNN-T loss)."""
     if not hyps:
         return []
-    model = shared.transducer_model
+    if shared.rnnt_loss is None:
+        raise RuntimeError("the RNN-T rescoring needs the model's RNN-T loss: an exported archive has none")
     n = int(shared.encoder_lengths[b])
     enc = shared.encoder_out[b:b + 1, :n].expand(len(hyps), -1, -1)
     device = enc.device
@@ -88,7 +95,7 @@ def transducer_log_likelihoods(shared: "SharedOutputs", b: int, hyps: List[List[
     for i, h in enumerate(hyps):
         target[i, :len(h)] = torch.tensor(h, dtype=torch.long, device=device)
     lengths = torch.tensor([len(h) for h in hyps], dtype=torch.long, device=device)
-    loss = model.transducer_loss(enc, torch.full((len(hyps),), n, dtype=torch.long, device=device), target,
+    loss = shared.rnnt_loss(enc, torch.full((len(hyps),), n, dtype=torch.long, device=device), target,
                                  lengths)
     return (-loss).tolist()
 

@@ -53,7 +53,7 @@ class TransducerStreamSearch:
     def __init__(self, model, searcher: Searcher, options: DecodingOptions):
         self.model, self.searcher, self.options = model, searcher, options
         self.mode = options.modes[0]
-        args = (model.predictor, model.joint, model.blank_id, next(model.parameters()).device)
+        args = (td.transducer_parts(model)[0], next(model.parameters()).device)
         if self.mode == "rnnt_greedy_search":
             self.search = TransducerGreedySearch(*args, max_symbols_per_frame=td.MAX_SYMBOLS_PER_FRAME)
         elif self.mode == "modified_beam_search":

@@ -227,7 +227,7 @@ class Transcriber:
         x = feats.unsqueeze(0).to(self.device)
         with options.autocast(x.device.type):
             enc, lengths = b.encode(x, torch.tensor([x.size(1)], device=self.device), options)
-            shared = SharedOutputs.from_options(b.searcher, enc, lengths, options, getattr(b, "model", None))
+            shared = SharedOutputs.from_options(b.searcher, enc, lengths, options, b.decoding_source)
             if mode in TIMED:
                 hyp = TIMED[mode](shared)[0]
                 return [int(t) for t in hyp.tokens], [(f, f + 1) for f in hyp.frames]
