@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from asrkit.decode.transducer_search import TransducerGreedySearch
+from asrkit.decode.transducer_search import TransducerGreedySearch, TransducerSearcher
 from asrkit.export.onnx import int8_name
 from asrkit.export.onnx_transducer import (DECODER_FILE, ENCODER_FILE, JOINER_FILE, STREAMING_ENCODER_FILE,
                                            TOKENS_FILE, Fbank, eager_streaming_encoder)
@@ -128,8 +128,7 @@ def adapter(model: nn.Module, meta: Dict[str, str],
 
 def greedy_one_symbol(model: nn.Module, encoder_out: torch.Tensor) -> List[int]:
     """asrkit's greedy search, one symbol per frame at most, over ``encoder_out [1, T, D]``."""
-    search = TransducerGreedySearch(model.predictor, model.joint, model.blank_id, torch.device("cpu"),
-                                    max_symbols_per_frame=1)
+    search = TransducerGreedySearch(TransducerSearcher.of_model(model), torch.device("cpu"), max_symbols_per_frame=1)
     with torch.no_grad():
         search.feed(encoder_out[0])
     return list(search.best().tokens)
