@@ -16,18 +16,16 @@ encoder and :class:`~asrkit.decode.transducer_search.TransducerGreedySearch` lim
 one symbol per frame; streaming, over the windows sherpa-onnx reads, chunk by chunk
 (``forward_chunk_by_chunk`` with ``num_left_chunks`` chunks of cache).
 
-``python -m asrkit.export.sherpa_transducer --config … --checkpoint … --onnx_dir …
---data_list …`` counts the utterances whose transcripts agree and the CER of each side.
+:func:`compare` (``python -m asrkit.bin.compare_sherpa_transducer``) counts the utterances of
+a data list whose transcripts agree and the CER of each side.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
+import soundfile as sf
 import torch
 from torch import nn
 
@@ -37,6 +35,7 @@ from asrkit.export.onnx_transducer import (DECODER_FILE, ENCODER_FILE, JOINER_FI
                                            TOKENS_FILE, Fbank, eager_streaming_encoder)
 from asrkit.export.onnx_transducer_graphs import FbankAdapter
 from asrkit.export.sherpa import read_metadata
+from asrkit.metrics import score
 from asrkit.models.cmvn import RawFbankNormalization
 
 
@@ -126,7 +125,7 @@ def adapter(model: nn.Module, meta: Dict[str, str],
     return FbankAdapter(RawFbankNormalization(model.cmvn, feature_cmvn), float(meta["asrkit_log_shift"])).eval()
 
 
-def greedy_one_symbol(model: nn.Module, encoder_out: torch.Tensor) -> List[int]:
+def tokens_one_symbol_per_frame(model: nn.Module, encoder_out: torch.Tensor) -> List[int]:
     """asrkit's greedy search, one symbol per frame at most, over ``encoder_out [1, T, D]``."""
     search = TransducerGreedySearch(TransducerSearcher.of_model(model), torch.device("cpu"), max_symbols_per_frame=1)
     with torch.no_grad():
@@ -137,12 +136,12 @@ def greedy_one_symbol(model: nn.Module, encoder_out: torch.Tensor) -> List[int]:
 def asrkit_offline_tokens(model: nn.Module, norm: nn.Module, feats: torch.Tensor) -> List[int]:
     with torch.no_grad():
         out, _ = model.encoder(norm(feats.unsqueeze(0)), torch.tensor([feats.size(0)]))
-    return greedy_one_symbol(model, out)
+    return tokens_one_symbol_per_frame(model, out)
 
 
 def asrkit_streaming_tokens(model: nn.Module, norm: nn.Module, feats: torch.Tensor, meta: Dict[str, str]) -> List[int]:
     chunk, left = int(meta["asrkit_chunk_size"]), int(meta["asrkit_num_left_chunks"])
-    return greedy_one_symbol(model, eager_streaming_encoder(model, norm, feats, chunk, left, meta))
+    return tokens_one_symbol_per_frame(model, eager_streaming_encoder(model, norm, feats, chunk, left, meta))
 
 
 # ------------------------------------------------------------------ a data set, both ways
@@ -150,7 +149,6 @@ def asrkit_streaming_tokens(model: nn.Module, norm: nn.Module, feats: torch.Tens
 
 def _cer(pairs: List[Tuple[str, str]]) -> float:
     """Character error rate (%, spaces ignored) of ``(reference, hypothesis)`` pairs."""
-    from asrkit.metrics import score
     totals, _ = score({str(i): ref for i, (ref, _) in enumerate(pairs)},
                       {str(i): hyp for i, (_, hyp) in enumerate(pairs)}, mode="char")
     return 100.0 * totals.rate
@@ -161,7 +159,6 @@ def compare(model: nn.Module, onnx_dir: Path, items: List[dict], streaming: bool
     """For each ``{"key", "wav", "txt"}``: sherpa-onnx's tokens against asrkit's on the
     runtime's features (and, with ``training_features``, asrkit's on the training
     features); counts of identical token sequences and the CERs."""
-    import soundfile as sf
     units = [line.rsplit(" ", 1)[0] for line in (onnx_dir / TOKENS_FILE).read_text(encoding="utf-8").splitlines()]
     encoder = _files(onnx_dir, STREAMING_ENCODER_FILE if streaming else ENCODER_FILE, False)["encoder"]
     meta = read_metadata(encoder)
@@ -197,25 +194,3 @@ def compare(model: nn.Module, onnx_dir: Path, items: List[dict], streaming: bool
         result.update({"identical_to_training_features": same_train, "cer_asrkit_training_features":
                        _cer(pairs["asrkit_train"])})
     return result
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    from asrkit.bin.export import add_model_args, load_for_export
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_model_args(p)
-    p.add_argument("--onnx_dir", required=True)
-    p.add_argument("--data_list", required=True, help="WeNet data.list (json lines with key, wav, txt)")
-    p.add_argument("--streaming", action="store_true")
-    p.add_argument("--int8", action="store_true")
-    p.add_argument("--limit", type=int, default=0)
-    args = p.parse_args(argv)
-    cfg, _, model, feature_cmvn = load_for_export(args)
-    items = [json.loads(line) for line in Path(args.data_list).read_text(encoding="utf-8").splitlines() if line]
-    items = items[:args.limit] if args.limit else items
-    print(json.dumps(compare(model.eval(), Path(args.onnx_dir), items, args.streaming, args.int8, feature_cmvn,
-                             Fbank.from_config(cfg))))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
