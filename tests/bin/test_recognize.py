@@ -10,11 +10,13 @@ from asrkit.bin.recognize import main
 from asrkit.config import load_config
 from asrkit.data.lists import read_list
 from asrkit.data.processors import build_sample_processor
-from asrkit.decode import MODES, DecodingOptions, decode
+from asrkit.decode import DecodingOptions, decode
 from asrkit.models import AsrModel, build_model
 from asrkit.text import build_tokenizer, write_units
 from tests.helpers import REPO
 from asrkit.text.vocabulary import Vocabulary
+
+MODES = ("ctc_greedy_search", "ctc_prefix_beam_search", "attention", "attention_rescoring")  # a CTC/attention model's
 
 TINY_MODEL = {
     "encoder": "conformer",
