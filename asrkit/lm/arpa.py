@@ -197,14 +197,14 @@ class NgramLm(object):
         if state < 0:
             state = self.begin
         total = 0.0
-        while True:
-            key = state * self.num_words + word
-            if key in self.probs:
-                return total + self.probs[key], self.next_state[key]
-            if state == 0:
-                return total + self.unk_logprob, 0
+        key = state * self.num_words + word
+        while key not in self.probs and state > 0:
             total += self.backoffs[state]
             state = self.lower[state]
+            key = state * self.num_words + word
+        if key in self.probs:
+            return total + self.probs[key], self.next_state[key]
+        return total + self.unk_logprob, 0
 
     def score_words(self, words: List[str], sentence_end: bool) -> float:
         """``ln P`` of ``words`` after ``<s>`` (and of ``</s>`` after them)."""
