@@ -252,7 +252,11 @@ def build_ngram_lm(arpa: Arpa) -> NgramLm:
             if history is None:
                 raise ArpaError(f"the {n}-gram {' '.join(ngram)!r} has no {n - 1}-gram {' '.join(ngram[:-1])!r}: "
                                 f"not a valid back-off model")
-            key = history * num_words + words[ngram[-1]]
+            word = words.get(ngram[-1], -1)
+            if word < 0:
+                raise ArpaError(f"the word {ngram[-1]!r} of the {n}-gram {' '.join(ngram)!r} is not a 1-gram: "
+                                f"not a valid back-off model")
+            key = history * num_words + word
             probs[key] = prob * LN10
             next_state[key] = longest_state(ngram)
     unk_logprob = probs.get(words["<unk>"], UNK_LOG10 * LN10)
@@ -263,7 +267,11 @@ def build_ngram_lm(arpa: Arpa) -> NgramLm:
 
 def load_lm(path) -> NgramLm:
     """:func:`build_ngram_lm` of :func:`read_arpa` (raises :class:`ArpaError`)."""
-    return build_ngram_lm(read_arpa(path))
+    arpa = read_arpa(path)
+    try:
+        return build_ngram_lm(arpa)
+    except ArpaError as e:
+        raise ArpaError(f"{path}: {e}") from None
 
 
 def log10_prob(lm: NgramLm, history: List[str], word: str) -> float:
