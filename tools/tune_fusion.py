@@ -22,7 +22,6 @@ import itertools
 import json
 import logging
 import sys
-from pathlib import Path
 
 import torch
 
@@ -37,6 +36,7 @@ from asrkit.decode.modes import REGISTRY, SharedOutputs, check_modes
 from asrkit.decode.recognizer import build_trained_model, duration_batches
 from asrkit.decode.searcher import Searcher
 from asrkit.inputs import load_text_inputs
+from asrkit.io.files import atomic_write_text
 from asrkit.lm.arpa import ArpaError
 from asrkit.metrics import score
 
@@ -61,6 +61,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--device", default="cpu")
     p.add_argument("--num_threads", type=int, default=0)
     p.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    p.add_argument("--best_args", default=None,
+                   help="write the best point's recognize options to this file (one line; the recipes' stage)")
     return p.parse_args(argv)
 
 
@@ -151,8 +153,9 @@ def main(argv=None) -> int:
     print(f"best ({args.mode}, {label} {rows[best][label.lower()]:.2f}, without fusion {rows[0][label.lower()]:.2f}): "
           + " ".join(flags))
     if args.json:
-        Path(args.json).write_text(json.dumps({"mode": args.mode, "rows": rows, "best": rows[best]}, indent=1) + "\n",
-                                   encoding="utf-8")
+        atomic_write_text(args.json, json.dumps({"mode": args.mode, "rows": rows, "best": rows[best]}, indent=1) + "\n")
+    if args.best_args:
+        atomic_write_text(args.best_args, " ".join(flags) + "\n")
     return 0
 
 
