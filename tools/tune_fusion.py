@@ -50,6 +50,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--lm_path", default=None)
     p.add_argument("--lm_weight", type=float, nargs="+", default=[0.5])
     p.add_argument("--word_bonus", type=float, nargs="+", default=[1.0])
+    p.add_argument("--lm_oov_penalty", type=float, default=10.0)
     p.add_argument("--context_list_path", default=None)
     p.add_argument("--context_graph_score", type=float, nargs="+", default=[3.0])
     p.add_argument("--score", choices=["word", "char"], default="word")
@@ -75,7 +76,8 @@ def grid(args) -> list[DecodingOptions]:
     weights = list(itertools.product(args.lm_weight, args.word_bonus)) if args.lm_path else [(0.5, 1.0)]
     for (weight, bonus), context_score in itertools.product(weights, args.context_graph_score if phrases else [3.0]):
         points.append(DecodingOptions(**common, lm_path=args.lm_path, lm_weight=weight, word_bonus=bonus,
-                                      context_phrases=phrases, context_graph_score=context_score))
+                                      lm_oov_penalty=args.lm_oov_penalty, context_phrases=phrases,
+                                      context_graph_score=context_score))
     if len(points) == 1:
         raise DecodingOptionError("give --lm_path and/or --context_list_path")
     return points
@@ -147,8 +149,8 @@ def main(argv=None) -> int:
               f"{totals.dels:>5} {totals.sub:>5}", flush=True)
     best = min(range(1, len(rows)), key=lambda i: rows[i][label.lower()])
     chosen = points[best]
-    flags = ([f"--lm_path {chosen.lm_path} --lm_weight {chosen.lm_weight:g} --word_bonus {chosen.word_bonus:g}"]
-             if chosen.lm_path else [])
+    flags = ([f"--lm_path {chosen.lm_path} --lm_weight {chosen.lm_weight:g} --word_bonus {chosen.word_bonus:g} "
+              f"--lm_oov_penalty {chosen.lm_oov_penalty:g}"] if chosen.lm_path else [])
     flags += [f"--context_graph_score {chosen.context_graph_score:g}"] if chosen.context_phrases else []
     print(f"best ({args.mode}, {label} {rows[best][label.lower()]:.2f}, without fusion {rows[0][label.lower()]:.2f}): "
           + " ".join(flags))

@@ -82,6 +82,8 @@ def configure_transcribe(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lm_path", default=None, help="ARPA word LM fused into the search (recognize --help)")
     p.add_argument("--lm_weight", type=float, default=0.5)
     p.add_argument("--word_bonus", type=float, default=1.0)
+    p.add_argument("--lm_oov_penalty", type=float, default=10.0,
+                   help="with --lm_path: subtracted from the LM's log-probability of a word it does not know")
     p.add_argument("--context_bias_mode", default="", choices=["", "decoding-graph", "deep-biasing"])
     p.add_argument("--context_list_path", default=None, help="phrases (one per line) to bias recognition towards")
     p.add_argument("--context_graph_score", type=float, default=3.0)
@@ -128,6 +130,7 @@ def run_transcribe(args: argparse.Namespace) -> int:
                                   reverse_weight=args.reverse_weight, decoding_chunk_size=args.chunk or 0,
                                   num_decoding_left_chunks=args.left_chunks, dtype=args.dtype,
                                   lm_path=args.lm_path, lm_weight=args.lm_weight, word_bonus=args.word_bonus,
+                                  lm_oov_penalty=args.lm_oov_penalty,
                                   context_bias_mode=args.context_bias_mode,
                                   context_phrases=(read_phrase_list(args.context_list_path)
                                                    if args.context_list_path is not None else ()),

@@ -106,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --lm_path: weight of the LM's log-probability of each completed word "
                         "(tools/tune_fusion.py chooses it on a dev set)")
     p.add_argument("--word_bonus", type=float, default=1.0, help="with --lm_path: score added per word")
+    p.add_argument("--lm_oov_penalty", type=float, default=10.0,
+                   help="with --lm_path: subtracted from the LM's log-probability of a word it does not know")
     p.add_argument("--context_bias_mode", default="", choices=["", "decoding-graph", "deep-biasing"],
                    help="WeNet's: decoding-graph biases towards --context_list_path's phrases (the default "
                         "when a list is given); deep-biasing needs a model asrkit does not train")
@@ -146,6 +148,7 @@ def decoding_options(args: argparse.Namespace) -> DecodingOptions:
                            search_transducer_weight=args.search_transducer_weight,
                            transducer_weight=args.transducer_weight, attn_weight=args.attn_weight,
                            lm_path=args.lm_path, lm_weight=args.lm_weight, word_bonus=args.word_bonus,
+                           lm_oov_penalty=args.lm_oov_penalty,
                            context_bias_mode=args.context_bias_mode, context_graph_score=args.context_graph_score,
                            context_phrases=(read_phrase_list(args.context_list_path)
                                             if args.context_list_path is not None else ()))

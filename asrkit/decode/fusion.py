@@ -11,7 +11,10 @@ its context-graph node (:class:`asrkit.decode.context_graph.ContextGraph`; 0 = r
   ``▁`` (a BPE piece starting a word, or the space unit of char models) starts a new word;
   a CJK character, or any unit of a ``split_with_space`` model, is a word by itself; other
   units continue the current word.  When a word is complete -- the next word starts -- the
-  LM scores it: ``lm_weight · ln P(word | history) + word_bonus``.  :meth:`Fusion.final`
+  LM scores it: ``lm_weight · ln P(word | history) + word_bonus``, where a word the LM does
+  not know gets ``ln P(<unk> | history) − oov_penalty`` (as pyctcdecode's ``unk_score_offset``:
+  an n-gram's ``<unk>`` is not much less likely than a rare word, and the word bonus would
+  otherwise pay for spelling mistakes).  :meth:`Fusion.final`
   scores the last word and ``</s>`` when the hypothesis ends.  Words are those of
   :func:`asrkit.lm.words.lm_words`, what ``tools/train_lm.py`` estimates the LM over.
 * **context graph** -- every unit steps the graph (a bonus per matched unit, taken back
@@ -43,17 +46,21 @@ class Fusion(object):
     """LM and/or context graph, with the model's unit spelling (module docstring).
     ``unit_kind`` / ``unit_text``: per unit id, one of the kinds above and its text."""
 
-    def __init__(self, lm: Optional[NgramLm], lm_weight: float, word_bonus: float, unit_kind: List[int],
-                 unit_text: List[str], context: Optional[ContextGraph]):
+    def __init__(self, lm: Optional[NgramLm], lm_weight: float, word_bonus: float, oov_penalty: float,
+                 unit_kind: List[int], unit_text: List[str], context: Optional[ContextGraph]):
         self.lm = lm
         self.lm_weight = lm_weight
         self.word_bonus = word_bonus
+        self.oov_penalty = oov_penalty
         self.unit_kind = unit_kind
         self.unit_text = unit_text
         self.context = context
 
     def _word(self, lm: NgramLm, state: int, word: str) -> Tuple[float, int]:
-        lp, state = lm.score(state, lm.word_id(word))
+        word_id = lm.word_id(word)
+        lp, state = lm.score(state, word_id)
+        if word_id == lm.unk:
+            lp -= self.oov_penalty
         return self.lm_weight * lp + self.word_bonus, state
 
     def step(self, lm_state: int, word: str, context_state: int, unit: int) -> Tuple[int, str, int, float]:
@@ -148,4 +155,4 @@ def build_fusion(options: "DecodingOptions", tokenizer) -> Optional[Fusion]:
         context = build_context_graph(ids, options.context_graph_score, tokenizer.vocab_size)
     silent = (tokenizer.blank_id, tokenizer.sos_id, tokenizer.eos_id)
     kinds, texts = unit_kinds(tokenizer.symbols, bool(getattr(tokenizer, "split_with_space", False)), silent)
-    return Fusion(lm, options.lm_weight, options.word_bonus, kinds, texts, context)
+    return Fusion(lm, options.lm_weight, options.word_bonus, options.lm_oov_penalty, kinds, texts, context)

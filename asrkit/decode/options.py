@@ -50,8 +50,8 @@ class DecodingOptions:
       + ``ctc_weight``·search score + ``transducer_weight``·RNN-T log-likelihood (each >= 0).
     * LM fusion and contextual biasing (:mod:`asrkit.decode.fusion`; the modes that take them:
       :func:`asrkit.decode.modes.fused_modes`): ``lm_path`` (an ARPA file; ``None``: no LM),
-      ``lm_weight`` (>= 0) times the LM's natural-log probability of each completed word, plus
-      ``word_bonus`` per word; ``context_phrases`` (WeNet's ``--context_list_path``, read:
+      ``lm_weight`` (>= 0) times the LM's natural-log probability of each completed word (less
+      ``lm_oov_penalty`` (>= 0) for a word the LM does not know), plus ``word_bonus`` per word; ``context_phrases`` (WeNet's ``--context_list_path``, read:
       the phrases themselves; a list is stored as a tuple) with ``context_graph_score`` (>= 0)
       per matched unit, ``context_bias_mode`` ``decoding-graph`` (WeNet's; the default when
       phrases are given).  A model-independent check here; the files are read by
@@ -90,6 +90,7 @@ class DecodingOptions:
     lm_path: Optional[str] = None
     lm_weight: float = 0.5
     word_bonus: float = 1.0
+    lm_oov_penalty: float = 10.0
     context_bias_mode: str = ""
     context_phrases: Tuple[str, ...] = ()
     context_graph_score: float = 3.0
@@ -132,6 +133,8 @@ class DecodingOptions:
     def _check_fusion(self) -> None:
         if not (self.lm_weight >= 0.0 and math.isfinite(self.lm_weight)):
             raise DecodingOptionError(f"lm_weight must be >= 0, got {self.lm_weight}")
+        if not (self.lm_oov_penalty >= 0.0 and math.isfinite(self.lm_oov_penalty)):
+            raise DecodingOptionError(f"lm_oov_penalty must be >= 0, got {self.lm_oov_penalty}")
         if not math.isfinite(self.word_bonus):
             raise DecodingOptionError(f"word_bonus must be a finite number, got {self.word_bonus}")
         if not (self.context_graph_score >= 0.0 and math.isfinite(self.context_graph_score)):

@@ -133,8 +133,8 @@ class Transcriber:
         with this model's tokenizer), built once for the same fusion options."""
         if not options.fused:
             return None
-        key = (options.lm_path, options.lm_weight, options.word_bonus, options.context_phrases,
-               options.context_graph_score)
+        key = (options.lm_path, options.lm_weight, options.word_bonus, options.lm_oov_penalty,
+               options.context_phrases, options.context_graph_score)
         if self._fusion[0] != key:
             self._fusion = (key, build_fusion(options, self.backend.tokenizer))
         return self._fusion[1]
@@ -164,7 +164,8 @@ class Transcriber:
                    segmentation: Optional[Segmentation] = None,
                    progress: Optional[Callable[[float, float], None]] = None, dtype: str = "fp32",
                    lm_path: Optional[str] = None, lm_weight: float = 0.5, word_bonus: float = 1.0,
-                   context_phrases: Sequence[str] = (), context_graph_score: float = 3.0) -> Transcript:
+                   lm_oov_penalty: float = 10.0, context_phrases: Sequence[str] = (),
+                   context_graph_score: float = 3.0) -> Transcript:
         """Transcribe ``audio``: a path (a WAV/FLAC file at any sample rate), or samples
         (a numpy array or tensor ``[T]`` or ``[channels, T]``, floats in [-1, 1) or int16)
         with their ``sample_rate``.
@@ -180,7 +181,7 @@ class Transcriber:
         ``progress(done_s, total_s)``: called after each part with the seconds of audio done
         and in all.  ``dtype``: the precision of the model passes (``fp32``, ``bf16``,
         ``fp16``: autocast; CTC scores stay fp32).  ``lm_path`` (an ARPA file), ``lm_weight``,
-        ``word_bonus``; ``context_phrases`` (biasing towards these phrases, this call only) and
+        ``word_bonus``, ``lm_oov_penalty``; ``context_phrases`` (biasing towards these phrases, this call only) and
         ``context_graph_score``: LM fusion and contextual biasing (docs/decoding.md), for the
         modes that take them.
 
@@ -194,7 +195,8 @@ class Transcriber:
                                   length_penalty=length_penalty, blank_penalty=blank_penalty,
                                   decoding_chunk_size=0 if chunk is None or chunk < 0 else int(chunk),
                                   num_decoding_left_chunks=left_chunks, dtype=dtype, lm_path=lm_path,
-                                  lm_weight=lm_weight, word_bonus=word_bonus, context_phrases=tuple(context_phrases),
+                                  lm_weight=lm_weight, word_bonus=word_bonus, lm_oov_penalty=lm_oov_penalty,
+                                  context_phrases=tuple(context_phrases),
                                   context_graph_score=context_graph_score)
         return self.transcribe_with_options(audio, options, sample_rate, segmentation, progress)
 

@@ -54,9 +54,9 @@ def posteriorgram(*frames: dict) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.float64).log().float()
 
 
-def fusion(lm=None, weight=1.0, bonus=0.0, phrases=(), score=1.0) -> Fusion:
+def fusion(lm=None, weight=1.0, bonus=0.0, phrases=(), score=1.0, oov=10.0) -> Fusion:
     graph = build_context_graph([[ID[c] for c in p] for p in phrases], score, V) if phrases else None
-    return Fusion(lm, weight, bonus, KINDS, TEXTS, graph)
+    return Fusion(lm, weight, bonus, oov, KINDS, TEXTS, graph)
 
 
 def best_ctc(log_probs: torch.Tensor, f=None, beam: int = 4):
@@ -188,7 +188,7 @@ def test_transducer_searches_with_weight_0_are_bit_identical(lm):
     feats, lengths = torch.randn(2, 60, 20, generator=g), torch.tensor([60, 41])
     symbols = ["<blank>", "<unk>"] + list("abcdefgh") + ["\u2581", "<sos/eos>"]
     kinds, texts = unit_kinds(symbols, silent=(0, 11))
-    zero = Fusion(lm, 0.0, 0.0, kinds, texts, None)
+    zero = Fusion(lm, 0.0, 0.0, 10.0, kinds, texts, None)
     plain = DecodingOptions(modes=MODES, beam_size=3)
     fused = DecodingOptions(modes=MODES, beam_size=3, lm_path="words.arpa", lm_weight=0.0, word_bonus=0.0)
     assert decode(model, feats, lengths, fused, zero) == decode(model, feats, lengths, plain)
@@ -217,3 +217,11 @@ def test_fusion_options_are_checked_once():
                                 context_phrases=("ab",))
     with pytest.raises(DecodingOptionError, match="mode ctc_greedy_search takes no LM"):
         check_stream_fusion(streaming, fusion(phrases=["ab"]))
+
+
+def test_a_word_the_lm_does_not_know_pays_the_oov_penalty(lm):
+    lp = posteriorgram({"a": 0.9}, {"d": 0.9}, {"<blank>": 0.95})
+    text, fused = best_ctc(lp, fusion(lm, weight=0.5, bonus=3.0, oov=10.0))
+    assert text[0] == "ad"  # (nothing else to say) ...
+    assert fused["ad"] == pytest.approx(0.5 * (-3.0 * math.log(10) - 10.0) + 3.0 + 0.5 * -1.0 * math.log(10))
+    assert best_ctc(lp, fusion(lm, weight=0.5, bonus=3.0, oov=0.0))[1]["ad"] > 0  # ... the bonus would pay for it
