@@ -11,6 +11,8 @@ are the recognizer's arguments), ``*.int8.onnx`` (dynamic int8 quantization; ``-
 false`` skips it) and ``tokens.txt``.  CMVN is inside the models: they take raw fbank.
 Each fp32 file is checked against eager asrkit under onnxruntime before it is kept
 (``--no_verify`` skips that).  A model without a CTC head is refused.
+A transducer (``model: transducer``) is written in sherpa-onnx's transducer layout instead
+(encoder/decoder/joiner, :mod:`asrkit.bin.export_onnx_transducer`).
 Exit status 0 on success, 1 on a clear error, 2 on bad usage.
 """
 from __future__ import annotations
@@ -20,11 +22,13 @@ import logging
 import sys
 from pathlib import Path
 
+from asrkit.bin import export_onnx_transducer
 from asrkit.bin.bad_input import run_tool
 from asrkit.bin.export import add_model_args, load_for_export
 from asrkit.decode.options import FULL_CONTEXT_ONLY
 from asrkit.export.onnx import export_onnx
 from asrkit.models.chunks import ChunkTraining
+from asrkit.models.transducer.model import Transducer
 
 log = logging.getLogger("asrkit.export_onnx")
 
@@ -38,11 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "(use_dynamic_chunk or static_chunk_size)")
     p.add_argument("--int8", choices=["true", "false"], default="true",
                    help="also write int8 dynamically quantized copies (*.int8.onnx)")
+    export_onnx_transducer.add_args(p)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
     cfg, tokenizer, model, feature_cmvn = load_for_export(args)
+    if isinstance(model, Transducer):  # sherpa-onnx's transducer layout (asrkit/bin/export_onnx_transducer.py)
+        return export_onnx_transducer.run(args, cfg, tokenizer, model, feature_cmvn)
     if model.ctc is None:
         log.error("the model has no CTC head (ctc_weight 0): sherpa-onnx's WeNet CTC models are CTC "
                   "log-posteriors, so there is nothing to export; use the TorchScript export")

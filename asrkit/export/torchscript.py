@@ -199,13 +199,11 @@ class ScriptableAsr(nn.Module):
         return self.frame_length_ms
 
     @torch.jit.export
-    def frame_shift(self) -> float:
-        """Filterbank hop in milliseconds."""
+    def frame_shift(self) -> float:  # (the filterbank hop in milliseconds)
         return self.frame_shift_ms
 
     @torch.jit.export
-    def dither(self) -> float:
-        """Decoding uses no dither."""
+    def dither(self) -> float:  # (decoding uses none)
         return 0.0
 
     @torch.jit.export
@@ -395,10 +393,8 @@ class ScriptableAsr(nn.Module):
                                                                   ctc_weight, reverse_weight)[0]
             elif mode in ("rnnt_greedy_search", "rnnt_beam_search", "modified_beam_search"):
                 transducer = self.transducer
-                if transducer is None:
-                    raise RuntimeError("this model is not a transducer")
-                else:
-                    best = transducer.best_per_utterance(mode, encoder_out, encoder_lengths, log_probs, beam_size,
-                                                         search_ctc_weight, search_transducer_weight, self.max_symbols)
-                    results[mode] = [h.tokens for h in best]
+                assert transducer is not None  # (refused above otherwise: the mode needs a transducer)
+                best = transducer.best_per_utterance(mode, encoder_out, encoder_lengths, log_probs, beam_size,
+                                                     search_ctc_weight, search_transducer_weight, self.max_symbols)
+                results[mode] = [h.tokens for h in best]
         return results
