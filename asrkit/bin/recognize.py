@@ -115,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="phrases (one per line) to bias recognition towards: a context graph (WeNet's)")
     p.add_argument("--context_graph_score", type=float, default=3.0,
                    help="bonus per matched unit of a phrase, taken back when the path leaves it")
+    p.add_argument("--context_strict", choices=["true", "false"], default="true",
+                   help="false: sherpa-onnx's non-strict phrase matching (its hotwords), back to the root after a "
+                        "completed phrase")
     p.add_argument("--score", choices=["word", "char"], default=None,
                    help="also score each mode against the list's transcripts (WER or CER)")
     p.add_argument("--override", action="append", default=[], metavar="KEY.PATH=VALUE",
@@ -150,6 +153,7 @@ def decoding_options(args: argparse.Namespace) -> DecodingOptions:
                            lm_path=args.lm_path, lm_weight=args.lm_weight, word_bonus=args.word_bonus,
                            lm_oov_penalty=args.lm_oov_penalty,
                            context_bias_mode=args.context_bias_mode, context_graph_score=args.context_graph_score,
+                           context_strict=args.context_strict == "true",
                            context_phrases=(read_phrase_list(args.context_list_path)
                                             if args.context_list_path is not None else ()))
 

@@ -38,13 +38,15 @@ class ContextGraph(object):
     Built by :func:`build_context_graph`."""
 
     def __init__(self, vocab_size: int, score: float, goto: Dict[int, int], fail: List[int], depth: List[int],
-                 output: List[float]):
+                 output: List[float], matched: List[int], strict: bool):
         self.vocab_size = vocab_size
         self.score = score
         self.goto = goto
         self.fail = fail
         self.depth = depth
         self.output = output
+        self.matched = matched  # the node of the longest phrase ending at each node (-1: none)
+        self.strict = strict
         self.moves: Dict[int, int] = {}  # (node, unit) -> node, for units off the trie (memoised)
 
     def node_score(self, node: int) -> float:
@@ -63,20 +65,30 @@ class ContextGraph(object):
 
     def step(self, node: int, unit: int) -> Tuple[float, int]:
         """``(score, next node)`` after appending ``unit`` in state ``node``."""
-        child = self.goto.get(node * self.vocab_size + unit, -1)
-        if child >= 0:
-            return self.score + self.output[child], child
-        target = self._move(node, unit)
-        return self.node_score(target) - self.node_score(node) + self.output[target], target
+        target = self.goto.get(node * self.vocab_size + unit, -1)
+        if target >= 0:
+            score = self.score
+        else:
+            target = self._move(node, unit)
+            score = self.node_score(target) - self.node_score(node)
+        if not self.strict and self.matched[target] >= 0:
+            # sherpa-onnx's non-strict mode: a completed phrase keeps its own bonus, the state
+            # goes back to the root (no longer phrase continues it)
+            return score + self.node_score(self.matched[target]) - self.node_score(target), 0
+        return score + self.output[target], target
 
     def finalize(self, node: int) -> float:
         """The score that ends a hypothesis in state ``node``: the pending bonus taken back."""
         return -self.node_score(node)
 
 
-def build_context_graph(phrases: Sequence[Sequence[int]], score: float, vocab_size: int) -> ContextGraph:
+def build_context_graph(phrases: Sequence[Sequence[int]], score: float, vocab_size: int,
+                        strict: bool = True) -> ContextGraph:
     """The :class:`ContextGraph` of ``phrases`` (unit-id sequences, none empty) with a bonus of
-    ``score`` per matched unit."""
+    ``score`` per matched unit; ``strict`` False: sherpa-onnx's non-strict matching (what its
+    ``modified_beam_search`` uses for hotwords: after a completed phrase the state returns to
+    the root, and the step that completes it earns the phrase's bonus once, not the pending
+    bonus as well)."""
     goto: Dict[int, int] = {}
     depth = [0]
     ends = [False]
@@ -95,6 +107,7 @@ def build_context_graph(phrases: Sequence[Sequence[int]], score: float, vocab_si
         children[key // vocab_size].append((key % vocab_size, child))
     fail = [0] * len(depth)
     output = [0.0] * len(depth)
+    matched = [-1] * len(depth)
     queue = collections.deque(child for _, child in children[0])
     while queue:  # breadth first: a node's failure target is shallower, so already done
         node = queue.popleft()
@@ -106,7 +119,8 @@ def build_context_graph(phrases: Sequence[Sequence[int]], score: float, vocab_si
             fail[child] = target if target != child else 0
             queue.append(child)
         output[node] = (depth[node] * score if ends[node] else 0.0) + output[fail[node]]
-    return ContextGraph(vocab_size, float(score), goto, fail, depth, output)
+        matched[node] = node if ends[node] else matched[fail[node]]
+    return ContextGraph(vocab_size, float(score), goto, fail, depth, output, matched, strict)
 
 
 def read_phrase_list(path) -> Tuple[str, ...]:

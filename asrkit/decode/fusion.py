@@ -152,7 +152,7 @@ def build_fusion(options: "DecodingOptions", tokenizer) -> Optional[Fusion]:
     context = None
     if options.context_phrases:
         ids = tokenize_phrases(options.context_phrases, tokenizer)
-        context = build_context_graph(ids, options.context_graph_score, tokenizer.vocab_size)
+        context = build_context_graph(ids, options.context_graph_score, tokenizer.vocab_size, options.context_strict)
     silent = (tokenizer.blank_id, tokenizer.sos_id, tokenizer.eos_id)
     kinds, texts = unit_kinds(tokenizer.symbols, bool(getattr(tokenizer, "split_with_space", False)), silent)
     return Fusion(lm, options.lm_weight, options.word_bonus, options.lm_oov_penalty, kinds, texts, context)

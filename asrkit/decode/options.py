@@ -54,7 +54,8 @@ class DecodingOptions:
       ``lm_oov_penalty`` (>= 0) for a word the LM does not know), plus ``word_bonus`` per word; ``context_phrases`` (WeNet's ``--context_list_path``, read:
       the phrases themselves; a list is stored as a tuple) with ``context_graph_score`` (>= 0)
       per matched unit, ``context_bias_mode`` ``decoding-graph`` (WeNet's; the default when
-      phrases are given).  A model-independent check here; the files are read by
+      phrases are given); ``context_strict`` False: sherpa-onnx's non-strict matching
+      (:func:`asrkit.decode.context_graph.build_context_graph`).  A model-independent check here; the files are read by
       :func:`asrkit.decode.fusion.build_fusion`, which needs the model's units.
     * ``batch_size`` (>= 1): utterances per encoder pass when a data list is recognised.
     * ``dtype`` (``fp32``, ``bf16``, ``fp16``): the precision of the encoder and decoder
@@ -94,6 +95,7 @@ class DecodingOptions:
     context_bias_mode: str = ""
     context_phrases: Tuple[str, ...] = ()
     context_graph_score: float = 3.0
+    context_strict: bool = True
 
     def __post_init__(self):
         if self.beam_size < 1:

@@ -134,7 +134,7 @@ class Transcriber:
         if not options.fused:
             return None
         key = (options.lm_path, options.lm_weight, options.word_bonus, options.lm_oov_penalty,
-               options.context_phrases, options.context_graph_score)
+               options.context_phrases, options.context_graph_score, options.context_strict)
         if self._fusion[0] != key:
             self._fusion = (key, build_fusion(options, self.backend.tokenizer))
         return self._fusion[1]

@@ -12,8 +12,8 @@ from asrkit.text.asrkit_rules import CharTokenizer
 PHRASES = ["S", "HE", "SHE", "SHELL", "HIS", "HERS", "HELLO", "THIS", "THEM"]
 
 
-def graph(phrases=PHRASES, score=1.0):
-    return build_context_graph([[ord(c) for c in p] for p in phrases], score, 128)
+def graph(phrases=PHRASES, score=1.0, strict=True):
+    return build_context_graph([[ord(c) for c in p] for p in phrases], score, 128, strict)
 
 
 def run(g, text: str) -> tuple[float, list[float]]:
@@ -33,6 +33,16 @@ def test_overlapping_phrases_score_as_icefall_and_sherpa_onnx(text, total):
     tests, score 1 per unit): every phrase occurrence keeps len(phrase), overlapping ones
     included ("HISHE": HIS, S, SHE, HE = 3 + 1 + 3 + 2)."""
     assert run(graph(), text)[0] == total
+
+
+@pytest.mark.parametrize("text, total", [
+    ("HEHERSHE", 7), ("HERSHE", 5), ("HISHE", 5), ("SHED", 3), ("SHELF", 3), ("HELL", 2), ("HELLO", 2),
+    ("DHRHISQ", 3), ("THEN", 2)])
+def test_non_strict_matching_scores_as_sherpa_onnx(text, total):
+    """sherpa-onnx's non-strict mode (its hotwords in modified_beam_search; its test
+    TestBasicNonStrict): back to the root after each completed phrase ("HELLO": HE, then
+    LLO matches nothing)."""
+    assert run(graph(strict=False), text)[0] == total
 
 
 def test_the_bonus_is_taken_back_when_the_path_leaves_a_phrase():
