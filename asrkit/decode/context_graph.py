@@ -47,10 +47,11 @@ class ContextGraph(object):
         self.output = output
         self.matched = matched  # the node of the longest phrase ending at each node (-1: none)
         self.strict = strict
+        self.node_scores: List[float] = [d * score for d in depth]
         self.moves: Dict[int, int] = {}  # (node, unit) -> node, for units off the trie (memoised)
 
     def node_score(self, node: int) -> float:
-        return self.depth[node] * self.score
+        return self.node_scores[node]
 
     def _move(self, node: int, unit: int) -> int:
         key = node * self.vocab_size + unit
@@ -70,16 +71,16 @@ class ContextGraph(object):
             score = self.score
         else:
             target = self._move(node, unit)
-            score = self.node_score(target) - self.node_score(node)
-        if not self.strict and self.matched[target] >= 0:
-            # sherpa-onnx's non-strict mode: a completed phrase keeps its own bonus, the state
-            # goes back to the root (no longer phrase continues it)
-            return score + self.node_score(self.matched[target]) - self.node_score(target), 0
-        return score + self.output[target], target
+            score = self.node_scores[target] - self.node_scores[node]
+        if self.strict or self.matched[target] < 0:
+            return score + self.output[target], target
+        # sherpa-onnx's non-strict mode: a completed phrase keeps its own bonus, the state goes
+        # back to the root (no longer phrase continues it)
+        return score + self.node_scores[self.matched[target]] - self.node_scores[target], 0
 
     def finalize(self, node: int) -> float:
         """The score that ends a hypothesis in state ``node``: the pending bonus taken back."""
-        return -self.node_score(node)
+        return -self.node_scores[node]
 
 
 def build_context_graph(phrases: Sequence[Sequence[int]], score: float, vocab_size: int,

@@ -194,13 +194,17 @@ class PrefixBeamSearch:
             self.last_token.append(token)
             fusion = self.fusion
             if fusion is not None:
-                lm, word, context, score = fusion.step(self.node_lm[node], self.node_word[node],
-                                                       self.node_context[node], token)
-                self.node_lm.append(lm)
-                self.node_word.append(word)
-                self.node_context.append(context)
-                self.node_fused.append(self.node_fused[node] + score)
+                self._fuse(fusion, node, token)
         return child
+
+    def _fuse(self, fusion: Fusion, parent: int, token: int) -> None:
+        """The fusion state and score of the node just made, ``parent`` extended by ``token``."""
+        lm, word, context, score = fusion.step(self.node_lm[parent], self.node_word[parent],
+                                               self.node_context[parent], token)
+        self.node_lm.append(lm)
+        self.node_word.append(word)
+        self.node_context.append(context)
+        self.node_fused.append(self.node_fused[parent] + score)
 
     def _extend(self, lps: List[float], ids: List[int]) -> None:
         """One frame of the full search, then pruning to the ``beam_size`` best."""

@@ -65,8 +65,12 @@ class Fusion(object):
 
     def step(self, lm_state: int, word: str, context_state: int, unit: int) -> Tuple[int, str, int, float]:
         """``(LM state, word so far, context node, score)`` after appending ``unit``."""
-        score = 0.0
         lm = self.lm
+        context = self.context
+        if lm is None and context is not None:  # (phrases alone: the common case kept short)
+            score, context_state = context.step(context_state, unit)
+            return lm_state, word, context_state, score
+        score = 0.0
         if lm is not None:
             kind = self.unit_kind[unit]  # (TorchScript reads no module constants: 0 CONTINUES, 1 STARTS, 2 WHOLE)
             if kind == 1 or kind == 2:
@@ -80,7 +84,6 @@ class Fusion(object):
                     word = ""
             elif kind == 0:
                 word = word + self.unit_text[unit]
-        context = self.context
         if context is not None:
             s, context_state = context.step(context_state, unit)
             score += s
