@@ -96,10 +96,11 @@ def recognize(model: AsrModel, entries: Sequence, processor, tokenizer, options:
     if fusion is None and options.fused:
         fusion = build_fusion(options, tokenizer)
     if fusion is not None:
-        log.info("%s%s (modes %s)", f"LM {options.lm_path} (lm_weight {options.lm_weight}, word_bonus "
-                 f"{options.word_bonus})" if options.lm_path else "",
-                 f" {len(options.context_phrases)} context phrases (score {options.context_graph_score})"
-                 if options.context_phrases else "", " ".join(fused_modes(modes)))
+        parts = ([f"LM {options.lm_path} (lm_weight {options.lm_weight}, word_bonus {options.word_bonus})"]
+                 if options.lm_path else [])
+        parts += ([f"{len(options.context_phrases)} context phrases (score {options.context_graph_score})"]
+                  if options.context_phrases else [])
+        log.info("%s (modes %s)", ", ".join(parts), " ".join(fused_modes(modes)))
     log.info("decoding %d utterances in modes %s (beam %d, batch %d, %s)", len(entries), " ".join(modes),
              options.beam_size, options.batch_size, options.encoder_context())
     progress = progress if progress is not None else Progress()
