@@ -14,6 +14,10 @@ same functions with ``torch.jit.script``.
 
 Scores are Python floats (doubles) combined with :func:`log_add`; ties between equal
 scores keep the order in which prefixes were first met (what a stable sort gives).
+
+LM fusion and context biasing (:mod:`asrkit.decode.fusion`) plug in as an optional
+:class:`~asrkit.decode.fusion.Fusion` (:func:`ctc_prefix_beam_search_fused`); without one the
+search is exactly as without that module.
 """
 from __future__ import annotations
 

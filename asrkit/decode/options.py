@@ -50,13 +50,15 @@ class DecodingOptions:
       + ``ctc_weight``·search score + ``transducer_weight``·RNN-T log-likelihood (each >= 0).
     * LM fusion and contextual biasing (:mod:`asrkit.decode.fusion`; the modes that take them:
       :func:`asrkit.decode.modes.fused_modes`): ``lm_path`` (an ARPA file; ``None``: no LM),
-      ``lm_weight`` (>= 0) times the LM's natural-log probability of each completed word (less
-      ``lm_oov_penalty`` (>= 0) for a word the LM does not know), plus ``word_bonus`` per word; ``context_phrases`` (WeNet's ``--context_list_path``, read:
-      the phrases themselves; a list is stored as a tuple) with ``context_graph_score`` (>= 0)
-      per matched unit, ``context_bias_mode`` ``decoding-graph`` (WeNet's; the default when
+      ``lm_weight`` (>= 0) times the LM's natural-log probability of each completed word
+      (less ``lm_oov_penalty`` (>= 0) for a word the LM does not know), plus ``word_bonus``
+      per word; ``context_phrases`` (WeNet's ``--context_list_path``, read: the phrases
+      themselves; a list is stored as a tuple) with ``context_graph_score`` (>= 0) per
+      matched unit, ``context_bias_mode`` ``decoding-graph`` (WeNet's; the default when
       phrases are given); ``context_strict`` False: sherpa-onnx's non-strict matching
-      (:func:`asrkit.decode.context_graph.build_context_graph`).  A model-independent check here; the files are read by
-      :func:`asrkit.decode.fusion.build_fusion`, which needs the model's units.
+      (:func:`asrkit.decode.context_graph.build_context_graph`).  Checked here without the
+      model; the files are read by :func:`asrkit.decode.fusion.build_fusion`, which needs
+      the model's units.
     * ``batch_size`` (>= 1): utterances per encoder pass when a data list is recognised.
     * ``dtype`` (``fp32``, ``bf16``, ``fp16``): the precision of the encoder and decoder
       passes -- ``torch.autocast`` with that dtype (:meth:`autocast`); the CTC
@@ -65,8 +67,9 @@ class DecodingOptions:
 
     Streaming (:class:`asrkit.stream.recognizer.StreamingRecognizer`) reads the chunk
     options (``decoding_chunk_size > 0``), ``beam_size``, ``ctc_weight`` and
-    ``reverse_weight``, the transducer weights and the fusion options; transcription every field but ``batch_size`` (and, for an exported
-    archive, ``simulate_streaming``).
+    ``reverse_weight``, the transducer weights and the fusion options; transcription every
+    field but ``batch_size`` (and, for an exported archive, ``simulate_streaming`` and the
+    fusion options, which it refuses).
 
     Building one with a value out of range raises :class:`DecodingOptionError`, with an
     unknown or no mode :class:`asrkit.decode.modes.ModeError` (one line naming the first

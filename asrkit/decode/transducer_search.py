@@ -251,8 +251,9 @@ class TransducerSearcher(nn.Module):
             for i in range(top_flat.numel()):
                 flat = int(top_flat[i])
                 j = flat // vocab
-                children.append(fuse_child(_child(beam[j], flat % vocab, self.blank, frames_fed + t, float(top_scores[i]),
-                                             states_after[j]), beam[j], flat % vocab, self.blank, fusion))
+                unit = flat % vocab
+                children.append(fuse_child(_child(beam[j], unit, self.blank, frames_fed + t, float(top_scores[i]),
+                                                  states_after[j]), beam[j], unit, self.blank, fusion))
             beam = _merge(children)
         return beam, blank_probs
 

@@ -27,7 +27,7 @@ from asrkit.data.lists import ListEntry
 from asrkit.decode.alignment import AlignmentError, best_path_spans, forced_alignment
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
 from asrkit.decode.fusion import Fusion, build_fusion
-from asrkit.decode.modes import REGISTRY, SharedOutputs, fused_modes
+from asrkit.decode.modes import REGISTRY, SharedOutputs
 from asrkit.decode.options import DecodingOptionError, DecodingOptions, check_encoder_context
 from asrkit.decode.transducer_modes import TIMED
 from asrkit.stream.features import StreamingFbank
@@ -120,13 +120,9 @@ class Transcriber:
         if options.reverse_weight > 0.0 and not self.backend.bidirectional:
             raise DecodingOptionError("reverse_weight > 0 needs a model with decoder bitransformer")
         check_encoder_context(options, self.backend.chunk_trained)
-        if options.fused:
-            if not REGISTRY[options.modes[0]].fused:
-                raise DecodingOptionError(f"mode {options.modes[0]} takes no LM and no context phrases; use one of "
-                                          f"{', '.join(fused_modes(REGISTRY))}")
-            if getattr(self.backend, "tokenizer", None) is None:
-                raise DecodingOptionError(f"{self.description}: an exported archive's searches carry no LM and no "
-                                          f"context graph; transcribe the experiment directory to use them")
+        if options.fused and getattr(self.backend, "tokenizer", None) is None:  # (DecodingOptions checked the mode)
+            raise DecodingOptionError(f"{self.description}: an exported archive's searches carry no LM and no "
+                                      f"context graph; transcribe the experiment directory to use them")
 
     def fusion(self, options: DecodingOptions) -> Optional[Fusion]:
         """The LM and context graph of ``options`` (:func:`asrkit.decode.fusion.build_fusion`

@@ -227,3 +227,15 @@ def test_a_word_the_lm_does_not_know_pays_the_oov_penalty(lm):
     assert text[0] == "ac"
     assert fused["ad"] == pytest.approx(0.5 * (-3.0 * math.log(10) - 10.0) + 3.0 + 0.5 * -1.0 * math.log(10))
     assert best_ctc(lp, fusion(lm, weight=0.5, bonus=3.0, oov=0.0))[0][0] == "ad"
+
+
+def test_an_exported_archive_refuses_an_lm_and_phrases_in_one_line():
+    """transcribe with a final.zip (a backend without the tokenizer the fusion needs): refused."""
+    from types import SimpleNamespace
+    from asrkit.transcribe.transcriber import Transcriber
+    archive = SimpleNamespace(sample_rate=16000, units=SYMBOLS, description="exp/final.zip", bidirectional=False,
+                              chunk_trained=False, check_mode=lambda mode: None)
+    transcriber = Transcriber(archive)
+    transcriber.check_options(DecodingOptions(modes=("attention_rescoring",)))
+    with pytest.raises(DecodingOptionError, match="exp/final.zip: an exported archive's searches carry no LM"):
+        transcriber.check_options(DecodingOptions(modes=("attention_rescoring",), context_phrases=("ab",)))
