@@ -20,7 +20,7 @@ registered in :mod:`asrkit.decode.modes`.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List
+from typing import TYPE_CHECKING, List, Optional
 
 import torch
 
@@ -60,8 +60,10 @@ def greedy_hypotheses(shared: "SharedOutputs") -> List[TransducerHypothesis]:
 def _best(shared: "SharedOutputs", mode: str) -> List[TransducerHypothesis]:
     """Each utterance's result of a transducer search (:meth:`TransducerSearcher.best_per_utterance`,
     what an exported archive runs)."""
-    return shared.transducer.best_per_utterance(mode, shared.encoder_out, shared.encoder_lengths, None,
-                                                shared.beam_size, 0.0, 1.0, MAX_SYMBOLS_PER_FRAME)
+    args = (mode, shared.encoder_out, shared.encoder_lengths, None, shared.beam_size, 0.0, 1.0, MAX_SYMBOLS_PER_FRAME)
+    if shared.fusion is None or mode == "rnnt_greedy_search":
+        return shared.transducer.best_per_utterance(*args)
+    return shared.transducer.best_per_utterance(*args, shared.fusion)
 
 
 def prefix_beam_nbest(shared: "SharedOutputs") -> List[List[TransducerHypothesis]]:
@@ -71,7 +73,8 @@ def prefix_beam_nbest(shared: "SharedOutputs") -> List[List[TransducerHypothesis
     out = []
     for b, enc in _utterances(shared):
         search = TransducerPrefixBeamSearch(shared.transducer, enc.device, shared.beam_size,
-                                            shared.search_ctc_weight, shared.search_transducer_weight)
+                                            shared.search_ctc_weight, shared.search_transducer_weight,
+                                            fusion=shared.fusion)
         search.feed(enc, log_probs[b, :enc.size(0)] if log_probs is not None else None)
         out.append(search.nbest())
     return out
@@ -100,10 +103,12 @@ def transducer_log_likelihoods(shared: "SharedOutputs", b: int, hyps: List[List[
     return (-loss).tolist()
 
 
-def rescored(shared: "SharedOutputs", nbest: List[List[List[int]]], search_scores: List[List[float]]
-             ) -> List[tuple[List[int], float]]:
+def rescored(shared: "SharedOutputs", nbest: List[List[List[int]]], search_scores: List[List[float]],
+             fusion_scores: Optional[List[List[float]]] = None) -> List[tuple[List[int], float]]:
     """Per utterance, ``(tokens, total)`` of the n-best entry maximising the rescoring total
-    (module docstring); the empty hypothesis with score −inf where an n-best is empty."""
+    (module docstring), plus each entry's ``fusion_scores`` (LM and context: not part of the
+    search score ``ctc_weight`` weighs); the empty hypothesis with score −inf where an
+    n-best is empty."""
     attention = (shared.searcher.rescoring_scores(shared.encoder_out, shared.encoder_lengths, nbest,
                                                   shared.reverse_weight)
                  if shared.attn_weight > 0 else [[0.0] * len(h) for h in nbest])
@@ -115,21 +120,31 @@ def rescored(shared: "SharedOutputs", nbest: List[List[List[int]]], search_score
         for i, hyp in enumerate(hyps):
             total = (shared.attn_weight * attention[b][i] + shared.ctc_weight * search_scores[b][i]
                      + shared.transducer_weight * rnnt[i])
+            if fusion_scores is not None:
+                total = total + fusion_scores[b][i]
             if total > best_total:
                 best, best_total = list(hyp), total
         out.append((best, best_total))
     return out
 
 
+def rescored_beams(shared: "SharedOutputs", beams: List[List[TransducerHypothesis]]
+                   ) -> List[tuple[List[int], float]]:
+    """:func:`rescored` of transducer beams: the search score without the fusion part, which
+    is added as it is."""
+    fusion = None if shared.fusion is None else [[h.fused for h in beam] for beam in beams]
+    return rescored(shared, [[h.tokens for h in beam] for beam in beams],
+                    [[h.score - h.fused for h in beam] for beam in beams], fusion)
+
+
 def rnnt_beam_rescored(shared: "SharedOutputs") -> List[tuple[List[int], float]]:
-    beams = prefix_beam_nbest(shared)
-    return rescored(shared, [[h.tokens for h in beam] for beam in beams], [[h.score for h in beam] for beam in beams])
+    return rescored_beams(shared, prefix_beam_nbest(shared))
 
 
 def _rescored_hypothesis(shared: "SharedOutputs") -> List[TransducerHypothesis]:
     """``rnnt_beam_attn_rescoring``'s choice as the beam's hypothesis (with its frames)."""
     beams = prefix_beam_nbest(shared)
-    picked = rescored(shared, [[h.tokens for h in beam] for beam in beams], [[h.score for h in beam] for beam in beams])
+    picked = rescored_beams(shared, beams)
     return [next(h for h in beam if h.tokens == tokens) for beam, (tokens, _) in zip(beams, picked)]
 
 
@@ -144,4 +159,4 @@ TIMED: dict = {
 
 def ctc_beam_rescored(shared: "SharedOutputs") -> List[tuple[List[int], float]]:
     hyps, scores = shared.nbest()
-    return rescored(shared, hyps, scores)
+    return rescored(shared, hyps, scores, shared.fusion_scores())

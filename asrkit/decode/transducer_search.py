@@ -42,6 +42,9 @@ from typing import Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
+from asrkit.decode.fusion import Fusion
+from asrkit.decode.transducer_hypothesis import TransducerHypothesis, best_by_score, finalized, fuse_child
+
 
 def log_add(a: float, b: float) -> float:
     """``log(exp(a) + exp(b))`` without overflow (−inf stays −inf)."""
@@ -51,23 +54,6 @@ def log_add(a: float, b: float) -> float:
         return a
     high = max(a, b)
     return high + math.log1p(math.exp(-abs(a - b)))
-
-
-class TransducerHypothesis(object):
-    """``tokens`` (without the leading ``<blank>``), their emission ``frames`` (indices into
-    the encoder frames fed so far), the ``score`` the search ranks by, and the predictor
-    ``state`` before the last token (``last`` is the token the next predictor step reads:
-    ``<blank>`` before any).  ``pred_out`` / ``state_after``: greedy search's predictor
-    output and state after ``last``, kept while it stays on a frame (empty: not computed)."""
-
-    def __init__(self, tokens: List[int], frames: List[int], score: float, last: int, state: List[torch.Tensor]):
-        self.tokens = tokens
-        self.frames = frames
-        self.score = score
-        self.last = last
-        self.state = state
-        self.pred_out: List[torch.Tensor] = []
-        self.state_after: List[torch.Tensor] = []
 
 
 def _key(tokens: List[int]) -> str:
@@ -188,9 +174,12 @@ class TransducerSearcher(nn.Module):
     @torch.jit.export
     def prefix_beam_feed(self, beam: List[TransducerHypothesis], encoder_out: torch.Tensor,
                          ctc_log_probs: Optional[torch.Tensor], frames_fed: int, beam_size: int, ctc_weight: float,
-                         transducer_weight: float) -> Tuple[List[TransducerHypothesis], List[float]]:
+                         transducer_weight: float, fusion: Optional[Fusion] = None
+                         ) -> Tuple[List[TransducerHypothesis], List[float]]:
         """WeNet's prefix beam search over the next frames: the new beam (best first) and
-        each frame's joint blank probability for the best hypothesis before it."""
+        each frame's joint blank probability for the best hypothesis before it.  With
+        ``fusion``, each non-blank extension's score also gets its fusion score (ranked
+        with it); the beam is not finalized (:func:`finalized`)."""
         blank_probs: List[float] = []
         for t in range(encoder_out.size(0)):
             logp, states_after = self._step(beam, encoder_out[t])
@@ -203,8 +192,9 @@ class TransducerSearcher(nn.Module):
             children: List[TransducerHypothesis] = []
             for j in range(len(beam)):
                 for k in range(beam_size):
-                    children.append(_child(beam[j], int(top_units[j, k]), self.blank, frames_fed + t,
-                                           float(scores[j, k]), states_after[j]))
+                    unit = int(top_units[j, k])
+                    children.append(fuse_child(_child(beam[j], unit, self.blank, frames_fed + t, float(scores[j, k]),
+                                                 states_after[j]), beam[j], unit, self.blank, fusion))
             merged = _merge(children)
             order = torch.tensor([h.score for h in merged], dtype=torch.float64)
             ranked = torch.sort(order, descending=True, stable=True)[1][:beam_size]
@@ -214,10 +204,12 @@ class TransducerSearcher(nn.Module):
     @torch.jit.export
     def best_per_utterance(self, mode: str, encoder_out: torch.Tensor, encoder_lengths: torch.Tensor,
                            ctc_log_probs: Optional[torch.Tensor], beam_size: int, search_ctc_weight: float,
-                           search_transducer_weight: float, max_symbols: int) -> List[TransducerHypothesis]:
+                           search_transducer_weight: float, max_symbols: int, fusion: Optional[Fusion] = None
+                           ) -> List[TransducerHypothesis]:
         """The result of ``mode`` (``rnnt_greedy_search``, ``rnnt_beam_search``,
         ``modified_beam_search``) for each utterance of ``encoder_out [B, T, E]``
-        (``ctc_log_probs [B, T, V]``: for ``rnnt_beam_search`` with ``search_ctc_weight > 0``)."""
+        (``ctc_log_probs [B, T, V]``: for ``rnnt_beam_search`` with ``search_ctc_weight > 0``);
+        ``fusion``: for the two beam searches (their beams finalized before the choice)."""
         results: List[TransducerHypothesis] = []
         for b in range(encoder_out.size(0)):
             enc = encoder_out[b, :int(encoder_lengths[b])]
@@ -229,19 +221,24 @@ class TransducerSearcher(nn.Module):
                 ctc: Optional[torch.Tensor] = None
                 if ctc_log_probs is not None and search_ctc_weight > 0:
                     ctc = ctc_log_probs[b, :enc.size(0)]
-                results.append(self.prefix_beam_feed(start, enc, ctc, 0, beam_size, search_ctc_weight,
-                                                     search_transducer_weight)[0][0])
+                beam = self.prefix_beam_feed(start, enc, ctc, 0, beam_size, search_ctc_weight,
+                                             search_transducer_weight, fusion)[0]
+                results.append(beam[0] if fusion is None else best_by_score(finalized(beam, fusion)))
             elif mode == "modified_beam_search":
-                results.append(best_by_score_per_token(self.modified_beam_feed(start, enc, 0, beam_size)[0]))
+                beam = self.modified_beam_feed(start, enc, 0, beam_size, fusion)[0]
+                results.append(best_by_score_per_token(finalized(beam, fusion)))
             else:
                 raise RuntimeError("not a transducer search: " + mode)
         return results
 
     @torch.jit.export
     def modified_beam_feed(self, beam: List[TransducerHypothesis], encoder_out: torch.Tensor, frames_fed: int,
-                           beam_size: int) -> Tuple[List[TransducerHypothesis], List[float]]:
+                           beam_size: int, fusion: Optional[Fusion] = None
+                           ) -> Tuple[List[TransducerHypothesis], List[float]]:
         """icefall's modified beam search over the next frames: the new beam (unordered) and
-        each frame's joint blank probability for the highest-scoring hypothesis before it."""
+        each frame's joint blank probability for the highest-scoring hypothesis before it.
+        With ``fusion``, a chosen non-blank extension's score also gets its fusion score (as
+        icefall adds its context score: after the choice); the beam is not finalized."""
         blank_probs: List[float] = []
         for t in range(encoder_out.size(0)):
             logp, states_after = self._step(beam, encoder_out[t])
@@ -254,8 +251,9 @@ class TransducerSearcher(nn.Module):
             for i in range(top_flat.numel()):
                 flat = int(top_flat[i])
                 j = flat // vocab
-                children.append(_child(beam[j], flat % vocab, self.blank, frames_fed + t, float(top_scores[i]),
-                                       states_after[j]))
+                unit = flat % vocab
+                children.append(fuse_child(_child(beam[j], unit, self.blank, frames_fed + t, float(top_scores[i]),
+                                                  states_after[j]), beam[j], unit, self.blank, fusion))
             beam = _merge(children)
         return beam, blank_probs
 
@@ -265,12 +263,13 @@ class TransducerSearcher(nn.Module):
 
 class _Search:
     """``searcher``: a :class:`TransducerSearcher` (or its scripted copy, an exported
-    archive's); ``device``: where the encoder frames are."""
+    archive's, which takes no ``fusion``); ``device``: where the encoder frames are."""
 
-    def __init__(self, searcher: nn.Module, device: torch.device):
+    def __init__(self, searcher: nn.Module, device: torch.device, fusion: Optional[Fusion] = None):
         self.searcher = searcher
         self.device = device
         self.frames_fed = 0
+        self.fusion = fusion  # (asrkit.decode.fusion; the beam searches)
 
 
 class TransducerGreedySearch(_Search):
@@ -303,8 +302,8 @@ class TransducerPrefixBeamSearch(_Search):
     The order of candidates and the stable sort follow WeNet's, so ties break alike."""
 
     def __init__(self, searcher: nn.Module, device: torch.device, beam_size: int, ctc_weight: float = 0.3,
-                 transducer_weight: float = 0.7):
-        super().__init__(searcher, device)
+                 transducer_weight: float = 0.7, fusion: Optional[Fusion] = None):
+        super().__init__(searcher, device, fusion)
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")
         if ctc_weight < 0 or transducer_weight < 0 or ctc_weight + transducer_weight <= 0:
@@ -320,26 +319,33 @@ class TransducerPrefixBeamSearch(_Search):
         returns each frame's joint blank probability for the best hypothesis before it."""
         if self.ctc_weight > 0 and (ctc_log_probs is None or ctc_log_probs.size(0) != encoder_out.size(0)):
             raise ValueError("ctc_weight > 0 needs the CTC log-probabilities of the same frames")
-        self.beam, blank_probs = self.searcher.prefix_beam_feed(self.beam, encoder_out, ctc_log_probs,
-                                                                self.frames_fed, self.beam_size, self.ctc_weight,
-                                                                self.transducer_weight)
+        if self.fusion is None:
+            self.beam, blank_probs = self.searcher.prefix_beam_feed(self.beam, encoder_out, ctc_log_probs,
+                                                                    self.frames_fed, self.beam_size, self.ctc_weight,
+                                                                    self.transducer_weight)
+        else:
+            self.beam, blank_probs = self.searcher.prefix_beam_feed(self.beam, encoder_out, ctc_log_probs,
+                                                                    self.frames_fed, self.beam_size, self.ctc_weight,
+                                                                    self.transducer_weight, self.fusion)
         self.frames_fed += encoder_out.size(0)
         return blank_probs
 
     def nbest(self) -> List[TransducerHypothesis]:
-        """The beam, best first."""
-        return list(self.beam)
+        """The beam, best first (with fusion: ended, :func:`finalized`, and ranked again)."""
+        if self.fusion is None:
+            return list(self.beam)
+        return sorted(finalized(self.beam, self.fusion), key=lambda h: h.score, reverse=True)
 
     def best(self) -> TransducerHypothesis:
-        return self.beam[0]
+        return self.nbest()[0]
 
 
 class ModifiedBeamSearch(_Search):
     """icefall's modified beam search (module docstring); scores are sums of joint
     log-probabilities, merged by log-add."""
 
-    def __init__(self, searcher: nn.Module, device: torch.device, beam_size: int):
-        super().__init__(searcher, device)
+    def __init__(self, searcher: nn.Module, device: torch.device, beam_size: int, fusion: Optional[Fusion] = None):
+        super().__init__(searcher, device, fusion)
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")
         self.beam_size = beam_size
@@ -348,14 +354,18 @@ class ModifiedBeamSearch(_Search):
     def feed(self, encoder_out: torch.Tensor) -> List[float]:
         """Search ``encoder_out [T, E]``, the next ``T`` encoder frames; returns each frame's
         joint blank probability for the highest-scoring hypothesis before it."""
-        self.beam, blank_probs = self.searcher.modified_beam_feed(self.beam, encoder_out, self.frames_fed,
-                                                                  self.beam_size)
+        if self.fusion is None:
+            self.beam, blank_probs = self.searcher.modified_beam_feed(self.beam, encoder_out, self.frames_fed,
+                                                                      self.beam_size)
+        else:
+            self.beam, blank_probs = self.searcher.modified_beam_feed(self.beam, encoder_out, self.frames_fed,
+                                                                      self.beam_size, self.fusion)
         self.frames_fed += encoder_out.size(0)
         return blank_probs
 
     def nbest(self) -> List[TransducerHypothesis]:
-        """The beam, best first by :func:`score_per_token`."""
-        return sorted(self.beam, key=score_per_token, reverse=True)
+        """The beam (with fusion: ended, :func:`finalized`), best first by :func:`score_per_token`."""
+        return sorted(finalized(self.beam, self.fusion), key=score_per_token, reverse=True)
 
     def best(self) -> TransducerHypothesis:
-        return best_by_score_per_token(self.beam)
+        return best_by_score_per_token(finalized(self.beam, self.fusion))
