@@ -25,6 +25,7 @@ import soundfile
 import torch
 
 from asrkit.config import load_config
+from asrkit.data.features import fbank_options
 from asrkit.decode.options import DecodingOptionError, DecodingOptions, check_encoder_context
 from asrkit.decode.recognizer import build_trained_model
 from asrkit.inputs import BAD_INPUT, load_text_inputs
@@ -78,8 +79,7 @@ def main(argv=None) -> int:
             print(f"error: {wav}: not a readable audio file ({e})", file=sys.stderr)
             return 2
         try:
-            stream = StreamingRecognizer(model, options, sample_rate=rate, num_mel_bins=fbank.num_mel_bins,
-                                         frame_length=fbank.frame_length, frame_shift=fbank.frame_shift)
+            stream = StreamingRecognizer(model, options, sample_rate=rate, **fbank_options(fbank))
         except DecodingOptionError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
