@@ -1,26 +1,119 @@
-"""sherpa-onnx recognizers for asrkit's ONNX models (:mod:`asrkit.export.onnx`), with the
-filterbank asrkit trained on, and the ways sherpa-onnx's examples feed audio.
+"""sherpa-onnx recognizers for asrkit's ONNX models (:mod:`asrkit.export.onnx`), built
+through sherpa-onnx's public API only, the features that runtime computes, and the ways
+sherpa-onnx's examples feed audio.
 
-sherpa-onnx computes fbank itself (kaldi-native-fbank).  For WeNet CTC models it scales
-samples to the 16-bit range, as asrkit does, but its ``from_wenet_ctc`` shortcuts keep
-kaldi-native-fbank's other defaults, which are not Kaldi's/torchaudio's: ``snip_edges``
-false (frames centred, reflected edges) and ``high_freq`` −400 (the top mel bin ends at
-Nyquist − 400 Hz).  asrkit (and WeNet) train with ``snip_edges`` true and the top bin at
-Nyquist.  :func:`offline_recognizer` and :func:`online_recognizer` build the recognizer
-through ``from_wenet_ctc`` and then set those two options to the training ones
-(``matched_features=False`` keeps sherpa's defaults, to measure what they cost).
+sherpa-onnx computes the filterbank itself (kaldi-native-fbank, configured by its
+``FeatureExtractorConfig``), and its WeNet CTC constructors
+(``OfflineRecognizer.from_wenet_ctc``, ``OnlineRecognizer.from_wenet_ctc``) take only the
+sample rate and the number of mel bins: everything else is kaldi-native-fbank's default,
+which is not Kaldi's/torchaudio's/WeNet's -- ``snip_edges`` false (frames centred,
+reflected edges) and the top mel edge at Nyquist − 400 Hz -- and for WeNet CTC models the
+recognizer scales samples to the 16-bit range (``normalize_samples`` false), as WeNet does.
+Its transducer constructors keep ``normalize_samples`` true: samples as read, in [-1, 1]
+(:data:`RUNTIME_FBANK`).  Every user of the runtime -- the C++ binaries, the websocket
+server, the mobile apps, the other language bindings -- gets those features, so a model
+decodes there as in asrkit only when it was trained on them: ``dataset_conf.fbank_conf``
+``snip_edges: false`` and ``high_freq: -400`` (and for a transducer ``sample_scale: 1``).
+
+The ONNX files record the features the model was trained on (``asrkit_*`` metadata,
+:func:`asrkit.export.onnx.fbank_metadata`); :func:`offline_recognizer` and
+:func:`online_recognizer` refuse (:class:`FeatureMismatchError`, one line saying what to
+set) a model whose features are not the runtime's, or with ``allow_feature_mismatch``
+build it anyway with a :class:`FeatureMismatchWarning` (to measure what the mismatch
+costs).
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional
 
 import numpy as np
 
-from asrkit.export.onnx import OFFLINE_FILE, STREAMING_FILE, TOKENS_FILE
+from asrkit.export.onnx import OFFLINE_FILE, STREAMING_FILE, TOKENS_FILE, fbank_from_metadata
 
 PIECE_S = 0.1          # sherpa-onnx's streaming examples feed 100 ms pieces
 TAIL_PADDING_S = 0.66  # ... then this much silence, so the last window fills
+
+# What sherpa-onnx's feature extractor computes for each kind of model (FeatureExtractorConfig's
+# defaults, which from_wenet_ctc cannot change, and the normalize_samples each recognizer sets:
+# false for WeNet CTC models -- samples x 32768 --, the default true for transducers), in the
+# keys of asrkit.export.onnx.FBANK_DEFAULTS.  Sample rate and mel bins are the constructors'
+# arguments, taken from the model's metadata.
+_KALDI_NATIVE_FBANK = {"frame_length_ms": 25.0, "frame_shift_ms": 10.0, "low_freq": 20.0, "high_freq": -400.0,
+                       "snip_edges": False}
+RUNTIME_FBANK: Dict[str, Dict[str, object]] = {
+    "wenet_ctc": dict(_KALDI_NATIVE_FBANK, sample_scale=32768.0),
+    "transducer": dict(_KALDI_NATIVE_FBANK, sample_scale=1.0),
+}
+_RUNTIME_NAMES = {"wenet_ctc": "a WeNet CTC model (from_wenet_ctc)", "transducer": "a transducer (from_transducer)"}
+# the fbank_conf key that sets each compared option, where one does
+_CONFIG_KEYS = {"frame_length_ms": "frame_length", "frame_shift_ms": "frame_shift", "high_freq": "high_freq",
+                "snip_edges": "snip_edges", "sample_scale": "sample_scale"}
+
+
+class FeatureMismatchError(ValueError):
+    """The model's features are not what the runtime computes (one line: what differs and
+    what to set in ``fbank_conf``)."""
+
+
+class FeatureMismatchWarning(UserWarning):
+    """A recognizer built with ``allow_feature_mismatch`` on a model whose features are not
+    the runtime's: its transcripts will not be asrkit's."""
+
+
+def _top_edge(high_freq: float, sample_rate: float) -> float:
+    return high_freq if high_freq > 0 else sample_rate / 2 + high_freq
+
+
+def _shown(value: object) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else f"{value:g}"
+
+
+def runtime_feature_mismatch(fbank: Dict[str, object], runtime: str = "wenet_ctc") -> Optional[str]:
+    """``None`` when sherpa-onnx computes the features ``fbank`` describes (keys of
+    :data:`asrkit.export.onnx.FBANK_DEFAULTS`, e.g. from
+    :func:`asrkit.export.onnx.fbank_from_metadata`) for a model of kind ``runtime``
+    (``wenet_ctc`` or ``transducer``), else one line: what differs and what to set in
+    ``dataset_conf.fbank_conf`` (then retrain; the CMVN statistics too)."""
+    want = RUNTIME_FBANK[runtime]
+    rate = float(fbank.get("sample_rate", 16000))
+    differ, fixes = [], []
+    for key, runtime_value in want.items():
+        value = fbank.get(key)
+        if key == "high_freq":
+            same = _top_edge(float(value), rate) == _top_edge(float(runtime_value), rate)
+        elif isinstance(runtime_value, bool):
+            same = bool(value) == runtime_value
+        else:
+            same = float(value) == float(runtime_value)
+        if same:
+            continue
+        name = _CONFIG_KEYS.get(key, key)
+        differ.append(f"{name} {_shown(value)} (sherpa-onnx: {_shown(runtime_value)})")
+        fixes.append(f"{name}: {_shown(runtime_value)}" if key in _CONFIG_KEYS
+                     else f"{name} {_shown(runtime_value)} (fixed in asrkit)")
+    if not differ:
+        return None
+    return (f"the model's features are not what sherpa-onnx computes for {_RUNTIME_NAMES[runtime]}: "
+            f"{', '.join(differ)}; its transcripts there will differ from asrkit's. Train with "
+            f"dataset_conf.fbank_conf {', '.join(fixes)} (and CMVN statistics of those features)")
+
+
+def check_runtime_features(meta: Dict[str, str], runtime: str = "wenet_ctc", allow_mismatch: bool = False,
+                           name: str = "") -> None:
+    """Refuse (:class:`FeatureMismatchError`) the model whose ONNX metadata ``meta`` says
+    it was trained on other features than sherpa-onnx computes for it
+    (:func:`runtime_feature_mismatch`; a file without the ``asrkit_*`` fbank keys was
+    exported before they were recorded: WeNet's fbank); with ``allow_mismatch`` warn
+    (:class:`FeatureMismatchWarning`) instead."""
+    problem = runtime_feature_mismatch(fbank_from_metadata(meta), runtime)
+    if problem is None:
+        return
+    message = f"{name}: {problem}" if name else problem
+    if not allow_mismatch:
+        raise FeatureMismatchError(message)
+    warnings.warn(message, FeatureMismatchWarning, stacklevel=3)
 
 
 def read_metadata(path: Path | str) -> Dict[str, str]:
@@ -30,47 +123,33 @@ def read_metadata(path: Path | str) -> Dict[str, str]:
     return {p.key: p.value for p in proto.metadata_props}
 
 
-def _match_features(recognizer, meta: Dict[str, str]):
-    from sherpa_onnx.offline_recognizer import _Recognizer as OfflineImpl  # (deferred: optional sherpa_onnx)
-    from sherpa_onnx.online_recognizer import _Recognizer as OnlineImpl
-    for key, fixed in (("asrkit_frame_length_ms", 25.0), ("asrkit_frame_shift_ms", 10.0)):
-        if float(meta.get(key, fixed)) != fixed:
-            raise ValueError(f"the model was trained with {key[7:]} {meta[key]}; sherpa-onnx's Python API "
-                             f"computes {fixed:g} ms frames only")
-    feat = recognizer.config.feat_config
-    feat.snip_edges = True
-    feat.high_freq = 0.0  # 0: Nyquist (Kaldi's convention)
-    feat.low_freq = float(meta.get("asrkit_low_freq", 20.0))
-    feat.dither = 0.0
-    impl = OnlineImpl if type(recognizer).__name__ == "OnlineRecognizer" else OfflineImpl
-    recognizer.recognizer = impl(recognizer.config)
-    return recognizer
-
-
 def offline_recognizer(onnx_dir: Path | str, model: str = OFFLINE_FILE, num_threads: int = 1,
-                       matched_features: bool = True):
-    """``sherpa_onnx.OfflineRecognizer.from_wenet_ctc`` for ``onnx_dir/model`` (greedy CTC)."""
+                       allow_feature_mismatch: bool = False):
+    """``sherpa_onnx.OfflineRecognizer.from_wenet_ctc`` (greedy CTC) for ``onnx_dir/model``,
+    with the sample rate and mel bins of its metadata; refused when the model's features
+    are not the runtime's (:func:`check_runtime_features`)."""
     import sherpa_onnx  # (deferred: optional dependency sherpa_onnx)
     path = Path(onnx_dir) / model
     meta = read_metadata(path)
-    recognizer = sherpa_onnx.OfflineRecognizer.from_wenet_ctc(
+    check_runtime_features(meta, "wenet_ctc", allow_feature_mismatch, str(path))
+    return sherpa_onnx.OfflineRecognizer.from_wenet_ctc(
         model=str(path), tokens=str(Path(onnx_dir) / TOKENS_FILE), num_threads=num_threads,
         sample_rate=int(meta.get("asrkit_sample_rate", 16000)), feature_dim=int(meta.get("asrkit_num_mel_bins", 80)))
-    return _match_features(recognizer, meta) if matched_features else recognizer
 
 
 def online_recognizer(onnx_dir: Path | str, model: str = STREAMING_FILE, chunk_size: int = 16,
-                      num_left_chunks: int = 4, num_threads: int = 1, matched_features: bool = True):
-    """``sherpa_onnx.OnlineRecognizer.from_wenet_ctc`` for ``onnx_dir/model`` (greedy CTC,
-    ``chunk_size`` encoder frames, ``num_left_chunks >= 1`` chunks of attention cache)."""
+                      num_left_chunks: int = 4, num_threads: int = 1, allow_feature_mismatch: bool = False):
+    """``sherpa_onnx.OnlineRecognizer.from_wenet_ctc`` (greedy CTC, ``chunk_size`` encoder
+    frames, ``num_left_chunks >= 1`` chunks of attention cache) for ``onnx_dir/model``;
+    refused as :func:`offline_recognizer`."""
     import sherpa_onnx  # (deferred: optional dependency sherpa_onnx)
     path = Path(onnx_dir) / model
     meta = read_metadata(path)
-    recognizer = sherpa_onnx.OnlineRecognizer.from_wenet_ctc(
+    check_runtime_features(meta, "wenet_ctc", allow_feature_mismatch, str(path))
+    return sherpa_onnx.OnlineRecognizer.from_wenet_ctc(
         tokens=str(Path(onnx_dir) / TOKENS_FILE), model=str(path), chunk_size=chunk_size,
         num_left_chunks=num_left_chunks, num_threads=num_threads,
         sample_rate=int(meta.get("asrkit_sample_rate", 16000)), feature_dim=int(meta.get("asrkit_num_mel_bins", 80)))
-    return _match_features(recognizer, meta) if matched_features else recognizer
 
 
 def decode_offline(recognizer, samples: np.ndarray, sample_rate: int):
