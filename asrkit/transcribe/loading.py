@@ -26,7 +26,7 @@ from asrkit.decode.modes import ModeError, check_modes
 from asrkit.decode.options import DecodingOptionError, DecodingOptions
 from asrkit.decode.recognizer import build_trained_model
 from asrkit.decode.searcher import Searcher
-from asrkit.export.archive import EXTRA_CONFIG, load_exported
+from asrkit.export.archive import EXTRA_CONFIG, EXTRA_META, load_exported
 from asrkit.inputs import load_text_inputs
 from asrkit.io.checkpoint_names import checkpoint_to_decode
 from asrkit.models.chunks import ChunkTraining
