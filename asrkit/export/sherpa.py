@@ -40,8 +40,8 @@ TAIL_PADDING_S = 0.66  # ... then this much silence, so the last window fills
 # false for WeNet CTC models -- samples x 32768 --, the default true for transducers), in the
 # keys of asrkit.export.onnx.FBANK_DEFAULTS.  Sample rate and mel bins are the constructors'
 # arguments, taken from the model's metadata.
-_KALDI_NATIVE_FBANK = {"frame_length_ms": 25.0, "frame_shift_ms": 10.0, "low_freq": 20.0, "high_freq": -400.0,
-                       "snip_edges": False}
+_KALDI_NATIVE_FBANK = {"snip_edges": False, "high_freq": -400.0, "low_freq": 20.0, "frame_length_ms": 25.0,
+                       "frame_shift_ms": 10.0}
 RUNTIME_FBANK: Dict[str, Dict[str, object]] = {
     "wenet_ctc": dict(_KALDI_NATIVE_FBANK, sample_scale=32768.0),
     "transducer": dict(_KALDI_NATIVE_FBANK, sample_scale=1.0),
