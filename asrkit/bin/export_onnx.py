@@ -29,7 +29,7 @@ from asrkit.bin.bad_input import run_tool
 from asrkit.bin.export import add_model_args, load_for_export
 from asrkit.decode.options import FULL_CONTEXT_ONLY
 from asrkit.export.onnx import FBANK_DEFAULTS, export_onnx
-from asrkit.export.sherpa import runtime_feature_mismatch
+from asrkit.export.runtime_features import runtime_feature_mismatch
 from asrkit.models.chunks import ChunkTraining
 
 log = logging.getLogger("asrkit.export_onnx")

@@ -25,6 +25,7 @@ from torch import nn
 
 from asrkit.export.archive import ExportCheckError, inference_copy
 from asrkit.export.onnx_graphs import OfflineCtcGraph, StreamingCtcGraph
+from asrkit.export.runtime_features import runtime_feature_mismatch
 from asrkit.io.files import atomic_write_bytes, atomic_write_text
 
 OPSET = 17
@@ -298,7 +299,7 @@ def export_onnx(model: nn.Module, units: Sequence[str], output_dir: Path | str, 
     ``snip_edges``, ``high_freq``, ``sample_scale``: the training filterbank
     (``fbank_conf``), recorded in the metadata; ``summary["runtime_features"]`` is ``None``
     when sherpa-onnx computes exactly those features for the model, else the one-line
-    reason it does not (:func:`asrkit.export.sherpa.runtime_feature_mismatch`).  ``feature_cmvn``: a data-pipeline CMVN to put inside (the model's own CMVN layer is
+    reason it does not (:func:`asrkit.export.runtime_features.runtime_feature_mismatch`).  ``feature_cmvn``: a data-pipeline CMVN to put inside (the model's own CMVN layer is
     used as it is).  With ``verify`` each fp32 file is run under onnxruntime and compared
     with eager asrkit (offline: a padded batch; streaming: sherpa-onnx's protocol at
     chunks 16/4/8 with 4/2/1 left chunks against the masked forward), refusing
@@ -314,7 +315,6 @@ def export_onnx(model: nn.Module, units: Sequence[str], output_dir: Path | str, 
     fbank = {"sample_rate": sample_rate, "num_mel_bins": num_mel_bins, "frame_length_ms": frame_length,
              "frame_shift_ms": frame_shift, "snip_edges": bool(snip_edges), "high_freq": float(high_freq),
              "sample_scale": float(sample_scale)}
-    from asrkit.export.sherpa import runtime_feature_mismatch  # (sherpa imports this module)
     summary["runtime_features"] = runtime_feature_mismatch(dict(FBANK_DEFAULTS, **fbank), "wenet_ctc")
     offline = OfflineCtcGraph(model, feature_cmvn).eval()
     jobs = [(offline, out / OFFLINE_FILE, metadata(model, False, fbank))]
