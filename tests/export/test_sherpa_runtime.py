@@ -1,11 +1,12 @@
 """The real sherpa-onnx runtime, through its public API only (``OfflineRecognizer`` /
 ``OnlineRecognizer.from_wenet_ctc``, :mod:`asrkit.export.sherpa`), on a real digits model
 trained with the features sherpa-onnx computes (``fbank_conf`` ``snip_edges: false``,
-``high_freq: -400``; ``tests/fixtures/asrkit_digits/u2pp_runtime``): on every utterance of
-the tiny espeak-ng corpus its transcripts -- text and token times -- are asrkit's greedy
-CTC search (offline: the full-context forward; streaming: the chunked forward over the
-frames sherpa-onnx decodes, fed as its examples feed audio), int8 within a point of fp32;
-a model whose features are not the runtime's is refused with one line saying what to set."""
+``high_freq: -400``; ``tests/fixtures/asrkit_digits/u2pp_runtime``): on the utterances of
+the tiny espeak-ng corpus its transcripts are asrkit's greedy CTC search -- offline: the
+full-context forward, text exactly and token times to the encoder frame (sherpa-onnx 2.0.1
+dithers its fbank, docs/export.md); streaming: the chunked forward over the frames
+sherpa-onnx decodes, fed as its examples feed audio --, int8 within a point of fp32; a
+model whose features are not the runtime's is refused with one line saying what to set."""
 from __future__ import annotations
 
 import json
@@ -27,7 +28,7 @@ from asrkit.inputs import load_text_inputs
 from asrkit.metrics import score
 from tests.helpers import REPO
 
-MODEL = __import__("pathlib").Path("/tmp/u2pp_declared")  # TEMP
+MODEL = REPO / "tests" / "fixtures" / "asrkit_digits" / "u2pp_runtime"
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -92,7 +93,10 @@ def test_offline_transcripts_and_times_are_asrkits_greedy_search(trained, export
             out, _ = model.encoder(model.cmvn(feats.unsqueeze(0)), torch.tensor([feats.size(0)]))
             want, frames = greedy(model.ctc(out), units)
         got = decode_offline(fp32, samples, 16000)
-        assert (got.text.strip(), [round(t / 0.04) for t in got.timestamps]) == (want, frames), key
+        got_frames = [round(t / 0.04) for t in got.timestamps]
+        assert got.text.strip() == want and len(got_frames) == len(frames), key
+        # (a token's frame may move by one where two frames nearly tie: sherpa-onnx dithers)
+        assert all(abs(a - b) <= 1 for a, b in zip(got_frames, frames)), (key, got_frames, frames)
         refs[key], texts[key] = ref, want
         int8_texts[key] = decode_offline(int8, samples, 16000).text.strip()
     cer = 100 * score(refs, texts, mode="char")[0].rate
