@@ -17,7 +17,7 @@ from asrkit.models import build_model
 from asrkit.text import build_tokenizer
 from bench import deploy_compare as bench
 
-pytestmark = [pytest.mark.usefixtures("restore_threads"), pytest.mark.slow]  # (exports and 12 decodes: ~20 s)
+pytestmark = [pytest.mark.usefixtures("restore_threads"), pytest.mark.slow]  # (exports and 13 decodes: ~20 s)
 RUNTIME_FBANK = {"fbank_conf": {"snip_edges": False, "high_freq": -400}}  # what sherpa-onnx computes
 
 
@@ -44,9 +44,11 @@ def test_deploy_compare_reports_every_engine(tiny_experiment, tmp_path, capsys):
     rows = json.loads((tmp_path / "rows.json").read_text())
     engines = [(r["engine"], r["search"]) for r in rows]
     assert ("sherpa-onnx streaming fp32, chunk 4, 2 left", "ctc_greedy_search") in engines
-    assert len(engines) == 12 and all(f"| {r['engine']} | {r['search']} |" in printed for r in rows)
+    assert len(engines) == 13 and all(f"| {r['engine']} | {r['search']} |" in printed for r in rows)
     same = {(r["engine"], r["search"]): r["same_as_greedy"] for r in rows}
     assert same[("onnxruntime fp32", "ctc_greedy_search")] == 4 and same[("asrkit eager", "attention_rescoring")] is None
+    assert same[("asrkit eager, chunk 4, 2 left, fed as sherpa-onnx", "ctc_greedy_search")] == 4  # (its own reference)
+    assert same[("sherpa-onnx streaming fp32, chunk 4, 2 left", "ctc_greedy_search")] is not None
     cer = {(r["engine"], r["search"]): r["cer"] for r in rows}
     greedy = cer[("asrkit eager", "ctc_greedy_search")]
     # the same greedy search over the same fbank and numbers: the same transcripts
