@@ -1,7 +1,8 @@
 """Transcription with kaldi-native-fbank's features (``fbank_conf.snip_edges: false``,
 ``high_freq: -400``): the experiment directory computes those frames (centred,
 round(T / shift) of them, the last ones from :meth:`StreamingFbank.finish`), an exported
-``final.zip`` records them in its ``meta.json`` and transcribes alike, and the shortest
+``final.zip`` records them in its ``meta.json`` and transcribes alike (so does
+``tools/decode_exported.py``), and the shortest
 input follows the centred frame count."""
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import torch
 from asrkit.data.features import compute_fbank
 from asrkit.export.archive import EXTRA_META
 from asrkit.transcribe import AudioError, Segmentation, load_model
+from tests.helpers import run_tool
 from tests.models.wenet_reference import FIXTURES
 
 RUNTIME = ["dataset_conf.fbank_conf.snip_edges=false", "dataset_conf.fbank_conf.high_freq=-400"]
@@ -54,6 +56,10 @@ def test_the_archive_records_the_options_and_transcribes_alike(centred, tmp_path
     for mode in ("ctc_greedy_search", "attention_rescoring"):
         want = centred.transcribe(MIKE, mode=mode, segmentation=Segmentation.whole())
         assert archive.transcribe(MIKE, mode=mode, segmentation=Segmentation.whole()).tokens == want.tokens
+    # tools/decode_exported.py (torch and torchaudio only) reads them from meta.json too
+    printed = run_tool("decode_exported.py", "--model", out, "--mode", "ctc_greedy_search", MIKE).stdout
+    want = centred.transcribe(MIKE, mode="ctc_greedy_search", segmentation=Segmentation.whole()).text
+    assert printed.splitlines()[0] == f"{MIKE.stem} {want}"
 
 
 def test_the_shortest_input_follows_the_centred_frame_count(centred):
