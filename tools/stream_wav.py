@@ -26,6 +26,7 @@ import soundfile
 import torch
 
 from asrkit.config import load_config
+from asrkit.data.features import fbank_options
 from asrkit.decode.context_graph import ContextListError, read_phrase_list
 from asrkit.decode.fusion import build_fusion
 from asrkit.decode.options import DecodingOptionError, DecodingOptions, check_encoder_context
@@ -92,9 +93,7 @@ def main(argv=None) -> int:
             print(f"error: {wav}: not a readable audio file ({e})", file=sys.stderr)
             return 2
         try:
-            stream = StreamingRecognizer(model, options, sample_rate=rate, num_mel_bins=fbank.num_mel_bins,
-                                         frame_length=fbank.frame_length, frame_shift=fbank.frame_shift,
-                                         fusion=fusion)
+            stream = StreamingRecognizer(model, options, sample_rate=rate, fusion=fusion, **fbank_options(fbank))
         except DecodingOptionError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

@@ -83,8 +83,9 @@ def run(args: argparse.Namespace) -> int:
     output = Path(args.output)
     summary = export_model(model, list(tokenizer.symbols), output,
                            sample_rate=dc.resample_conf.resample_rate, num_mel_bins=fb.num_mel_bins,
-                           frame_length=fb.frame_length, frame_shift=fb.frame_shift,
-                           feature_cmvn=feature_cmvn, unit_separator=separator, config_text=config_text,
+                           frame_length=fb.frame_length, frame_shift=fb.frame_shift, snip_edges=fb.snip_edges,
+                           high_freq=fb.high_freq, sample_scale=fb.sample_scale, feature_cmvn=feature_cmvn,
+                           unit_separator=separator, config_text=config_text,
                            verify=not args.no_verify, input_digests=input_digests(cfg))
     check = (f"; verified against eager decoding ({', '.join(summary['modes'])}; encoder max |diff| "
              f"{summary['max_abs_diff']:.2g}) in {summary['verify_s']:.1f} s" if "verify_s" in summary else "")

@@ -77,10 +77,13 @@ class StreamingRecognizer:
     tokenizer (each stream may bias towards its own phrases); required when ``options`` ask
     for an LM or phrases, for a mode that takes them.  ``fbank``
     options: the features' ``sample_rate``, ``num_mel_bins``, ``frame_length`` and
-    ``frame_shift`` (the training config's).  Not thread-safe; one instance per stream."""
+    ``frame_shift`` (the training config's), and ``snip_edges``, ``high_freq``,
+    ``sample_scale`` (``fbank_conf``'s, :func:`asrkit.data.features.fbank_options`).
+    Not thread-safe; one instance per stream."""
 
     def __init__(self, model, options: DecodingOptions, *, sample_rate: int = 16000, num_mel_bins: int = 80,
-                 frame_length: float = 25.0, frame_shift: float = 10.0,
+                 frame_length: float = 25.0, frame_shift: float = 10.0, snip_edges: bool = True,
+                 high_freq: float = 0.0, sample_scale: float = 32768.0,
                  endpoint_rules: Optional[tuple[EndpointRule, ...]] = DEFAULT_RULES,
                  blank_threshold: float = 0.8, fusion: Optional[Fusion] = None):
         if not options.chunked:
@@ -100,7 +103,8 @@ class StreamingRecognizer:
         self.chunk_size = chunk_size
         self.num_left_chunks = options.num_decoding_left_chunks
         self.frame_shift_s = frame_shift / 1000.0
-        self.fbank = StreamingFbank(sample_rate, num_mel_bins, frame_length, frame_shift)
+        self.fbank = StreamingFbank(sample_rate, num_mel_bins, frame_length, frame_shift, snip_edges=snip_edges,
+                                    high_freq=high_freq, sample_scale=sample_scale)
         self.endpoint = (EndpointDetector(self.rate * self.frame_shift_s, endpoint_rules, blank_threshold)
                          if endpoint_rules else None)
         self.feats = torch.zeros(0, num_mel_bins)  # feature frames not yet consumed by a chunk
@@ -120,7 +124,9 @@ class StreamingRecognizer:
     def accept_waveform(self, samples: torch.Tensor) -> list[Result]:
         """Feed samples (1-D floats in [-1, 1)); returns the results they produced: a
         partial per completed chunk, and a final one at each endpoint."""
-        frames = self.fbank.accept(samples)
+        return self._accept_frames(self.fbank.accept(samples))
+
+    def _accept_frames(self, frames: torch.Tensor) -> list[Result]:
         if frames.size(0):
             self.feats = torch.cat([self.feats, frames])
         results: list[Result] = []
@@ -133,10 +139,11 @@ class StreamingRecognizer:
     def finish(self) -> list[Result]:
         """End of input: the frames left make a last (shorter) chunk when they give at
         least one encoder frame (its partial result first); the list ends with the
-        segment's final result."""
-        results: list[Result] = []
+        segment's final result.  The features start over (the frames the end of the audio
+        completes, with ``snip_edges`` false, are decoded first)."""
+        results = self._accept_frames(self.fbank.finish())
         if self.feats.size(0) >= self.model.encoder.embed.min_input_length:
-            results = self._run_chunk(self.feats, allow_endpoint=False)
+            results += self._run_chunk(self.feats, allow_endpoint=False)
             self.frames_consumed += self.feats.size(0)
         self.feats = self.feats[:0]
         return results + [self._finalise(0.0)]

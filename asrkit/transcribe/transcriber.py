@@ -138,10 +138,10 @@ class Transcriber:
     def features(self, wav: torch.Tensor) -> torch.Tensor:
         """Normalised fbank ``[T', F]`` of ``wav [T]`` (samples at the model's rate)."""
         b = self.backend
-        fbank = StreamingFbank(b.sample_rate, b.num_mel_bins, b.frame_length, b.frame_shift)
+        fbank = StreamingFbank(b.sample_rate, **b.fbank_options())
         piece = int(FBANK_PIECE_S * b.sample_rate)
-        feats = [fbank.accept(wav[i:i + piece]) for i in range(0, wav.numel(), piece)]
-        return b.normalise(torch.cat(feats) if feats else torch.zeros(0, b.num_mel_bins))
+        feats = [fbank.accept(wav[i:i + piece]) for i in range(0, wav.numel(), piece)] + [fbank.finish()]
+        return b.normalise(torch.cat(feats))
 
     def segments(self, samples: torch.Tensor, rate: int, wav: torch.Tensor,
                  segmentation: Segmentation) -> list[Segment]:
@@ -214,7 +214,8 @@ class Transcriber:
         samples, rate, name = read_samples(audio, sample_rate)
         wav = resample(samples, rate, b.sample_rate)[0]
         duration = samples.size(1) / rate
-        if num_frames(wav.numel(), b.sample_rate, b.frame_length, b.frame_shift) < b.min_input_length:
+        if num_frames(wav.numel(), b.sample_rate, b.frame_length, b.frame_shift,
+                      snip_edges=b.snip_edges) < b.min_input_length:
             raise AudioError(name, "too_short", f"{duration:.3f} s; the model needs "
                              f"{b.min_input_length} feature frames, {self._min_input_ms():g} ms")
         segments = self.segments(samples, rate, wav, segmentation or Segmentation())
@@ -230,15 +231,25 @@ class Transcriber:
             progress(duration, duration)
         return self._transcript(decoded, duration, mode)
 
+    def _min_input_samples(self) -> int:
+        """The model's shortest input in samples (its minimum feature frames)."""
+        b = self.backend
+        if b.snip_edges:
+            return int(b.sample_rate * ((b.min_input_length - 1) * b.frame_shift + b.frame_length) / 1000)
+        shift = int(b.sample_rate * b.frame_shift * 0.001)  # ((T + shift // 2) // shift frames)
+        return b.min_input_length * shift - shift // 2
+
     def _min_input_ms(self) -> float:
         """The model's shortest input in milliseconds of audio (its minimum feature frames)."""
         b = self.backend
-        return (b.min_input_length - 1) * b.frame_shift + b.frame_length
+        if b.snip_edges:
+            return (b.min_input_length - 1) * b.frame_shift + b.frame_length
+        return 1000.0 * self._min_input_samples() / b.sample_rate
 
     def _at_least_min_input(self, segment: Segment, num_samples: int) -> Segment:
         """``segment`` widened (forward, then back) to the model's shortest input where it is
         shorter: a short last piece of fixed-length cutting."""
-        need = int(self.backend.sample_rate * self._min_input_ms() / 1000)
+        need = self._min_input_samples()
         if segment.end - segment.start >= need:
             return segment
         end = min(num_samples, segment.start + need)
