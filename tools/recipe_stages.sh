@@ -252,9 +252,11 @@ stage_tune_fusion() {
   local n=$1 dir="" checkpoint="" type="" lm="" mode="" weights="0.1 0.2 0.3 0.5 0.8" bonuses="0 1 2 3"
   local beam=10 batch=16 ctc_weight=0.3 reverse_weight=0.0 device=cpu
   local average_num="" average_mode="" modes="" length_penalty="" blank_penalty="" chunk="" left_chunks="" streaming=""
+  local search_ctc_weight="" search_transducer_weight="" transducer_weight="" attn_weight=""  # (the transducer's: unused)
   local rest; shift
   bind "dir checkpoint type lm mode weights bonuses beam batch ctc_weight reverse_weight device average_num
-        average_mode modes length_penalty blank_penalty chunk left_chunks streaming" "$@" \
+        average_mode modes length_penalty blank_penalty chunk left_chunks streaming search_ctc_weight
+        search_transducer_weight transducer_weight attn_weight" "$@" \
     && need dir checkpoint type lm mode || return 2
   [ "${#rest[@]}" -eq 1 ] || { echo "recipe_stages: stage_tune_fusion takes one dev set after --" >&2; return 2; }
   local out="$dir/fusion_$mode"
