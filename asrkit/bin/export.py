@@ -7,7 +7,8 @@ The archive holds the scripted model (CMVN, encoder, CTC head and/or decoder) wi
 searches of asrkit.decode, compiled -- ``ctc_greedy_search`` and ``ctc_prefix_beam_search``
 (need a CTC head), ``attention`` (needs a decoder), ``attention_rescoring`` (needs both),
 ``decode`` (several from one encoder pass; ``supported_modes()`` lists what this model
-can run) -- the metadata a runtime needs (units,
+can run); for a transducer also ``rnnt_greedy_search``, ``rnnt_beam_search`` and
+``modified_beam_search`` (the RNN-T rescoring modes need torchaudio's loss and stay eager) -- the metadata a runtime needs (units,
 ``<sos/eos>``, subsampling, fbank options, sample rate) and, as extra files,
 ``train.yaml``, ``units.txt`` and ``meta.json`` (with the SHA-256 of the units file and
 BPE model under ``input_digests``).  A units file that does not fit the checkpoint (another

@@ -16,6 +16,8 @@ sherpa-onnx computes (kaldi-native-fbank: ``snip_edges`` false, top mel edge at 
 400 Hz) is exported with a one-line warning saying what to set in ``fbank_conf``: its
 transcripts in sherpa-onnx would differ from asrkit's, and
 :mod:`asrkit.export.sherpa` refuses it.
+A transducer (``model: transducer``) is written in sherpa-onnx's transducer layout instead
+(encoder/decoder/joiner, :mod:`asrkit.bin.export_onnx_transducer`).
 Exit status 0 on success, 1 on a clear error, 2 on bad usage.
 """
 from __future__ import annotations
@@ -25,12 +27,14 @@ import logging
 import sys
 from pathlib import Path
 
+from asrkit.bin import export_onnx_transducer
 from asrkit.bin.bad_input import run_tool
 from asrkit.bin.export import add_model_args, load_for_export
 from asrkit.decode.options import FULL_CONTEXT_ONLY
 from asrkit.export.onnx import FBANK_DEFAULTS, export_onnx
 from asrkit.export.runtime_features import runtime_feature_mismatch
 from asrkit.models.chunks import ChunkTraining
+from asrkit.models.transducer.model import Transducer
 
 log = logging.getLogger("asrkit.export_onnx")
 
@@ -44,11 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "(use_dynamic_chunk or static_chunk_size)")
     p.add_argument("--int8", choices=["true", "false"], default="true",
                    help="also write int8 dynamically quantized copies (*.int8.onnx)")
+    export_onnx_transducer.add_args(p)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
     cfg, tokenizer, model, feature_cmvn = load_for_export(args)
+    if isinstance(model, Transducer):  # sherpa-onnx's transducer layout (asrkit/bin/export_onnx_transducer.py)
+        return export_onnx_transducer.run(args, cfg, tokenizer, model, feature_cmvn)
     if model.ctc is None:
         log.error("the model has no CTC head (ctc_weight 0): sherpa-onnx's WeNet CTC models are CTC "
                   "log-posteriors, so there is nothing to export; use the TorchScript export")

@@ -33,12 +33,25 @@ from typing import Optional
 
 import torch
 
-from asrkit.decode.modes import check_modes
+from asrkit.decode.fusion import Fusion
+from asrkit.decode.modes import REGISTRY, check_modes, fused_modes
 from asrkit.decode.options import DecodingOptionError, DecodingOptions
 from asrkit.decode.searcher import Searcher
 from asrkit.stream.endpoint import DEFAULT_RULES, EndpointDetector, EndpointRule
 from asrkit.stream.features import StreamingFbank
 from asrkit.stream.searches import stream_search
+
+
+def check_stream_fusion(options: DecodingOptions, fusion: Optional[Fusion]) -> None:
+    """Refuse (one line) an LM or phrases the stream's mode does not take, or that were asked
+    for without the :class:`Fusion` built from them (or one given without being asked for)."""
+    mode = options.modes[0]
+    if options.fused and not REGISTRY[mode].fused:
+        raise DecodingOptionError(f"mode {mode} takes no LM and no context phrases; use one of "
+                                  f"{', '.join(fused_modes(REGISTRY))}")
+    if options.fused != (fusion is not None):
+        raise DecodingOptionError("an LM or context phrases in the options need fusion=build_fusion(options, "
+                                  "tokenizer), and fusion needs them in the options")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +72,10 @@ class StreamingRecognizer:
     ``options.num_decoding_left_chunks`` left chunks, ``beam_size``, ``ctc_weight`` /
     ``reverse_weight`` for the rescoring, and for a transducer mode (``options.modes[0]``)
     the transducer weights; its other fields do not apply (the prefix search skips no blank
-    frames, as WeNet's streaming decoder, and sees no penalties).  ``fbank``
+    frames, as WeNet's streaming decoder, and sees no penalties).  ``fusion``: this stream's
+    LM and phrases, :func:`asrkit.decode.fusion.build_fusion` of ``options`` and the model's
+    tokenizer (each stream may bias towards its own phrases); required when ``options`` ask
+    for an LM or phrases, for a mode that takes them.  ``fbank``
     options: the features' ``sample_rate``, ``num_mel_bins``, ``frame_length`` and
     ``frame_shift`` (the training config's), and ``snip_edges``, ``high_freq``,
     ``sample_scale`` (``fbank_conf``'s, :func:`asrkit.data.features.fbank_options`).
@@ -69,10 +85,12 @@ class StreamingRecognizer:
                  frame_length: float = 25.0, frame_shift: float = 10.0, snip_edges: bool = True,
                  high_freq: float = 0.0, sample_scale: float = 32768.0,
                  endpoint_rules: Optional[tuple[EndpointRule, ...]] = DEFAULT_RULES,
-                 blank_threshold: float = 0.8):
+                 blank_threshold: float = 0.8, fusion: Optional[Fusion] = None):
         if not options.chunked:
             raise DecodingOptionError(f"streaming needs decoding_chunk_size > 0 (encoder frames per chunk), "
                                       f"got {options.decoding_chunk_size}")
+        check_stream_fusion(options, fusion)
+        self.fusion = fusion
         self.model = model.eval()
         self.searcher = Searcher.of_model(model)
         check_modes(self.searcher, options.modes[:1])
@@ -99,7 +117,7 @@ class StreamingRecognizer:
         self.att_cache = torch.zeros(0, 0, 0, 0)
         self.cnn_cache = torch.zeros(0, 0, 0, 0)
         self.encoder_out: list[torch.Tensor] = []
-        self.search = stream_search(self.model, self.searcher, self.options)
+        self.search = stream_search(self.model, self.searcher, self.options, self.fusion)
         if self.endpoint is not None:
             self.endpoint.reset()
 

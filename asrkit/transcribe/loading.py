@@ -50,7 +50,8 @@ class Backend:
     an encoder frame sees beyond its first), ``min_input_length``, ``units`` (symbols by
     id), ``blank``, ``has_ctc``, ``searcher`` (a :class:`Searcher` or its scripted copy),
     ``bidirectional``, ``chunk_trained`` (trained with dynamic or static chunks),
-    ``description``."""
+    ``description``, ``decoding_source`` (what the transducer modes search with: the model,
+    or the archive's module; :func:`asrkit.decode.transducer_modes.transducer_parts`)."""
 
     snip_edges, high_freq, sample_scale = (FBANK_OPTION_DEFAULTS[k] for k in ("snip_edges", "high_freq",
                                                                                "sample_scale"))
@@ -83,6 +84,7 @@ class EagerBackend(Backend):
     def __init__(self, model, cfg, tokenizer, description: str):
         fbank = cfg.dataset_conf.fbank_conf
         self.model, self.tokenizer, self.description = model, tokenizer, description
+        self.decoding_source = model
         self.sample_rate = int(cfg.dataset_conf.resample_conf.resample_rate)
         self.num_mel_bins = int(fbank.num_mel_bins)
         self.frame_length, self.frame_shift = float(fbank.frame_length), float(fbank.frame_shift)
@@ -177,6 +179,7 @@ class ScriptBackend(Backend):
         self.units = list(module.units())
         self.blank = int(module.blank_id())
         self.searcher = ArchiveSearcher(module.searcher)
+        self.decoding_source = module
         self.has_ctc = bool(module.has_ctc())
         self.bidirectional = bool(module.is_bidirectional_decoder())
         self.separator = str(module.unit_separator())
