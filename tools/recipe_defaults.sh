@@ -35,6 +35,11 @@ decode_ctc_weight=0.3         # CTC weight in attention_rescoring
 decode_reverse_weight=0.0     # right-to-left decoder weight in attention_rescoring (decoder: bitransformer)
 decode_length_penalty=0.0     # attention: rank by score / tokens^length_penalty (WeNet's; 0: none)
 decode_blank_penalty=0.0      # CTC modes, attention_rescoring's n-best: blank logit lowered by this (0: none)
+# transducer modes (model: transducer; WeNet's rnnt recipe's values, asrkit.bin.recognize's defaults)
+decode_search_ctc_weight=0.3          # rnnt_beam_search (+ rnnt_beam_attn_rescoring's n-best): weight of the CTC probabilities
+decode_search_transducer_weight=0.7   # ... and of the joint's probabilities
+decode_transducer_weight=0.5          # rnnt_beam_attn_rescoring, ctc_beam_td_attn_rescoring: weight of log P_rnnt
+decode_attn_weight=0.5                # ... and of the attention score (decode_ctc_weight weighs the search score there)
 decode_chunk_size=-1          # -1: full context; N > 0: chunks of N encoder frames (streaming models)
 decode_left_chunks=-1         # with decode_chunk_size > 0: left chunks each frame sees (-1: all)
 decode_simulate_streaming=false   # true: encoder run chunk by chunk with caches (needs decode_chunk_size > 0)

@@ -14,7 +14,9 @@
 #                                                       torchrun -m asrkit.bin.train (1..N nodes);
 #                                                       ARGs go to train.py (--max_steps N, ...)
 #   stage_average_decode_score N "${decoding[@]}" dir=DIR checkpoint=PT type=raw|shard -- SET...
-#                                                       average into PT when it is avg_*.pt, decode, score
+#                                                       average into PT when it is avg_*.pt, decode
+#                                                       (the transducer modes' weights too:
+#                                                       search_ctc_weight=W ... attn_weight=W), score
 #                                                       into DIR/decode_SET (full context) or
 #                                                       DIR/decode_SET_chunkC[_leftL] (chunk=C > 0,
 #                                                       left_chunks=L >= 0)
@@ -46,7 +48,9 @@ decoding=(average_num="$average_num" average_mode="$average_mode" modes="$decode
           batch="$decode_batch_size" ctc_weight="$decode_ctc_weight" reverse_weight="$decode_reverse_weight"
           device="$decode_device"
           length_penalty="$decode_length_penalty" blank_penalty="$decode_blank_penalty"
-          chunk="$decode_chunk_size" left_chunks="$decode_left_chunks" streaming="$decode_simulate_streaming")
+          chunk="$decode_chunk_size" left_chunks="$decode_left_chunks" streaming="$decode_simulate_streaming"
+          search_ctc_weight="$decode_search_ctc_weight" search_transducer_weight="$decode_search_transducer_weight"
+          transducer_weight="$decode_transducer_weight" attn_weight="$decode_attn_weight")
 
 # bind "NAME..." ARG...: in the calling stage function, set its local variable NAME from each
 # NAME=VALUE ARG; the ARGs after "--" go to the caller's array `rest`.  A NAME the stage does
@@ -180,9 +184,11 @@ stage_average_decode_score() {
   local n=$1 dir="" checkpoint="" type="" average_num="" average_mode=best modes="" beam=10 batch=16
   local ctc_weight=0.3 reverse_weight=0.0 device=cpu length_penalty=0.0 blank_penalty=0.0 chunk=-1 left_chunks=-1
   local streaming=false extra="" name=""
+  local search_ctc_weight=0.3 search_transducer_weight=0.7 transducer_weight=0.5 attn_weight=0.5
   local rest s; shift
   bind "dir checkpoint type average_num average_mode modes beam batch ctc_weight reverse_weight device
-        length_penalty blank_penalty chunk left_chunks streaming extra name" "$@" \
+        length_penalty blank_penalty chunk left_chunks streaming extra name search_ctc_weight
+        search_transducer_weight transducer_weight attn_weight" "$@" \
     && need dir checkpoint type average_num modes || return 2
   local suffix="" chunk_opts=(--decoding_chunk_size "$chunk" --num_decoding_left_chunks "$left_chunks")
   if [ "$chunk" -gt 0 ]; then suffix="_chunk$chunk"; fi
@@ -215,8 +221,10 @@ stage_average_decode_score() {
     python -m asrkit.bin.recognize --config "$dir/train.yaml" --checkpoint "$checkpoint" \
       --data "data/$s/$lst" --modes $modes --beam_size "$beam" --batch_size "$batch" \
       --ctc_weight "$ctc_weight" --reverse_weight "$reverse_weight" --length_penalty "$length_penalty" \
-      --blank_penalty "$blank_penalty" \
-      "${chunk_opts[@]}" "${extra_opts[@]}" --device "$device" --result_dir "$result_dir"
+      --blank_penalty "$blank_penalty" --search_ctc_weight "$search_ctc_weight" \
+      --search_transducer_weight "$search_transducer_weight" --transducer_weight "$transducer_weight" \
+      --attn_weight "$attn_weight" "${chunk_opts[@]}" "${extra_opts[@]}" --device "$device" \
+      --result_dir "$result_dir"
     python tools/score_decodes.py --ref "data/$s/text" --decode_dir "$result_dir"
   done
 }
@@ -244,9 +252,11 @@ stage_tune_fusion() {
   local n=$1 dir="" checkpoint="" type="" lm="" mode="" weights="0.1 0.2 0.3 0.5 0.8" bonuses="0 1 2 3"
   local beam=10 batch=16 ctc_weight=0.3 reverse_weight=0.0 device=cpu
   local average_num="" average_mode="" modes="" length_penalty="" blank_penalty="" chunk="" left_chunks="" streaming=""
+  local search_ctc_weight="" search_transducer_weight="" transducer_weight="" attn_weight=""  # (the transducer's: unused)
   local rest; shift
   bind "dir checkpoint type lm mode weights bonuses beam batch ctc_weight reverse_weight device average_num
-        average_mode modes length_penalty blank_penalty chunk left_chunks streaming" "$@" \
+        average_mode modes length_penalty blank_penalty chunk left_chunks streaming search_ctc_weight
+        search_transducer_weight transducer_weight attn_weight" "$@" \
     && need dir checkpoint type lm mode || return 2
   [ "${#rest[@]}" -eq 1 ] || { echo "recipe_stages: stage_tune_fusion takes one dev set after --" >&2; return 2; }
   local out="$dir/fusion_$mode"

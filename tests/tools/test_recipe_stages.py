@@ -170,25 +170,28 @@ def test_stage_train_rdzv_timeout_with_c10d_and_refused_values(tmp_path):
 
 
 def test_stage_5_hands_the_decoding_options_to_recognize_and_keeps_chunked_results_apart(tmp_path):
-    """decode_* variables (set before the stages are sourced, as options are) reach
-    recognize; a chunked decode writes decode_SET_chunkN[_leftM], not over decode_SET."""
+    """decode_* variables (set before the stages are sourced, as options are; the transducer
+    modes' weights too) reach recognize; a chunked decode writes decode_SET_chunkN[_leftM], not over decode_SET."""
     exp = tmp_path / "exp"
     exp.mkdir()
     (exp / "avg_2.pt").write_text("averaged")
     run_stages(tmp_path, f"{AVERAGE} -- test")
     recognize = [c for c in calls(tmp_path) if "bin.recognize" in c]
     assert len(recognize) == 1 and recognize[0].endswith(
-        "--ctc_weight 0.3 --reverse_weight 0.0 --length_penalty 0.0 --blank_penalty 0.0 --decoding_chunk_size -1 "
+        "--ctc_weight 0.3 --reverse_weight 0.0 --length_penalty 0.0 --blank_penalty 0.0 --search_ctc_weight 0.3 "
+        "--search_transducer_weight 0.7 --transducer_weight 0.5 --attn_weight 0.5 --decoding_chunk_size -1 "
         "--num_decoding_left_chunks -1 --device cpu --result_dir exp/decode_test"), recognize
     options = ("decode_length_penalty=0.5; decode_blank_penalty=1.5; decode_chunk_size=16; decode_left_chunks=4; "
-               "decode_reverse_weight=0.3; "
+               "decode_reverse_weight=0.3; decode_search_ctc_weight=0.4; decode_search_transducer_weight=0.6; "
+               "decode_transducer_weight=0.7; decode_attn_weight=0.2; "
                f"decode_simulate_streaming=true\n. '{REPO}/tools/recipe_stages.sh'\n")
     run_stages(tmp_path, options + f"{AVERAGE} -- test")
     assert [c for c in calls(tmp_path) if "recognize" in c or "score" in c] == [
         "python -m asrkit.bin.recognize --config exp/train.yaml --checkpoint exp/avg_2.pt "
         "--data data/test/data.list --modes ctc_greedy_search ctc_prefix_beam_search attention "
         "attention_rescoring --beam_size 10 --batch_size 16 --ctc_weight 0.3 --reverse_weight 0.3 --length_penalty 0.5 "
-        "--blank_penalty 1.5 --decoding_chunk_size 16 --num_decoding_left_chunks 4 --simulate_streaming "
+        "--blank_penalty 1.5 --search_ctc_weight 0.4 --search_transducer_weight 0.6 --transducer_weight 0.7 "
+        "--attn_weight 0.2 --decoding_chunk_size 16 --num_decoding_left_chunks 4 --simulate_streaming "
         "--device cpu --result_dir exp/decode_test_chunk16_left4",
         "python tools/score_decodes.py --ref data/test/text --decode_dir exp/decode_test_chunk16_left4"]
     run_stages(tmp_path, f"{AVERAGE} chunk=8 -- test")

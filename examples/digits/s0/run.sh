@@ -2,6 +2,8 @@
 # Connected digits (synthesized with espeak-ng, speaker-independent splits): the default recipe.
 #   bash run.sh                               # all stages
 #   bash run.sh --stage 4 --stop_stage 5      # train, then average + decode + score
+#   bash run.sh --model transducer            # the transducer (RNN-T + CTC + attention) instead
+#   bash run.sh --streaming true              # the U2++ model (with --model transducer: U2++ transducer)
 # Multi-node: run the same command on every node with its own --node_rank, e.g.
 #   bash run.sh --stage 4 --stop_stage 4 --num_nodes 2 --node_rank 0 --master_addr 10.0.0.1
 # Stages are idempotent: a finished stage is skipped; stage 4 resumes (checkpoint=auto).
@@ -12,25 +14,49 @@ cd "$(dirname "${BASH_SOURCE[0]}")" || exit 1
 # data
 corpus_dir=corpus/digits
 train_utts=4000; dev_utts=300; test_utts=300
-# training
-train_config=conf/train_conformer_cpu.yaml
-dir=exp/conformer_cpu
+# training (left empty, config and dir follow --model and --streaming below; given, they are used)
+train_config=
+dir=
 num_workers=1
 cpu_nproc_per_node=2          # without GPUs: 2 processes x 1 thread (docs/performance.md)
-# decoding
+# decoding (the three left empty take the model's values below; given, they are used)
 average_num=3
+decode_modes=                 # ctc_attention: the four CTC/attention modes; transducer: the transducer modes + ctc_greedy_search
+decode_ctc_weight=            # ctc_attention: attention_rescoring's CTC weight 0.3; transducer: the rescorings' search-score weight 0.5 (WeNet's rnnt recipe)
+decode_reverse_weight=        # 0.3 with --streaming true (bidirectional decoder), else 0.0
 decode_length_penalty=1.5     # attention mode: chosen on the dev set (bench/decode_penalties.py; docs/recipes.md)
+# (the transducer modes' weights, decode_search_ctc_weight 0.3 etc., are WeNet's rnnt recipe's: tools/recipe_defaults.sh)
+# model: ctc_attention (conformer CTC/attention: conf/train_conformer_cpu.yaml -> exp/conformer_cpu)
+#   | transducer (RNN-T + CTC + attention, stateless embedding predictor:
+#   conf/train_transducer_cpu.yaml -> exp/transducer_cpu; stage 6 has no export for it yet)
+model=ctc_attention
 # streaming: true trains and decodes the U2++ model instead (conf/train_u2pp_conformer_cpu.yaml
-# -> exp/u2pp_cpu): stage 5 decodes with full context and then in chunks of each of
-# $streaming_chunks encoder frames (decode_test_chunkN)
+# -> exp/u2pp_cpu; transducer: conf/train_u2pp_transducer_cpu.yaml -> exp/u2pp_transducer_cpu):
+# stage 5 decodes with full context and then in chunks of each of $streaming_chunks encoder
+# frames (decode_test_chunkN)
 streaming=false
 streaming_chunks="16 8 4"
 
 . tools/parse_options.sh || exit 1
 set -euo pipefail
-if [ "$streaming" = true ]; then
-  train_config=conf/train_u2pp_conformer_cpu.yaml; dir=exp/u2pp_cpu; decode_reverse_weight=0.3
+case "$model/$streaming" in
+  ctc_attention/false) config=conf/train_conformer_cpu.yaml; exp=exp/conformer_cpu ;;
+  ctc_attention/true) config=conf/train_u2pp_conformer_cpu.yaml; exp=exp/u2pp_cpu ;;
+  transducer/false) config=conf/train_transducer_cpu.yaml; exp=exp/transducer_cpu ;;
+  transducer/true) config=conf/train_u2pp_transducer_cpu.yaml; exp=exp/u2pp_transducer_cpu ;;
+  *) echo "$0: --model ctc_attention|transducer and --streaming true|false, not '$model' and '$streaming'" >&2
+     exit 1 ;;
+esac
+train_config=${train_config:-$config}; dir=${dir:-$exp}
+if [ "$model" = transducer ]; then
+  decode_modes=${decode_modes:-rnnt_greedy_search rnnt_beam_search modified_beam_search rnnt_beam_attn_rescoring ctc_beam_td_attn_rescoring ctc_greedy_search}
+  decode_ctc_weight=${decode_ctc_weight:-0.5}
+else
+  decode_modes=${decode_modes:-ctc_greedy_search ctc_prefix_beam_search attention attention_rescoring}
+  decode_ctc_weight=${decode_ctc_weight:-0.3}
 fi
+if [ "$streaming" = true ]; then decode_reverse_weight=${decode_reverse_weight:-0.3}; fi
+decode_reverse_weight=${decode_reverse_weight:-0.0}
 . tools/recipe_stages.sh
 
 if run_stage 0; then
@@ -62,5 +88,11 @@ if run_stage 5; then
     done
   fi
 fi
-run_stage 6 && stage_export 6 config="$dir/train.yaml" checkpoint="$decode_checkpoint" out="$dir/final.zip" onnx_dir="$dir/onnx"
+if run_stage 6; then
+  if [ "$model" = transducer ]; then
+    say "6: no export for --model transducer yet (the TorchScript/ONNX export of transducers is issue 7/10), skipped"
+  else
+    stage_export 6 config="$dir/train.yaml" checkpoint="$decode_checkpoint" out="$dir/final.zip" onnx_dir="$dir/onnx"
+  fi
+fi
 exit 0
