@@ -24,7 +24,7 @@ import time
 import torch
 
 from asrkit.config import load_config
-from asrkit.data.features import compute_fbank
+from asrkit.data.features import compute_fbank, fbank_options
 from asrkit.data.lists import read_list
 from asrkit.decode import MODES, DecodingOptions, decode
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
@@ -58,9 +58,7 @@ def load_audio_features(entries, fbank_conf) -> tuple[list[torch.Tensor], float]
     for e in entries:
         wav, rate = sf.read(e.wav, dtype="float32", always_2d=True)
         waveform = torch.from_numpy(wav.T[:1].copy())
-        feats.append(compute_fbank(waveform, rate, num_mel_bins=fbank_conf.num_mel_bins,
-                                   frame_length=fbank_conf.frame_length, frame_shift=fbank_conf.frame_shift,
-                                   dither=0.0))
+        feats.append(compute_fbank(waveform, rate, **fbank_options(fbank_conf), dither=0.0))
     return feats, time.perf_counter() - t0
 
 

@@ -9,12 +9,17 @@ streaming, on one thread, one utterance at a time, plus the file sizes.
 ``--exp`` holds ``train.yaml``, ``final.zip`` and ``onnx/`` (stage 6 of a recipe).  RTF =
 wall time per utterance (audio already in memory; features, model and search included)
 / audio seconds.  The greedy CTC rows are what sherpa-onnx can do; asrkit's
-``attention_rescoring`` is there for what that costs.  ``sherpa ... (default fbank)``
-rows keep sherpa-onnx's ``from_wenet_ctc`` filterbank defaults (``snip_edges`` false,
-top mel bin at Nyquist − 400 Hz) instead of the training filterbank
-(:mod:`asrkit.export.sherpa`).  Streaming rows (chunk and left chunks as given) appear for
-a model with ``onnx/model-streaming.onnx``; the asrkit row at the same chunk is the masked
-forward over the whole utterance.
+``attention_rescoring`` is there for what that costs.  sherpa-onnx is driven through its
+public API only (:mod:`asrkit.export.sherpa`: ``from_wenet_ctc``), which computes its own
+filterbank (kaldi-native-fbank: ``snip_edges`` false, top mel edge at Nyquist − 400 Hz);
+for a model trained on other features its rows are marked ``(features differ)`` -- built
+anyway, to measure what the mismatch costs.  "same" counts the utterances whose text
+equals asrkit's greedy CTC search (eager: full context for the offline rows; for
+sherpa-onnx's streaming rows the chunked forward over what its recognizer decodes -- the
+audio with the tail padding, whole windows only -- the row "fed as sherpa-onnx").
+Streaming rows (chunk and left chunks as given) appear for a model with
+``onnx/model-streaming.onnx``; the asrkit row at the same chunk is the masked forward
+over the whole utterance.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import argparse
 import json
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -29,14 +35,15 @@ import numpy as np
 import torch
 
 from asrkit.config import load_config
-from asrkit.data.features import compute_fbank
+from asrkit.data.features import compute_fbank, fbank_options
 from asrkit.data.lists import read_list
 from asrkit.decode import DecodingOptions, decode
 from asrkit.decode.recognizer import build_trained_model
 from asrkit.export import load_exported
-from asrkit.export.onnx import OFFLINE_FILE, STREAMING_FILE, int8_name, ort_session, session_runner
-from asrkit.export.sherpa import (decode_offline, decode_streaming, offline_recognizer,
-                                  online_recognizer)
+from asrkit.export.onnx import (OFFLINE_FILE, STREAMING_FILE, eager_stream_reference, int8_name, ort_session,
+                                session_runner)
+from asrkit.export.sherpa import (TAIL_PADDING_S, FeatureMismatchWarning, check_runtime_features, decode_offline,
+                                  decode_streaming, offline_recognizer, online_recognizer, read_metadata)
 from asrkit.inputs import load_text_inputs
 from asrkit.metrics import score
 
@@ -88,8 +95,7 @@ def main(argv=None) -> int:
     audio_s = sum(len(a) for _, a in audio) / rate
 
     def feats_of(samples):
-        return compute_fbank(torch.from_numpy(samples).unsqueeze(0), rate, num_mel_bins=fb.num_mel_bins,
-                             frame_length=fb.frame_length, frame_shift=fb.frame_shift)
+        return compute_fbank(torch.from_numpy(samples).unsqueeze(0), rate, **fbank_options(fb))
 
     def eager(mode, chunk=0, left=-1):
         def run(samples, _rate):
@@ -100,6 +106,24 @@ def main(argv=None) -> int:
                                           num_decoding_left_chunks=left)
                 ids = decode(model, f, torch.tensor([f.size(1)]), options)[mode][0]
             return tokenizer.decode(ids)
+        return run
+
+    def eager_as_sherpa_streams(chunk, left):
+        """Greedy search of asrkit's chunked forward over what sherpa-onnx's streaming
+        recognizer decodes: the audio with decode_streaming's tail padding, the windows that
+        fit in its frames (:func:`asrkit.export.onnx.stream_log_probs`'s rule)."""
+        rate_, context = model.encoder.subsampling_rate, model.encoder.embed.right_context
+        window, shift = (chunk - 1) * rate_ + context + 1, chunk * rate_
+        normalize = model.cmvn if model.cmvn is not None else (lambda x: x)
+
+        def run(samples, _rate):
+            padded = np.concatenate([samples, np.zeros(int(TAIL_PADDING_S * rate), np.float32)])
+            f = feats_of(padded)
+            windows = max(0, -(-(f.size(0) - window) // shift))
+            with torch.inference_mode():
+                log_probs = eager_stream_reference(model, f, normalize, chunk, left, windows * chunk)
+            ids = torch.unique_consecutive(log_probs[0].argmax(-1)).tolist()
+            return tokenizer.decode([i for i in ids if i != blank])
         return run
 
     scripted, _ = load_exported(exp / "final.zip")
@@ -139,35 +163,51 @@ def main(argv=None) -> int:
         ("onnxruntime int8", "ctc_greedy_search", onnxruntime(int8_name(onnx / OFFLINE_FILE)),
          int8_name(onnx / OFFLINE_FILE).name),
     ]
-    for label, model_file, matched in (("sherpa-onnx offline fp32", OFFLINE_FILE, True),
-                                       ("sherpa-onnx offline int8", int8_name(onnx / OFFLINE_FILE).name, True),
-                                       ("sherpa-onnx offline fp32 (default fbank)", OFFLINE_FILE, False)):
-        rec = offline_recognizer(onnx, model=model_file, matched_features=matched)
+    differ = ""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", FeatureMismatchWarning)
+        check_runtime_features(read_metadata(onnx / OFFLINE_FILE), allow_mismatch=True)
+    if caught:
+        differ = " (features differ)"
+        print(f"warning: {caught[0].message}", file=sys.stderr)
+    for label, model_file in ((f"sherpa-onnx offline fp32{differ}", OFFLINE_FILE),
+                              (f"sherpa-onnx offline int8{differ}", int8_name(onnx / OFFLINE_FILE).name)):
+        rec = offline_recognizer(onnx, model=model_file, allow_feature_mismatch=bool(differ))
         engines.append((label, "ctc_greedy_search", lambda s, r, rec=rec: decode_offline(rec, s, r).text, None))
+    fed_note = f"{chunk_note}, fed as sherpa-onnx"
     if streaming:
         engines.append((f"asrkit eager, {chunk_note}", "ctc_greedy_search",
                         eager("ctc_greedy_search", args.chunk, args.left_chunks), None))
         engines.append((f"asrkit eager, {chunk_note}", "attention_rescoring",
                         eager("attention_rescoring", args.chunk, args.left_chunks), None))
-        for label, model_file, matched in (("fp32", STREAMING_FILE, True),
-                                           ("int8", int8_name(onnx / STREAMING_FILE).name, True),
-                                           ("fp32 (default fbank)", STREAMING_FILE, False)):
+        engines.append((f"asrkit eager, {fed_note}", "ctc_greedy_search",
+                        eager_as_sherpa_streams(args.chunk, args.left_chunks), None))
+        for label, model_file in ((f"fp32{differ}", STREAMING_FILE),
+                                  (f"int8{differ}", int8_name(onnx / STREAMING_FILE).name)):
             rec = online_recognizer(onnx, model=model_file, chunk_size=args.chunk, num_left_chunks=args.left_chunks,
-                                    matched_features=matched)
+                                    allow_feature_mismatch=bool(differ))
             engines.append((f"sherpa-onnx streaming {label}, {chunk_note}", "ctc_greedy_search",
                             lambda s, r, rec=rec: decode_streaming(rec, s, r), model_file))
     rows = []
+    greedy: dict = {}  # asrkit eager greedy texts: offline, at the streaming chunk, fed as sherpa-onnx
     print(f"{len(audio)} utterances, {audio_s:.1f} s of audio, 1 thread\n")
-    print("| engine | search | CER % | RTF | file (MB) |\n| --- | --- | --- | --- | --- |")
+    print("| engine | search | CER % | same as asrkit greedy | RTF | file (MB) |\n"
+          "| --- | --- | --- | --- | --- | --- |")
     for label, search, fn, file in engines:
         texts, seconds = timed(fn, audio, rate)
         totals, _ = score(refs, texts, mode="char")
         size = ((exp / file) if file == "final.zip" else onnx / file).stat().st_size / 1e6 if file else None
-        row = {"engine": label, "search": search, "cer": 100.0 * totals.rate,
-               "rtf": seconds / audio_s, "mb": size}
+        reference = ("fed" if "fed as sherpa" in label or label.startswith("sherpa-onnx streaming")
+                     else "chunk" if "chunk" in label else "offline")
+        if label.startswith("asrkit eager") and search == "ctc_greedy_search":
+            greedy[reference] = texts
+        same = (sum(texts[k] == greedy[reference][k] for k in texts) if search == "ctc_greedy_search"
+                and reference in greedy else None)
+        row = {"engine": label, "search": search, "cer": 100.0 * totals.rate, "same_as_greedy": same,
+               "utterances": len(texts), "rtf": seconds / audio_s, "mb": size}
         rows.append(row)
-        print(f"| {label} | {search} | {row['cer']:.2f} | {row['rtf']:.4f} | "
-              f"{'' if size is None else f'{size:.1f}'} |", flush=True)
+        print(f"| {label} | {search} | {row['cer']:.2f} | {'' if same is None else f'{same}/{len(texts)}'} | "
+              f"{row['rtf']:.4f} | {'' if size is None else f'{size:.1f}'} |", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1), encoding="utf-8")
     return 0

@@ -49,6 +49,7 @@ def make_utterances(count: int, seed: int) -> list[dict]:
 def run_chunk(model, tokenizer, utterances, chunk: int, piece_ms: float, fbank) -> dict:
     import torch
 
+    from asrkit.data.features import fbank_options
     from asrkit.decode import DecodingOptions
     from asrkit.metrics import align
     from asrkit.stream.recognizer import StreamingRecognizer
@@ -56,8 +57,7 @@ def run_chunk(model, tokenizer, utterances, chunk: int, piece_ms: float, fbank) 
     for utt in utterances:
         options = DecodingOptions(beam_size=10, ctc_weight=0.3, reverse_weight=getattr(model, "reverse_weight", 0.0),
                                   decoding_chunk_size=chunk, num_decoding_left_chunks=-1)
-        stream = StreamingRecognizer(model, options, sample_rate=16000, num_mel_bins=fbank.num_mel_bins,
-                                     frame_length=fbank.frame_length, frame_shift=fbank.frame_shift,
+        stream = StreamingRecognizer(model, options, sample_rate=16000, **fbank_options(fbank),
                                      endpoint_rules=None)
         audio = torch.from_numpy(utt["samples"])
         piece = int(16000 * piece_ms / 1000.0)

@@ -29,7 +29,7 @@ import torch
 from asrkit.config import TrainConfig, load_config
 from asrkit.data import processors
 from asrkit.data.audio import DataFault
-from asrkit.data.features import CmvnStats, write_cmvn
+from asrkit.data.features import CmvnStats, fbank_options, write_cmvn
 from asrkit.data.lists import ListEntry, read_list, read_wav_scp
 from asrkit.io.files import WriteError
 
@@ -46,8 +46,7 @@ def chunk_stats(job: tuple[list[ListEntry], object]) -> tuple[CmvnStats, list[pr
         try:
             sample = processors.load(entry)
             sample = processors.resample(sample, None, resample_rate=conf.resample_conf.resample_rate)
-            sample = processors.fbank(sample, None, num_mel_bins=fb.num_mel_bins, frame_length=fb.frame_length,
-                                      frame_shift=fb.frame_shift, dither=0.0)
+            sample = processors.fbank(sample, None, **fbank_options(fb), dither=0.0)
         except DataFault as fault:
             skipped.append(processors.Skip(entry.key, fault.reason, fault.detail))
             continue

@@ -16,7 +16,8 @@ cannot run (``supported_modes()``) is refused with one line and exit status 2.
 Features are computed exactly as asrkit computes them for decoding, with the options
 stored in the model: down-mix, resample to ``sample_rate()``, Kaldi fbank of the
 16-bit-scaled waveform (``num_mel_bins()``, ``frame_length()``, ``frame_shift()``, no
-dither, energy floor 0).  CMVN is inside the model.  Utterances are decoded
+dither, energy floor 0; ``snip_edges``, ``high_freq`` and ``sample_scale`` from the
+archive's ``meta.json``, WeNet's fbank when it has none).  CMVN is inside the model.  Utterances are decoded
 ``--batch_size`` at a time, longest first (as ``asrkit.bin.recognize`` does).
 
 A wav that cannot be read (missing, unreadable, not audio) is skipped with one
@@ -29,6 +30,7 @@ archive, a mode the model cannot run -- refused with one line before anything is
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -79,7 +81,10 @@ def read_inputs(wavs: list[str], wav_scp: str | None) -> list[tuple[str, str]]:
 class Frontend:
     """Waveform -> Kaldi fbank with the options stored in the exported model."""
 
-    def __init__(self, model):
+    def __init__(self, model, meta: dict):
+        self.snip_edges = bool(meta.get("snip_edges", True))
+        self.high_freq = float(meta.get("high_freq", 0.0))
+        self.sample_scale = float(meta.get("sample_scale", 1 << 15))
         self.sample_rate = model.sample_rate()
         self.num_mel_bins = model.num_mel_bins()
         self.frame_length = model.frame_length()
@@ -105,9 +110,9 @@ class Frontend:
         if wav.shape[-1] < window:
             return torch.zeros(0, self.num_mel_bins)
         return torchaudio.compliance.kaldi.fbank(
-            wav * (1 << 15), num_mel_bins=self.num_mel_bins, frame_length=self.frame_length,
+            wav * self.sample_scale, num_mel_bins=self.num_mel_bins, frame_length=self.frame_length,
             frame_shift=self.frame_shift, dither=self.dither, energy_floor=self.energy_floor,
-            sample_frequency=float(self.sample_rate))
+            snip_edges=self.snip_edges, high_freq=self.high_freq, sample_frequency=float(self.sample_rate))
 
 
 def skip_input(key: str, path: str, error: Exception, skipped: set[str]) -> None:
@@ -149,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # torch.jit's deprecation notice
-            model = torch.jit.load(args.model, map_location="cpu").eval()
+            extra = {"meta.json": ""}
+            model = torch.jit.load(args.model, map_location="cpu", _extra_files=extra).eval()
     except (OSError, RuntimeError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"decode_exported.py: error: {args.model}: not an exported asrkit archive ({first})", file=sys.stderr)
@@ -166,7 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     skip = {model.blank_id(), model.eos_symbol()}
     separator = model.unit_separator()
     min_frames = model.min_input_length()
-    frontend = Frontend(model)
+    try:
+        meta = json.loads(extra["meta.json"] or "{}")
+    except ValueError:
+        meta = {}
+    frontend = Frontend(model, meta)
 
     pairs = read_inputs(args.wavs, args.wav_scp)
     texts: dict[str, dict[str, str]] = {}

@@ -20,6 +20,16 @@
 #                                                       into DIR/decode_SET (full context) or
 #                                                       DIR/decode_SET_chunkC[_leftL] (chunk=C > 0,
 #                                                       left_chunks=L >= 0)
+#                                                       [extra="recognize options"] [name=_SUFFIX]: more options
+#                                                       (an LM, phrases) into DIR/decode_SET..._SUFFIX
+#   stage_lm N out=ARPA [order=3] [prune="0 0 1"] [text=data/train/text]
+#                                                       an n-gram LM of the training transcripts
+#                                                       (tools/train_lm.py); rebuilt when the options or
+#                                                       the text change
+#   stage_tune_fusion N "${decoding[@]}" dir=DIR checkpoint=PT type=raw|shard lm=ARPA mode=MODE
+#               [weights="0.1 ..."] [bonuses="0 ..."] -- SET
+#                                                       DIR/fusion_MODE.args: the LM weights
+#                                                       tools/tune_fusion.py chooses on SET (rows in .json)
 #   stage_export N config=YAML checkpoint=PT out=ZIP [onnx_dir=DIR]
 #                                                       TorchScript archive; with onnx_dir also the
 #                                                       sherpa-onnx models (asrkit.bin.export_onnx)
@@ -173,15 +183,18 @@ stage_train() {
 stage_average_decode_score() {
   local n=$1 dir="" checkpoint="" type="" average_num="" average_mode=best modes="" beam=10 batch=16
   local ctc_weight=0.3 reverse_weight=0.0 device=cpu length_penalty=0.0 blank_penalty=0.0 chunk=-1 left_chunks=-1
-  local streaming=false search_ctc_weight=0.3 search_transducer_weight=0.7 transducer_weight=0.5 attn_weight=0.5
+  local streaming=false extra="" name=""
+  local search_ctc_weight=0.3 search_transducer_weight=0.7 transducer_weight=0.5 attn_weight=0.5
   local rest s; shift
   bind "dir checkpoint type average_num average_mode modes beam batch ctc_weight reverse_weight device
-        length_penalty blank_penalty chunk left_chunks streaming search_ctc_weight search_transducer_weight
-        transducer_weight attn_weight" "$@" \
+        length_penalty blank_penalty chunk left_chunks streaming extra name search_ctc_weight
+        search_transducer_weight transducer_weight attn_weight" "$@" \
     && need dir checkpoint type average_num modes || return 2
   local suffix="" chunk_opts=(--decoding_chunk_size "$chunk" --num_decoding_left_chunks "$left_chunks")
   if [ "$chunk" -gt 0 ]; then suffix="_chunk$chunk"; fi
   if [ "$chunk" -gt 0 ] && [ "$left_chunks" -ge 0 ]; then suffix="${suffix}_left$left_chunks"; fi
+  suffix="$suffix$name"
+  local extra_opts=(); read -r -a extra_opts <<< "$extra"
   case "$streaming" in
     true) chunk_opts+=(--simulate_streaming) ;;
     false) ;;
@@ -210,9 +223,50 @@ stage_average_decode_score() {
       --ctc_weight "$ctc_weight" --reverse_weight "$reverse_weight" --length_penalty "$length_penalty" \
       --blank_penalty "$blank_penalty" --search_ctc_weight "$search_ctc_weight" \
       --search_transducer_weight "$search_transducer_weight" --transducer_weight "$transducer_weight" \
-      --attn_weight "$attn_weight" "${chunk_opts[@]}" --device "$device" --result_dir "$result_dir"
+      --attn_weight "$attn_weight" "${chunk_opts[@]}" "${extra_opts[@]}" --device "$device" \
+      --result_dir "$result_dir"
     python tools/score_decodes.py --ref "data/$s/text" --decode_dir "$result_dir"
   done
+}
+
+# The rule for "rebuild" is stage_units': OUT.stamp records the options and a digest of the text.
+stage_lm() {
+  local n=$1 out="" order=3 prune="" text=data/train/text rest; shift
+  bind "out order prune text" "$@" && need out || return 2
+  local want; want="order $order prune $prune $(sha256sum "$text" | cut -c1-16)"
+  if [ -s "$out" ] && [ "$(cat "$out.stamp" 2>/dev/null)" = "$want" ]; then
+    say "$n: $out is up to date: $order-gram LM of $text, skipped"; return
+  fi
+  say "$n: $order-gram LM of $text -> $out"
+  local opts=(--order "$order" --discount_fallback)  # (the fallback only where discounts cannot be computed)
+  # shellcheck disable=SC2206  # prune is a word list
+  [ -n "$prune" ] && opts+=(--prune $prune)
+  mkdir -p "$(dirname "$out")"
+  python tools/train_lm.py "${opts[@]}" "$text" "$out"
+  echo "$want" > "$out.stamp"
+}
+
+# The LM weights of one mode, chosen on a dev set by measurement; redone when the LM or the
+# checkpoint is newer than its choice.  Takes the shared decoding arguments (beam, ctc_weight ...).
+stage_tune_fusion() {
+  local n=$1 dir="" checkpoint="" type="" lm="" mode="" weights="0.1 0.2 0.3 0.5 0.8" bonuses="0 1 2 3"
+  local beam=10 batch=16 ctc_weight=0.3 reverse_weight=0.0 device=cpu
+  local average_num="" average_mode="" modes="" length_penalty="" blank_penalty="" chunk="" left_chunks="" streaming=""
+  local search_ctc_weight="" search_transducer_weight="" transducer_weight="" attn_weight=""  # (the transducer's: unused)
+  local rest; shift
+  bind "dir checkpoint type lm mode weights bonuses beam batch ctc_weight reverse_weight device average_num
+        average_mode modes length_penalty blank_penalty chunk left_chunks streaming search_ctc_weight
+        search_transducer_weight transducer_weight attn_weight" "$@" \
+    && need dir checkpoint type lm mode || return 2
+  [ "${#rest[@]}" -eq 1 ] || { echo "recipe_stages: stage_tune_fusion takes one dev set after --" >&2; return 2; }
+  local out="$dir/fusion_$mode"
+  if ! stale "$out.args" "$lm" "$checkpoint"; then say "$n: $out.args exists, skipped"; return; fi
+  say "$n: LM weights of $mode on ${rest[0]} -> $out.args"
+  # shellcheck disable=SC2086  # weights and bonuses are word lists
+  python tools/tune_fusion.py --config "$dir/train.yaml" --checkpoint "$checkpoint" \
+    --data "data/${rest[0]}/$(list_name "$type")" --mode "$mode" --lm_path "$lm" --lm_weight $weights \
+    --word_bonus $bonuses --beam_size "$beam" --batch_size "$batch" --ctc_weight "$ctc_weight" \
+    --reverse_weight "$reverse_weight" --device "$device" --json "$out.json" --best_args "$out.args"
 }
 
 # Each export is redone when the checkpoint is newer than it.

@@ -6,7 +6,8 @@ each segment (segments end at endpoints: 1 s of silence after speech, 5 s of sil
 20 s of segment).
 
     python tools/stream_wav.py --config exp/u2pp/train.yaml --checkpoint exp/u2pp/avg_5.pt \\
-        [--chunk_size 16] [--num_left_chunks -1] [--piece_ms 100] [--num_threads 1] WAV...
+        [--chunk_size 16] [--num_left_chunks -1] [--piece_ms 100] [--num_threads 1] \\
+        [--lm_path LM.arpa --lm_weight W --word_bonus B] [--context_list_path PHRASES] WAV...
 
 Output lines (tab-separated): ``<wav>  partial|final  <audio s>  <compute ms>  <text>``,
 then per file the median and maximum compute per chunk.  Bad input (a missing file, an
@@ -25,9 +26,13 @@ import soundfile
 import torch
 
 from asrkit.config import load_config
+from asrkit.data.features import fbank_options
+from asrkit.decode.context_graph import ContextListError, read_phrase_list
+from asrkit.decode.fusion import build_fusion
 from asrkit.decode.options import DecodingOptionError, DecodingOptions, check_encoder_context
 from asrkit.decode.recognizer import build_trained_model
 from asrkit.inputs import BAD_INPUT, load_text_inputs
+from asrkit.lm.arpa import ArpaError
 from asrkit.models.chunks import ChunkTraining
 from asrkit.stream.recognizer import StreamingRecognizer
 
@@ -42,6 +47,11 @@ def parse_args(argv):
     p.add_argument("--beam_size", type=int, default=10)
     p.add_argument("--ctc_weight", type=float, default=0.3)
     p.add_argument("--reverse_weight", type=float, default=0.0)
+    p.add_argument("--lm_path", default=None, help="ARPA word LM fused into the search (docs/decoding.md)")
+    p.add_argument("--lm_weight", type=float, default=0.5)
+    p.add_argument("--word_bonus", type=float, default=1.0)
+    p.add_argument("--context_list_path", default=None, help="phrases to bias this stream towards")
+    p.add_argument("--context_graph_score", type=float, default=3.0)
     p.add_argument("--num_threads", type=int, default=1)
     p.add_argument("wavs", nargs="+", type=Path)
     return p.parse_args(argv)
@@ -52,7 +62,11 @@ def decoding_options(args) -> DecodingOptions:
     :class:`StreamingRecognizer` refuses a ``--chunk_size`` below 1)."""
     return DecodingOptions(modes=("attention_rescoring",), beam_size=args.beam_size, ctc_weight=args.ctc_weight,
                            reverse_weight=args.reverse_weight, decoding_chunk_size=args.chunk_size,
-                           num_decoding_left_chunks=args.num_left_chunks)
+                           num_decoding_left_chunks=args.num_left_chunks, lm_path=args.lm_path,
+                           lm_weight=args.lm_weight, word_bonus=args.word_bonus,
+                           context_phrases=(read_phrase_list(args.context_list_path)
+                                            if args.context_list_path else ()),
+                           context_graph_score=args.context_graph_score)
 
 
 def main(argv=None) -> int:
@@ -63,11 +77,12 @@ def main(argv=None) -> int:
         cfg = load_config(args.config)
         check_encoder_context(options, ChunkTraining.from_config(cfg).chunked)  # (a full-context model garbles)
         tokenizer = load_text_inputs(cfg, model_cmvn=False)
+        fusion = build_fusion(options, tokenizer)  # (one per stream; here every file biases alike)
         model = build_trained_model(cfg, args.checkpoint, tokenizer.vocabulary)
         missing = [str(w) for w in args.wavs if not w.is_file()]
         if missing:
             raise FileNotFoundError(f"no such WAV: {', '.join(missing)}")
-    except (*BAD_INPUT, DecodingOptionError) as e:
+    except (*BAD_INPUT, DecodingOptionError, ArpaError, ContextListError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     fbank = cfg.dataset_conf.fbank_conf
@@ -78,8 +93,7 @@ def main(argv=None) -> int:
             print(f"error: {wav}: not a readable audio file ({e})", file=sys.stderr)
             return 2
         try:
-            stream = StreamingRecognizer(model, options, sample_rate=rate, num_mel_bins=fbank.num_mel_bins,
-                                         frame_length=fbank.frame_length, frame_shift=fbank.frame_shift)
+            stream = StreamingRecognizer(model, options, sample_rate=rate, fusion=fusion, **fbank_options(fbank))
         except DecodingOptionError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

@@ -11,7 +11,8 @@ docs/transcribe.md); progress goes to stderr (a bar on a terminal, else a line e
 of work on a long file).  A file that cannot
 be transcribed (missing, not audio, empty, too short) is one ``error: PATH: reason`` line
 on stderr and the other files are still transcribed; the exit status is then 2.  A model
-that cannot be loaded or an option it cannot run is one line and status 2 before any file
+that cannot be loaded or an option it cannot run (an LM file that is not ARPA, an empty
+phrase list, a phrase the model's units cannot spell among them) is one line and status 2 before any file
 (a decoding option out of range before the model loads; ``--chunk`` on a model trained
 with full context only is refused, as ``export_onnx --streaming true`` refuses it).
 
@@ -32,6 +33,8 @@ from asrkit.bin import doctor
 from asrkit.progress import AudioProgress
 
 log = logging.getLogger("asrkit.transcribe")
+# the transducer modes' weights (asrkit.decode.DecodingOptions has their defaults and meaning)
+TRANSDUCER_WEIGHTS = ("search_ctc_weight", "search_transducer_weight", "transducer_weight", "attn_weight")
 
 @dataclasses.dataclass(frozen=True)
 class Subcommand:
@@ -74,6 +77,16 @@ def configure_transcribe(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beam_size", type=int, default=10)
     p.add_argument("--ctc_weight", type=float, default=0.3)
     p.add_argument("--reverse_weight", type=float, default=0.0)
+    for name in TRANSDUCER_WEIGHTS:  # (recognize's --help says what each weighs)
+        p.add_argument(f"--{name}", type=float, default=None)
+    p.add_argument("--lm_path", default=None, help="ARPA word LM fused into the search (recognize --help)")
+    p.add_argument("--lm_weight", type=float, default=0.5)
+    p.add_argument("--word_bonus", type=float, default=1.0)
+    p.add_argument("--lm_oov_penalty", type=float, default=10.0,
+                   help="with --lm_path: subtracted from the LM's log-probability of a word it does not know")
+    p.add_argument("--context_bias_mode", default="", choices=["", "decoding-graph", "deep-biasing"])
+    p.add_argument("--context_list_path", default=None, help="phrases (one per line) to bias recognition towards")
+    p.add_argument("--context_graph_score", type=float, default=3.0)
     p.add_argument("--min_pause_s", type=float, default=0.15,
                    help="cut the audio where speech pauses this long (the voice-activity detector) and decode "
                         "the parts one by one; audio without speech gives empty text")
@@ -99,7 +112,9 @@ def run_transcribe(args: argparse.Namespace) -> int:
     import torch  # (these defer torch and the models, as the module docstring says)
 
     from asrkit.decode import DecodingOptionError, DecodingOptions, ModeError
+    from asrkit.decode.context_graph import ContextListError, read_phrase_list
     from asrkit.inputs import BAD_INPUT
+    from asrkit.lm.arpa import ArpaError
     from asrkit.transcribe import AudioError, ModelLoadError, SegmentationError, load_model
     from asrkit.transcribe.vad import VadUnavailableError
 
@@ -113,14 +128,22 @@ def run_transcribe(args: argparse.Namespace) -> int:
         segmentation = _segmentation(args)
         options = DecodingOptions(modes=(args.mode,), beam_size=args.beam_size, ctc_weight=args.ctc_weight,
                                   reverse_weight=args.reverse_weight, decoding_chunk_size=args.chunk or 0,
-                                  num_decoding_left_chunks=args.left_chunks, dtype=args.dtype)
-    except (ModeError, DecodingOptionError, SegmentationError) as e:
+                                  num_decoding_left_chunks=args.left_chunks, dtype=args.dtype,
+                                  lm_path=args.lm_path, lm_weight=args.lm_weight, word_bonus=args.word_bonus,
+                                  lm_oov_penalty=args.lm_oov_penalty,
+                                  context_bias_mode=args.context_bias_mode,
+                                  context_phrases=(read_phrase_list(args.context_list_path)
+                                                   if args.context_list_path is not None else ()),
+                                  context_graph_score=args.context_graph_score,
+                                  **{n: getattr(args, n) for n in TRANSDUCER_WEIGHTS if getattr(args, n) is not None})
+    except (ModeError, DecodingOptionError, SegmentationError, ContextListError) as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2
     try:
         model = load_model(args.model, args.checkpoint, args.device, args.override)
         model.check_options(options)
-    except (ModeError, DecodingOptionError) as e:
+        model.fusion(options)  # (the LM file and the phrases' units, checked before any audio)
+    except (ModeError, DecodingOptionError, ArpaError, ContextListError) as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2
     except (ModelLoadError, *BAD_INPUT) as e:

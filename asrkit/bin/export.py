@@ -7,7 +7,8 @@ The archive holds the scripted model (CMVN, encoder, CTC head and/or decoder) wi
 searches of asrkit.decode, compiled -- ``ctc_greedy_search`` and ``ctc_prefix_beam_search``
 (need a CTC head), ``attention`` (needs a decoder), ``attention_rescoring`` (needs both),
 ``decode`` (several from one encoder pass; ``supported_modes()`` lists what this model
-can run) -- the metadata a runtime needs (units,
+can run); for a transducer also ``rnnt_greedy_search``, ``rnnt_beam_search`` and
+``modified_beam_search`` (the RNN-T rescoring modes need torchaudio's loss and stay eager) -- the metadata a runtime needs (units,
 ``<sos/eos>``, subsampling, fbank options, sample rate) and, as extra files,
 ``train.yaml``, ``units.txt`` and ``meta.json`` (with the SHA-256 of the units file and
 BPE model under ``input_digests``).  A units file that does not fit the checkpoint (another
@@ -82,8 +83,9 @@ def run(args: argparse.Namespace) -> int:
     output = Path(args.output)
     summary = export_model(model, list(tokenizer.symbols), output,
                            sample_rate=dc.resample_conf.resample_rate, num_mel_bins=fb.num_mel_bins,
-                           frame_length=fb.frame_length, frame_shift=fb.frame_shift,
-                           feature_cmvn=feature_cmvn, unit_separator=separator, config_text=config_text,
+                           frame_length=fb.frame_length, frame_shift=fb.frame_shift, snip_edges=fb.snip_edges,
+                           high_freq=fb.high_freq, sample_scale=fb.sample_scale, feature_cmvn=feature_cmvn,
+                           unit_separator=separator, config_text=config_text,
                            verify=not args.no_verify, input_digests=input_digests(cfg))
     check = (f"; verified against eager decoding ({', '.join(summary['modes'])}; encoder max |diff| "
              f"{summary['max_abs_diff']:.2g}) in {summary['verify_s']:.1f} s" if "verify_s" in summary else "")

@@ -10,7 +10,14 @@ or static-chunk training) ``model-streaming.onnx`` (for
 are the recognizer's arguments), ``*.int8.onnx`` (dynamic int8 quantization; ``--int8
 false`` skips it) and ``tokens.txt``.  CMVN is inside the models: they take raw fbank.
 Each fp32 file is checked against eager asrkit under onnxruntime before it is kept
-(``--no_verify`` skips that).  A model without a CTC head is refused.
+(``--no_verify`` skips that).  A model without a CTC head is refused.  The metadata
+records the model's filterbank (``fbank_conf``); a model trained on other features than
+sherpa-onnx computes (kaldi-native-fbank: ``snip_edges`` false, top mel edge at Nyquist −
+400 Hz) is exported with a one-line warning saying what to set in ``fbank_conf``: its
+transcripts in sherpa-onnx would differ from asrkit's, and
+:mod:`asrkit.export.sherpa` refuses it.
+A transducer (``model: transducer``) is written in sherpa-onnx's transducer layout instead
+(encoder/decoder/joiner, :mod:`asrkit.bin.export_onnx_transducer`).
 Exit status 0 on success, 1 on a clear error, 2 on bad usage.
 """
 from __future__ import annotations
@@ -20,11 +27,14 @@ import logging
 import sys
 from pathlib import Path
 
+from asrkit.bin import export_onnx_transducer
 from asrkit.bin.bad_input import run_tool
 from asrkit.bin.export import add_model_args, load_for_export
 from asrkit.decode.options import FULL_CONTEXT_ONLY
-from asrkit.export.onnx import export_onnx
+from asrkit.export.onnx import FBANK_DEFAULTS, export_onnx
+from asrkit.export.runtime_features import runtime_feature_mismatch
 from asrkit.models.chunks import ChunkTraining
+from asrkit.models.transducer.model import Transducer
 
 log = logging.getLogger("asrkit.export_onnx")
 
@@ -38,11 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "(use_dynamic_chunk or static_chunk_size)")
     p.add_argument("--int8", choices=["true", "false"], default="true",
                    help="also write int8 dynamically quantized copies (*.int8.onnx)")
+    export_onnx_transducer.add_args(p)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
     cfg, tokenizer, model, feature_cmvn = load_for_export(args)
+    if isinstance(model, Transducer):  # sherpa-onnx's transducer layout (asrkit/bin/export_onnx_transducer.py)
+        return export_onnx_transducer.run(args, cfg, tokenizer, model, feature_cmvn)
     if model.ctc is None:
         log.error("the model has no CTC head (ctc_weight 0): sherpa-onnx's WeNet CTC models are CTC "
                   "log-posteriors, so there is nothing to export; use the TorchScript export")
@@ -54,9 +67,17 @@ def run(args: argparse.Namespace) -> int:
         return 2
     streaming = chunked if args.streaming == "auto" else args.streaming == "true"
     fbank = cfg.dataset_conf.fbank_conf
+    rate = cfg.dataset_conf.resample_conf.resample_rate
+    problem = runtime_feature_mismatch(dict(FBANK_DEFAULTS, sample_rate=rate, frame_length_ms=fbank.frame_length,
+                                            frame_shift_ms=fbank.frame_shift, snip_edges=fbank.snip_edges,
+                                            high_freq=fbank.high_freq, sample_scale=fbank.sample_scale))
+    if problem:
+        log.warning("%s; exporting anyway: sherpa-onnx transcripts will not be asrkit's "
+                    "(asrkit.export.sherpa refuses these files)", problem)
     summary = export_onnx(model, list(tokenizer.symbols), Path(args.output_dir),
-                          num_mel_bins=fbank.num_mel_bins, sample_rate=cfg.dataset_conf.resample_conf.resample_rate,
-                          frame_length=fbank.frame_length, frame_shift=fbank.frame_shift, feature_cmvn=feature_cmvn,
+                          num_mel_bins=fbank.num_mel_bins, sample_rate=rate, frame_length=fbank.frame_length,
+                          frame_shift=fbank.frame_shift, snip_edges=fbank.snip_edges, high_freq=fbank.high_freq,
+                          sample_scale=fbank.sample_scale, feature_cmvn=feature_cmvn,
                           streaming=streaming, int8=args.int8 == "true", verify=not args.no_verify)
     files = ", ".join(f"{name} ({size / 1e6:.1f} MB)" for name, size in summary["files"].items())
     checks = ", ".join(f"{name} {diff:.2g}" for name, diff in summary["max_abs_diff"].items())

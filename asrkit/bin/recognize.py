@@ -24,6 +24,14 @@ a chunk size, a negative penalty, ``--decoding_chunk_size`` below -1,
 anything loads, and ``--decoding_chunk_size N > 0`` for a model trained with full context
 only (no ``use_dynamic_chunk``, no ``static_chunk_size``: chunks would garble its output),
 refused before the model is built.
+
+LM fusion and contextual biasing (docs/decoding.md): ``--lm_path LM.arpa [--lm_weight W]
+[--word_bonus B]`` and WeNet's ``--context_bias_mode decoding-graph --context_list_path
+PHRASES [--context_graph_score S]`` apply to the modes that extend hypotheses unit by unit
+(CTC prefix beam search and its n-best for attention rescoring, the transducer beam
+searches); an ARPA file that is truncated or not ARPA, an empty phrase list or a phrase
+spelled with units the model lacks is refused in one line, status 2, before the model is
+built.
 """
 from __future__ import annotations
 
@@ -36,11 +44,15 @@ import torch
 
 from asrkit.bin.bad_input import run_tool
 from asrkit.inputs import load_text_inputs
+from asrkit.lm.arpa import ArpaError
 from asrkit.config import load_config
 from asrkit.data.lists import read_list
 from asrkit.data.processors import build_sample_processor
 from asrkit.decode import MODES, DecodingOptionError, DecodingOptions, ModeError
+from asrkit.decode.context_graph import ContextListError, read_phrase_list
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
+from asrkit.decode.fusion import build_fusion
+from asrkit.decode.modes import fused_modes
 from asrkit.decode.options import check_encoder_context
 from asrkit.decode.recognizer import Progress, build_trained_model, recognize, write_text
 from asrkit.metrics import format_alignment, score
@@ -87,6 +99,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --decoding_chunk_size N > 0: chunks to the left each frame sees (-1: all)")
     p.add_argument("--simulate_streaming", action="store_true",
                    help="run the encoder chunk by chunk with caches (needs --decoding_chunk_size > 0)")
+    p.add_argument("--lm_path", default=None,
+                   help="ARPA n-gram LM of words (tools/train_lm.py) fused into the prefix/beam searches and the "
+                        "rescoring n-best (modes: " + " ".join(fused_modes(MODES)) + ")")
+    p.add_argument("--lm_weight", type=float, default=0.5,
+                   help="with --lm_path: weight of the LM's log-probability of each completed word "
+                        "(tools/tune_fusion.py chooses it on a dev set)")
+    p.add_argument("--word_bonus", type=float, default=1.0, help="with --lm_path: score added per word")
+    p.add_argument("--lm_oov_penalty", type=float, default=10.0,
+                   help="with --lm_path: subtracted from the LM's log-probability of a word it does not know")
+    p.add_argument("--context_bias_mode", default="", choices=["", "decoding-graph", "deep-biasing"],
+                   help="WeNet's: decoding-graph biases towards --context_list_path's phrases (the default "
+                        "when a list is given); deep-biasing needs a model asrkit does not train")
+    p.add_argument("--context_list_path", default=None,
+                   help="phrases (one per line) to bias recognition towards: a context graph (WeNet's)")
+    p.add_argument("--context_graph_score", type=float, default=3.0,
+                   help="bonus per matched unit of a phrase, taken back when the path leaves it")
+    p.add_argument("--context_strict", choices=["true", "false"], default="true",
+                   help="false: sherpa-onnx's non-strict phrase matching (its hotwords), back to the root after a "
+                        "completed phrase")
     p.add_argument("--score", choices=["word", "char"], default=None,
                    help="also score each mode against the list's transcripts (WER or CER)")
     p.add_argument("--override", action="append", default=[], metavar="KEY.PATH=VALUE",
@@ -118,7 +149,13 @@ def decoding_options(args: argparse.Namespace) -> DecodingOptions:
                            simulate_streaming=args.simulate_streaming, batch_size=args.batch_size,
                            dtype=args.dtype, search_ctc_weight=args.search_ctc_weight,
                            search_transducer_weight=args.search_transducer_weight,
-                           transducer_weight=args.transducer_weight, attn_weight=args.attn_weight)
+                           transducer_weight=args.transducer_weight, attn_weight=args.attn_weight,
+                           lm_path=args.lm_path, lm_weight=args.lm_weight, word_bonus=args.word_bonus,
+                           lm_oov_penalty=args.lm_oov_penalty,
+                           context_bias_mode=args.context_bias_mode, context_graph_score=args.context_graph_score,
+                           context_strict=args.context_strict == "true",
+                           context_phrases=(read_phrase_list(args.context_list_path)
+                                            if args.context_list_path is not None else ()))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -128,11 +165,13 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.override)
     check_encoder_context(options, ChunkTraining.from_config(cfg).chunked)
     tokenizer = load_text_inputs(cfg, model_cmvn=False)  # (checked before the model is built)
+    fusion = build_fusion(options, tokenizer)  # (the LM file and the phrases' units, likewise)
     entries = read_list(args.data, cache_dir=args.result_dir)  # (a WeNet shard list's index, if not cached)
     processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False)
     model = build_trained_model(cfg, args.checkpoint, tokenizer.vocabulary, args.device)
     progress = Progress()
-    results = recognize(model, entries, processor, tokenizer, options, device=args.device, progress=progress)
+    results = recognize(model, entries, processor, tokenizer, options, device=args.device, progress=progress,
+                        fusion=fusion)
     result_dir = Path(args.result_dir)
     refs = {e.key: e.txt for e in entries}
     for mode, texts in results.items():
@@ -145,7 +184,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_tool(run, build_parser().parse_args(argv), log, bad_input=(ModeError, DecodingOptionError))
+    return run_tool(run, build_parser().parse_args(argv), log,
+                    bad_input=(ModeError, DecodingOptionError, ArpaError, ContextListError))
 
 
 if __name__ == "__main__":

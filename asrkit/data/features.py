@@ -1,16 +1,30 @@
 """Features: Kaldi-compatible log mel filterbank and global CMVN statistics.
 
-Filterbank: ``torchaudio.compliance.kaldi.fbank`` on the waveform scaled to the 16-bit
-integer range (Kaldi's convention), with Kaldi's defaults (povey window, pre-emphasis
-0.97, DC removal, FFT size rounded up to a power of two, power spectrum, mel bins from
-20 Hz to Nyquist, natural log with a float-epsilon floor) and ``energy_floor`` 0
-(WeNet).  ``frame_length``/``frame_shift`` are in milliseconds; frames are the
-``snip_edges`` count ``1 + (T - window) // shift`` (no frame for audio shorter than one
-window).
+Filterbank: ``torchaudio.compliance.kaldi.fbank`` on the waveform multiplied by
+``sample_scale`` (default 32768: the 16-bit integer range, Kaldi's convention), with
+Kaldi's defaults (povey window, pre-emphasis 0.97, DC removal, FFT size rounded up to a
+power of two, power spectrum, mel bins from 20 Hz to ``high_freq``, natural log with a
+float-epsilon floor) and ``energy_floor`` 0 (WeNet).  ``frame_length``/``frame_shift``
+are in milliseconds.
 
-Dither: Gaussian noise of standard deviation ``dither`` (16-bit units) is added to the
-waveform before analysis, drawn from the caller's generator, so a sample's dither is
-reproducible (Kaldi adds it per frame from a global RNG: same level, not reproducible).
+Framing (``snip_edges``, Kaldi's option):
+
+* true (default, WeNet's): frame ``k`` covers samples ``k·shift .. k·shift + window − 1``;
+  ``1 + (T − window) // shift`` frames (none for audio shorter than one window);
+* false (kaldi-native-fbank's default, what sherpa-onnx computes): frame ``k`` is centred
+  on sample ``k·shift + shift // 2`` -- it starts at ``k·shift − pad``, ``pad = window // 2
+  − shift // 2`` -- and samples outside the audio are read reflected (``−1 → 0``,
+  ``T → T − 1``, as Kaldi); ``(T + shift // 2) // shift`` frames.  Computed as the
+  snip-edges frames of the reflected signal (:func:`reflect_indices`), which is how
+  :class:`asrkit.stream.features.StreamingFbank` computes the same frames piece by piece.
+
+``high_freq`` (Kaldi's option): the top edge of the mel filters in Hz, ``<= 0`` an offset
+from Nyquist (0, the default: Nyquist; kaldi-native-fbank's default −400).
+
+Dither: Gaussian noise of standard deviation ``dither`` in 16-bit units (``dither ·
+sample_scale / 32768`` in the scaled waveform's) is added to the waveform before
+analysis, drawn from the caller's generator, so a sample's dither is reproducible (Kaldi
+adds it per frame from a global RNG: same level, not reproducible).
 
 Global CMVN file (WeNet JSON): ``{"mean_stat": [sum of each dim over all frames],
 "var_stat": [sum of squares of each dim], "frame_num": N}``.
@@ -28,31 +42,83 @@ from asrkit.io.files import atomic_write_text
 
 INT16_SCALE = 1 << 15
 VARIANCE_FLOOR = 1.0e-20
+LOW_FREQ = 20.0                            # bottom edge of the mel filters (Kaldi's default)
+SAMPLE_SCALES = (float(INT16_SCALE), 1.0)  # fbank_conf.sample_scale: 16-bit range, or as read
+# The fbank_conf options beyond the geometry, with their defaults (WeNet's fbank).
+FBANK_OPTION_DEFAULTS = {"snip_edges": True, "high_freq": 0.0, "sample_scale": float(INT16_SCALE)}
 
 
-def compute_fbank(wav: torch.Tensor, sample_rate: int, *, num_mel_bins: int, frame_length: float,
-                  frame_shift: float, dither: float = 0.0,
-                  generator: Optional[torch.Generator] = None) -> torch.Tensor:
-    """Log mel filterbank ``[frames, num_mel_bins]`` float32 of ``wav`` ``[1, T]`` (float
-    samples in [-1, 1)).  ``dither > 0`` needs ``generator``.  Returns ``[0, num_mel_bins]``
-    when the audio is shorter than one frame."""
-    scaled = wav * INT16_SCALE
-    if dither > 0.0:
-        if generator is None:
-            raise ValueError("dither > 0 needs a generator (reproducible per-sample noise)")
-        scaled = scaled + dither * torch.randn(scaled.shape, generator=generator, dtype=scaled.dtype)
-    window = int(sample_rate * frame_length * 0.001)
+def fbank_options(fbank_conf) -> dict:
+    """The keyword arguments of :func:`compute_fbank` (and :class:`StreamingFbank`) that
+    ``fbank_conf`` (:class:`asrkit.data.schema.FbankConf`) sets, except ``dither``:
+    ``num_mel_bins``, ``frame_length``, ``frame_shift``, ``snip_edges``, ``high_freq``,
+    ``sample_scale``."""
+    return {"num_mel_bins": int(fbank_conf.num_mel_bins), "frame_length": float(fbank_conf.frame_length),
+            "frame_shift": float(fbank_conf.frame_shift), "snip_edges": bool(fbank_conf.snip_edges),
+            "high_freq": float(fbank_conf.high_freq), "sample_scale": float(fbank_conf.sample_scale)}
+
+
+def window_and_shift(sample_rate: int, frame_length: float, frame_shift: float) -> tuple[int, int]:
+    """Samples per frame and per hop (Kaldi's truncation)."""
+    return int(sample_rate * frame_length * 0.001), int(sample_rate * frame_shift * 0.001)
+
+
+def reflect_indices(start: int, end: int, n: int) -> torch.Tensor:
+    """Sample indices ``start .. end − 1`` of a signal of ``n`` samples, those outside it
+    reflected as Kaldi reflects them (``−1 → 0``, ``−2 → 1``, ``n → n − 1``; repeatedly
+    for signals shorter than the reach)."""
+    i = torch.arange(start, end, dtype=torch.int64).remainder(2 * n)
+    return torch.where(i >= n, 2 * n - 1 - i, i)
+
+
+def kaldi_fbank(scaled: torch.Tensor, sample_rate: int, *, num_mel_bins: int, frame_length: float,
+                frame_shift: float, high_freq: float = 0.0) -> torch.Tensor:
+    """torchaudio's Kaldi fbank (snip-edges framing) of an already scaled, dithered and
+    (for centred frames) reflected waveform ``[1, T]`` with asrkit's fixed options;
+    ``[0, num_mel_bins]`` when shorter than one window."""
+    window, _ = window_and_shift(sample_rate, frame_length, frame_shift)
     if scaled.shape[-1] < window:
         return torch.zeros(0, num_mel_bins)
     return kaldi.fbank(scaled, num_mel_bins=num_mel_bins, frame_length=frame_length,
-                       frame_shift=frame_shift, dither=0.0, energy_floor=0.0,
-                       sample_frequency=float(sample_rate))
+                       frame_shift=frame_shift, dither=0.0, energy_floor=0.0, low_freq=LOW_FREQ,
+                       high_freq=high_freq, sample_frequency=float(sample_rate))
 
 
-def num_frames(num_samples: int, sample_rate: int, frame_length: float, frame_shift: float) -> int:
-    """Frames :func:`compute_fbank` gives for ``num_samples`` samples (``snip_edges``)."""
-    window = int(sample_rate * frame_length * 0.001)
-    shift = int(sample_rate * frame_shift * 0.001)
+def compute_fbank(wav: torch.Tensor, sample_rate: int, *, num_mel_bins: int, frame_length: float,
+                  frame_shift: float, dither: float = 0.0, generator: Optional[torch.Generator] = None,
+                  snip_edges: bool = True, high_freq: float = 0.0,
+                  sample_scale: float = float(INT16_SCALE)) -> torch.Tensor:
+    """Log mel filterbank ``[frames, num_mel_bins]`` float32 of ``wav`` ``[1, T]`` (float
+    samples in [-1, 1)); :func:`num_frames` frames.  ``dither > 0`` needs ``generator``.
+    ``snip_edges``, ``high_freq``, ``sample_scale``: see the module.  Returns
+    ``[0, num_mel_bins]`` when the audio makes no frame."""
+    scaled = wav * sample_scale
+    if dither > 0.0:
+        if generator is None:
+            raise ValueError("dither > 0 needs a generator (reproducible per-sample noise)")
+        level = dither if sample_scale == INT16_SCALE else dither * sample_scale / INT16_SCALE
+        scaled = scaled + level * torch.randn(scaled.shape, generator=generator, dtype=scaled.dtype)
+    options = dict(num_mel_bins=num_mel_bins, frame_length=frame_length, frame_shift=frame_shift,
+                   high_freq=high_freq)
+    if snip_edges:
+        return kaldi_fbank(scaled, sample_rate, **options)
+    frames = num_frames(scaled.shape[-1], sample_rate, frame_length, frame_shift, snip_edges=False)
+    if frames == 0:
+        return torch.zeros(0, num_mel_bins)
+    window, shift = window_and_shift(sample_rate, frame_length, frame_shift)
+    first = shift // 2 - window // 2  # first sample of frame 0
+    reflected = scaled[..., reflect_indices(first, first + (frames - 1) * shift + window, scaled.shape[-1])]
+    return kaldi_fbank(reflected, sample_rate, **options)
+
+
+def num_frames(num_samples: int, sample_rate: int, frame_length: float, frame_shift: float,
+               snip_edges: bool = True) -> int:
+    """Frames :func:`compute_fbank` gives for ``num_samples`` samples: ``1 + (T − window)
+    // shift`` (0 below one window) with ``snip_edges``, else ``(T + shift // 2) // shift``
+    (Kaldi's rounding of ``T / shift``)."""
+    window, shift = window_and_shift(sample_rate, frame_length, frame_shift)
+    if not snip_edges:
+        return (num_samples + shift // 2) // shift
     return 0 if num_samples < window else 1 + (num_samples - window) // shift
 
 

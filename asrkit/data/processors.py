@@ -170,12 +170,13 @@ def speed_perturb(sample: Sample, generator, *, speeds: Sequence[float], seed: i
 
 
 def fbank(sample: Sample, generator, *, num_mel_bins: int, frame_length: float, frame_shift: float,
-          dither: float) -> Sample:
-    """Adds ``feat`` (see :func:`asrkit.data.features.compute_fbank`).  Fault ``too_short``
-    when the audio is shorter than one frame."""
+          dither: float, **options) -> Sample:
+    """Adds ``feat`` (see :func:`asrkit.data.features.compute_fbank`; ``options``: its
+    ``snip_edges``, ``high_freq``, ``sample_scale``).  Fault ``too_short`` when the audio
+    makes no frame."""
     feat = features.compute_fbank(sample["wav"], sample["sample_rate"], num_mel_bins=num_mel_bins,
                                   frame_length=frame_length, frame_shift=frame_shift,
-                                  dither=dither, generator=generator)
+                                  dither=dither, generator=generator, **options)
     if feat.shape[0] == 0:
         raise DataFault("too_short", f"{sample['key']}: shorter than one {frame_length:g} ms frame")
     sample["feat"] = feat
@@ -256,8 +257,7 @@ def build_sample_processor(dataset_conf, tokenizer, *, train: bool, seed: int,
             max_output_input_ratio=fc.max_output_input_ratio))
     if train and conf.speed_perturb:
         steps.append(functools.partial(speed_perturb, speeds=tuple(conf.speeds), seed=seed))
-    steps.append(functools.partial(fbank, num_mel_bins=fb.num_mel_bins, frame_length=fb.frame_length,
-                                   frame_shift=fb.frame_shift, dither=fb.dither if train else 0.0))
+    steps.append(functools.partial(fbank, **features.fbank_options(fb), dither=fb.dither if train else 0.0))
     if conf.cmvn_file:
         mean, istd = cmvn_stats if cmvn_stats is not None else features.load_cmvn(conf.cmvn_file, fb.num_mel_bins)
         steps.append(functools.partial(cmvn, mean=mean, istd=istd))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar, Optional
 
+from asrkit.data.features import LOW_FREQ, SAMPLE_SCALES
 from asrkit.data.loader_schema import LoaderKeys
 from asrkit.schema import WenetKey, any_value, between, checked, merged_wenet_keys, non_negative, only, positive
 
@@ -43,15 +44,43 @@ class ResampleConf:
     resample_rate: int = checked(16000, positive)
 
 
+def _sample_scale_ok(value) -> Optional[str]:
+    if value in SAMPLE_SCALES:
+        return None
+    return (f"must be 32768 (samples scaled to the 16-bit range: Kaldi, WeNet, sherpa-onnx's WeNet CTC "
+            f"models) or 1 (samples in [-1, 1]: sherpa-onnx's transducers), got {value!r}")
+
+
+def _high_freq_ok(value) -> Optional[str]:
+    return None if value == value and abs(value) != float("inf") else f"must be a finite number, got {value!r}"
+
+
 @dataclasses.dataclass
 class FbankConf:
     """``fbank_conf``: Kaldi filterbank; lengths in ms; ``dither`` in 16-bit units
-    (training only)."""
+    (training only, whatever ``sample_scale``).
+
+    The three options below are torchaudio's/Kaldi's; their defaults are what WeNet (and
+    asrkit until now) computes, so a WeNet config means what it meant.  What sherpa-onnx
+    (kaldi-native-fbank) computes is ``snip_edges: false`` and ``high_freq: -400``
+    (docs/export.md).
+
+    * ``snip_edges``: true: frames lie inside the audio, ``1 + (T − window) // shift``
+      of them; false: frame ``k`` is centred on ``k·shift + shift/2``, the edges
+      reflected, ``round(T / shift)`` frames.
+    * ``high_freq``: the top edge of the mel filters in Hz; ``<= 0`` is an offset from
+      Nyquist (0: Nyquist, −400: Nyquist − 400 Hz).  The bottom edge is 20 Hz.
+    * ``sample_scale``: samples in [-1, 1) are multiplied by this before the filterbank:
+      32768 (the 16-bit range, Kaldi/WeNet) or 1.
+    """
 
     num_mel_bins: int = checked(80, positive)
     frame_length: float = checked(25.0, positive)
     frame_shift: float = checked(10.0, positive)
     dither: float = checked(0.0, non_negative)
+    snip_edges: bool = True
+    high_freq: float = checked(0.0, _high_freq_ok)
+    sample_scale: float = checked(32768.0, _sample_scale_ok)
 
     WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
         "window_type": only("povey", reason="asrkit's only analysis window (Kaldi's default)"),
@@ -138,3 +167,16 @@ class DataSections:
     WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
         "dataset": only("asr", reason="asrkit's only dataset type (speech with transcripts)"),
     }
+
+    def validate(self) -> list[str]:
+        """``fbank_conf.high_freq`` against the sample rate: the mel filters' top edge must
+        lie above their bottom edge (20 Hz) and at most at Nyquist."""
+        dc = self.dataset_conf
+        nyquist = dc.resample_conf.resample_rate / 2
+        high = dc.fbank_conf.high_freq
+        top = high if high > 0 else nyquist + high
+        if not LOW_FREQ < top <= nyquist:
+            return [f"dataset_conf.fbank_conf.high_freq: {high:g} puts the top mel edge at {top:g} Hz; at "
+                    f"{dc.resample_conf.resample_rate} Hz it must lie in ({LOW_FREQ:g}, {nyquist:g}] Hz "
+                    f"(<= 0: an offset from Nyquist)"]
+        return []

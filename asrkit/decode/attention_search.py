@@ -174,9 +174,10 @@ def group_scores(flat_scores: List[float], nbest: List[List[List[int]]]) -> List
 
 
 def pick_rescored(nbest: List[List[List[int]]], ctc_scores: List[List[float]],
-                  decoder_scores: List[List[float]], ctc_weight: float
-                  ) -> Tuple[List[List[int]], List[float]]:
+                  decoder_scores: List[List[float]], ctc_weight: float,
+                  extra_scores: Optional[List[List[float]]] = None) -> Tuple[List[List[int]], List[float]]:
     """Per utterance, the n-best entry maximising ``decoder score + ctc_weight · CTC score``
+    (+ its ``extra_scores`` entry: LM and context scores, :mod:`asrkit.decode.fusion`)
     (ties: the earlier entry) and that total; the empty hypothesis with score 0.0 for an
     empty n-best list."""
     hyps: List[List[int]] = []
@@ -186,6 +187,8 @@ def pick_rescored(nbest: List[List[List[int]]], ctc_scores: List[List[float]],
         best_total = 0.0
         for i in range(len(nbest[b])):
             total = decoder_scores[b][i] + ctc_weight * ctc_scores[b][i]
+            if extra_scores is not None:
+                total = total + extra_scores[b][i]
             if best_index < 0 or total > best_total:
                 best_index = i
                 best_total = total

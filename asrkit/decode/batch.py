@@ -4,10 +4,14 @@ by chunk with caches) and its output feeds every requested mode (the registry,
 methods)."""
 from __future__ import annotations
 
+import dataclasses
+from typing import Optional
+
 import torch
 
+from asrkit.decode.fusion import Fusion
 from asrkit.decode.modes import REGISTRY, SharedOutputs, check_modes
-from asrkit.decode.options import DecodingOptions
+from asrkit.decode.options import DecodingOptionError, DecodingOptions
 from asrkit.decode.searcher import Searcher
 
 
@@ -46,8 +50,8 @@ def encoder_output(model, feats: torch.Tensor, feats_lengths: torch.Tensor, opti
 
 
 @torch.inference_mode()
-def decode(model, feats: torch.Tensor, feats_lengths: torch.Tensor, options: DecodingOptions
-           ) -> dict[str, list[list[int]]]:
+def decode(model, feats: torch.Tensor, feats_lengths: torch.Tensor, options: DecodingOptions,
+           fusion: Optional[Fusion] = None) -> dict[str, list[list[int]]]:
     """Token ids per utterance for each of ``options.modes``, in that order, decoded as
     :class:`asrkit.decode.options.DecodingOptions` says.
 
@@ -59,7 +63,16 @@ def decode(model, feats: torch.Tensor, feats_lengths: torch.Tensor, options: Dec
     :class:`asrkit.decode.modes.ModeError`, ``reverse_weight > 0`` with
     ``attention_rescoring`` on a model without a right-to-left decoder ``ValueError``.
     The model passes run under ``options.autocast`` (``options.dtype``).  The model should be
-    in eval mode (``model.eval()``)."""
+    in eval mode (``model.eval()``).
+
+    ``fusion``: :func:`asrkit.decode.fusion.build_fusion` of ``options`` and the model's
+    tokenizer when they ask for an LM or context phrases (:class:`DecodingOptionError`
+    without it); the modes that take them (:func:`asrkit.decode.modes.fused_modes`) search
+    with it, the others as without.  ``None`` and options without an LM or phrases: today's
+    searches, unchanged."""
+    if options.fused != (fusion is not None):
+        raise DecodingOptionError("an LM or context phrases in the options need fusion=build_fusion(options, "
+                                  "tokenizer), and fusion needs them in the options")
     searcher = Searcher.of_model(model)
     modes = check_modes(searcher, options.modes)
     if options.reverse_weight > 0.0 and "attention_rescoring" in modes and not searcher.bidirectional:
@@ -67,4 +80,7 @@ def decode(model, feats: torch.Tensor, feats_lengths: torch.Tensor, options: Dec
     with options.autocast(feats.device.type):  # (fp32: no autocast)
         enc_out, enc_lengths = encoder_output(model, feats, feats_lengths, options)
         shared = SharedOutputs.from_options(searcher, enc_out, enc_lengths, options, model)
-        return {mode: REGISTRY[mode].run(shared) for mode in modes}
+        if fusion is None:
+            return {mode: REGISTRY[mode].run(shared) for mode in modes}
+        fused = dataclasses.replace(shared, fusion=fusion)  # (the encoder output and log-probs shared)
+        return {mode: REGISTRY[mode].run(fused if REGISTRY[mode].fused else shared) for mode in modes}

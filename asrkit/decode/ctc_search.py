@@ -14,14 +14,19 @@ same functions with ``torch.jit.script``.
 
 Scores are Python floats (doubles) combined with :func:`log_add`; ties between equal
 scores keep the order in which prefixes were first met (what a stable sort gives).
+
+LM fusion and context biasing (:mod:`asrkit.decode.fusion`) plug in as an optional
+:class:`~asrkit.decode.fusion.Fusion` (:func:`ctc_prefix_beam_search_fused`); without one the
+search is exactly as without that module.
 """
 from __future__ import annotations
 
 import math
-from typing import Dict, List, NamedTuple, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 
+from asrkit.decode.fusion import Fusion
 from asrkit.models.mask import valid_mask
 
 NEG_INF = float("-inf")
@@ -115,10 +120,15 @@ class PrefixBeamSearch:
     ``P(blank) > blank_skip_threshold`` creates no new prefix: each prefix only absorbs
     the blank or repeats its last token (pass 1.0 to disable).  After each other frame the
     ``beam_size`` best prefixes are kept (ties: the one first met), unreachable ones dropped.
+
+    With ``fusion`` (:class:`asrkit.decode.fusion.Fusion`: an LM, a context graph) every trie
+    node also holds its fusion state and the fusion score of its units, which is added to
+    the CTC score wherever prefixes are ranked (pruning, :meth:`nbest`, there with the score
+    that ends the hypothesis); without it (``None``) nothing else changes.
     """
 
     def __init__(self, beam_size: int, blank: int, vocab_size: int,
-                 blank_skip_threshold: float = DEFAULT_BLANK_SKIP_THRESHOLD):
+                 blank_skip_threshold: float = DEFAULT_BLANK_SKIP_THRESHOLD, fusion: Optional[Fusion] = None):
         if beam_size < 1:
             raise ValueError("beam_size must be >= 1, got {}".format(beam_size))
         if blank < 0 or blank >= vocab_size:
@@ -134,6 +144,12 @@ class PrefixBeamSearch:
         self.beam: List[int] = [0]
         self.beam_pb: List[float] = [0.0]
         self.beam_pnb: List[float] = [-math.inf]
+        self.fusion = fusion
+        # with fusion, per trie node: LM state, the word it is spelling, context node, fusion score
+        self.node_lm: List[int] = [-1]
+        self.node_word: List[str] = [""]
+        self.node_context: List[int] = [0]
+        self.node_fused: List[float] = [0.0]
 
     def feed(self, log_probs: torch.Tensor) -> None:
         """Advance over ``log_probs [T_chunk, V]`` (log-posteriors of the next frames)."""
@@ -180,7 +196,19 @@ class PrefixBeamSearch:
             self.children[key] = child
             self.parent.append(node)
             self.last_token.append(token)
+            fusion = self.fusion
+            if fusion is not None:
+                self._fuse(fusion, node, token)
         return child
+
+    def _fuse(self, fusion: Fusion, parent: int, token: int) -> None:
+        """The fusion state and score of the node just made, ``parent`` extended by ``token``."""
+        lm, word, context, score = fusion.step(self.node_lm[parent], self.node_word[parent],
+                                               self.node_context[parent], token)
+        self.node_lm.append(lm)
+        self.node_word.append(word)
+        self.node_context.append(context)
+        self.node_fused.append(self.node_fused[parent] + score)
 
     def _extend(self, lps: List[float], ids: List[int]) -> None:
         """One frame of the full search, then pruning to the ``beam_size`` best."""
@@ -211,8 +239,12 @@ class PrefixBeamSearch:
                 else:
                     pnb_next[extended] = log_add(pnb_next[extended], total + lp)
         scores: List[float] = []
+        fused = self.fusion is not None
         for s in range(len(nodes)):
-            scores.append(log_add(pb_next[s], pnb_next[s]))
+            if fused:
+                scores.append(log_add(pb_next[s], pnb_next[s]) + self.node_fused[nodes[s]])
+            else:
+                scores.append(log_add(pb_next[s], pnb_next[s]))
         cutoff = -1.7976931348623157e308  # the lowest double: drops only unreachable (-inf) prefixes
         if len(scores) > self.beam_size:
             ranked = scores.copy()
@@ -248,15 +280,35 @@ class PrefixBeamSearch:
     def nbest(self) -> Tuple[List[List[int]], List[float]]:
         """The kept prefixes (at most ``beam_size``), best first (ties: earlier kept),
         and their CTC log-probabilities ``log Σ_{alignments} P``; the state is unchanged."""
+        hyps, scores, _ = self.nbest_fused()
+        return hyps, scores
+
+    def nbest_fused(self) -> Tuple[List[List[int]], List[float], List[float]]:
+        """:meth:`nbest` and each prefix's fusion score as a finished hypothesis (its units'
+        scores and :meth:`asrkit.decode.fusion.Fusion.final`; all 0.0 without fusion),
+        ranked by CTC + fusion score."""
         final: List[float] = []
+        fused: List[float] = []
+        ranking: List[float] = []
+        fusion = self.fusion
         for i in range(len(self.beam)):
             final.append(log_add(self.beam_pb[i], self.beam_pnb[i]))
+            if fusion is None:
+                fused.append(0.0)
+                ranking.append(final[i])
+            else:
+                node = self.beam[i]
+                fused.append(self.node_fused[node] + fusion.final(self.node_lm[node], self.node_word[node],
+                                                                  self.node_context[node]))
+                ranking.append(final[i] + fused[i])
         hyps: List[List[int]] = []
         scores: List[float] = []
-        for i in _order_desc(final):
+        fusion_scores: List[float] = []
+        for i in _order_desc(ranking):
             hyps.append(self.prefix(self.beam[i]))
             scores.append(final[i])
-        return hyps, scores
+            fusion_scores.append(fused[i])
+        return hyps, scores, fusion_scores
 
 
 def _next_index(where: Dict[int, int], nodes: List[int], pb: List[float], pnb: List[float], node: int) -> int:
@@ -278,6 +330,15 @@ def ctc_prefix_beam_search_nbest(log_probs: torch.Tensor, lengths: torch.Tensor,
     ``log_probs [B, T, V]``: per utterance, the n-best prefixes (at most ``beam_size``,
     best first) and their CTC log-probabilities.  With ``beam_size >= V`` and no blank
     skipping (threshold 1.0), every kept prefix's score is exact."""
+    hyps, scores, _ = ctc_prefix_beam_search_fused(log_probs, lengths, beam_size, blank, blank_skip_threshold, None)
+    return hyps, scores
+
+
+def ctc_prefix_beam_search_fused(log_probs: torch.Tensor, lengths: torch.Tensor, beam_size: int, blank: int,
+                                 blank_skip_threshold: float, fusion: Optional[Fusion]
+                                 ) -> Tuple[List[List[List[int]]], List[List[float]], List[List[float]]]:
+    """:func:`ctc_prefix_beam_search_nbest` with ``fusion`` (``None``: none), also returning
+    each hypothesis' fusion score (:meth:`PrefixBeamSearch.nbest_fused`)."""
     if beam_size < 1:
         raise ValueError("beam_size must be >= 1, got {}".format(beam_size))
     vocab = log_probs.size(-1)
@@ -288,18 +349,20 @@ def ctc_prefix_beam_search_nbest(log_probs: torch.Tensor, lengths: torch.Tensor,
     blank_lp = log_probs[:, :, blank]
     hyps: List[List[List[int]]] = []
     scores: List[List[float]] = []
+    fusion_scores: List[List[float]] = []
     frames: List[int] = lengths.tolist()
     for b in range(len(frames)):
         n = frames[b]
-        search = PrefixBeamSearch(beam_size, blank, vocab, blank_skip_threshold)
+        search = PrefixBeamSearch(beam_size, blank, vocab, blank_skip_threshold, fusion)
         frame_lp: List[List[float]] = top_lp[b, :n].tolist()
         frame_ids: List[List[int]] = top_ids[b, :n].tolist()
         frame_blank: List[float] = blank_lp[b, :n].tolist()
         search.advance(frame_lp, frame_ids, frame_blank)
-        h, s = search.nbest()
+        h, s, f = search.nbest_fused()
         hyps.append(h)
         scores.append(s)
-    return hyps, scores
+        fusion_scores.append(f)
+    return hyps, scores, fusion_scores
 
 
 def ctc_prefix_beam_search(log_probs: torch.Tensor, lengths: torch.Tensor, beam_size: int, blank: int = 0,

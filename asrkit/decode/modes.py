@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple
 import torch
 
 from asrkit.decode import transducer_modes as td
+from asrkit.decode.attention_search import pick_rescored
+from asrkit.decode.ctc_search import ctc_prefix_beam_search_fused
 from asrkit.decode.searcher import Searcher
 
 if TYPE_CHECKING:
@@ -53,29 +55,40 @@ class SharedOutputs:
     blank_skip_threshold: float
     length_penalty: float = 0.0
     blank_penalty: float = 0.0
-    # the transducer modes (asrkit.decode.transducer_modes): the model (its predictor, joint and
-    # RNN-T loss) and WeNet's search and rescoring weights
-    transducer_model: Optional[Any] = None
+    # the transducer modes (asrkit.decode.transducer_modes): the searcher over the model's
+    # predictor and joint, the per-utterance RNN-T loss (the rescoring modes; an exported
+    # archive has none), and WeNet's search and rescoring weights
+    transducer: Optional[Any] = None
+    rnnt_loss: Optional[Callable[..., torch.Tensor]] = None
     search_ctc_weight: float = 0.3
     search_transducer_weight: float = 0.7
     transducer_weight: float = 0.5
     attn_weight: float = 0.5
+    # LM fusion and context biasing (asrkit.decode.fusion.Fusion; None: neither) of the modes
+    # that take them (DecodingMode.fused)
+    fusion: Optional[Any] = None
     _log_probs: Optional[torch.Tensor] = None
     _nbest: Optional[Tuple[List[List[List[int]]], List[List[float]]]] = None
+    _fusion_scores: Optional[List[List[float]]] = None
 
     @classmethod
     def from_options(cls, searcher: Searcher, encoder_out: torch.Tensor, encoder_lengths: torch.Tensor,
-                     options: "DecodingOptions", model: Optional[Any] = None) -> "SharedOutputs":
-        """The shared outputs of one encoder pass, searched with ``options``; ``model``: the
-        model, which the transducer modes need (a transducer's predictor and joint)."""
+                     options: "DecodingOptions", model: Optional[Any] = None,
+                     fusion: Optional[Any] = None) -> "SharedOutputs":
+        """The shared outputs of one encoder pass, searched with ``options``; ``model``: what
+        the transducer modes need (:func:`asrkit.decode.transducer_modes.transducer_parts`:
+        the model, or an exported archive's scripted module); ``fusion``: the
+        :func:`asrkit.decode.fusion.build_fusion` of ``options`` (``None`` when they ask for
+        no LM and no biasing)."""
+        transducer, rnnt_loss = td.transducer_parts(model) if TRANSDUCER.present(searcher) else (None, None)
         return cls(searcher, encoder_out, encoder_lengths, beam_size=options.beam_size,
                    ctc_weight=options.ctc_weight, reverse_weight=options.reverse_weight,
                    blank_skip_threshold=options.blank_skip_threshold, length_penalty=options.length_penalty,
                    blank_penalty=options.blank_penalty,
-                   transducer_model=model if TRANSDUCER.present(searcher) else None,
+                   transducer=transducer, rnnt_loss=rnnt_loss,
                    search_ctc_weight=options.search_ctc_weight,
                    search_transducer_weight=options.search_transducer_weight,
-                   transducer_weight=options.transducer_weight, attn_weight=options.attn_weight)
+                   transducer_weight=options.transducer_weight, attn_weight=options.attn_weight, fusion=fusion)
 
     def log_probs(self) -> torch.Tensor:
         if self._log_probs is None:
@@ -83,11 +96,24 @@ class SharedOutputs:
         return self._log_probs
 
     def nbest(self) -> Tuple[List[List[List[int]]], List[List[float]]]:
-        """``(hypotheses, CTC scores)`` per utterance, ``beam_size`` at most, best first."""
+        """``(hypotheses, CTC scores)`` per utterance, ``beam_size`` at most, best first (with
+        :attr:`fusion`: by CTC score + :meth:`fusion_scores`)."""
         if self._nbest is None:
-            self._nbest = self.searcher.ctc_nbest(self.log_probs(), self.encoder_lengths, self.beam_size,
-                                                  self.blank_skip_threshold)
+            if self.fusion is None:
+                self._nbest = self.searcher.ctc_nbest(self.log_probs(), self.encoder_lengths, self.beam_size,
+                                                      self.blank_skip_threshold)
+            else:
+                hyps, ctc, fused = ctc_prefix_beam_search_fused(self.log_probs(), self.encoder_lengths,
+                                                                self.beam_size, self.searcher.blank,
+                                                                self.blank_skip_threshold, self.fusion)
+                self._nbest, self._fusion_scores = (hyps, ctc), fused
         return self._nbest
+
+    def fusion_scores(self) -> Optional[List[List[float]]]:
+        """Per n-best hypothesis, the LM and context score :attr:`fusion` gave it (ended);
+        ``None`` without fusion."""
+        self.nbest()
+        return self._fusion_scores
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +124,7 @@ class DecodingMode:
     needs: Tuple[Requirement, ...]
     run: Callable[[SharedOutputs], List[List[int]]]
     summary: str
+    fused: bool = False  # takes LM fusion and context biasing (SharedOutputs.fusion)
 
 
 REGISTRY: dict[str, DecodingMode] = {}
@@ -117,9 +144,13 @@ def _best_of(nbest: List[List[List[int]]]) -> List[List[int]]:
 
 def _rescore(shared: SharedOutputs) -> List[List[int]]:
     hyps, ctc_scores = shared.nbest()
-    best, _ = shared.searcher.attention_rescoring(shared.encoder_out, shared.encoder_lengths, hyps, ctc_scores,
-                                                  shared.ctc_weight, shared.reverse_weight)
-    return best
+    if shared.fusion is None:
+        best, _ = shared.searcher.attention_rescoring(shared.encoder_out, shared.encoder_lengths, hyps, ctc_scores,
+                                                      shared.ctc_weight, shared.reverse_weight)
+        return best
+    decoder_scores = shared.searcher.rescoring_scores(shared.encoder_out, shared.encoder_lengths, hyps,
+                                                      shared.reverse_weight)
+    return pick_rescored(hyps, ctc_scores, decoder_scores, shared.ctc_weight, shared.fusion_scores())[0]
 
 
 register_mode(DecodingMode(
@@ -128,7 +159,7 @@ register_mode(DecodingMode(
     "best CTC path: per-frame argmax, repeats merged, blanks dropped"))
 register_mode(DecodingMode(
     "ctc_prefix_beam_search", (CTC_HEAD,), lambda shared: _best_of(shared.nbest()[0]),
-    "best prefix of the CTC prefix beam search (the n-best shared with attention_rescoring)"))
+    "best prefix of the CTC prefix beam search (the n-best shared with attention_rescoring)", fused=True))
 register_mode(DecodingMode(
     "attention", (ATTENTION_DECODER,),
     lambda shared: shared.searcher.attention_beam(shared.encoder_out, shared.encoder_lengths,
@@ -136,7 +167,7 @@ register_mode(DecodingMode(
     "attention-decoder beam search (ranked with length_penalty)"))
 register_mode(DecodingMode(
     "attention_rescoring", (CTC_HEAD, ATTENTION_DECODER), _rescore,
-    "the CTC prefix-beam n-best rescored by the decoder(s) plus ctc_weight x CTC score"))
+    "the CTC prefix-beam n-best rescored by the decoder(s) plus ctc_weight x CTC score", fused=True))
 
 
 register_mode(DecodingMode(
@@ -145,19 +176,24 @@ register_mode(DecodingMode(
 register_mode(DecodingMode(
     "rnnt_beam_search", (TRANSDUCER,), lambda shared: [beam[0].tokens for beam in td.prefix_beam_nbest(shared)],
     "WeNet's transducer prefix beam search, one symbol per frame, search_transducer_weight x joint + "
-    "search_ctc_weight x CTC"))
+    "search_ctc_weight x CTC", fused=True))
 register_mode(DecodingMode(
     "modified_beam_search", (TRANSDUCER,), lambda shared: [h.tokens for h in td.modified_beam_hypotheses(shared)],
-    "icefall's modified beam search: one symbol per frame, the beam's best (hypothesis, unit) pairs"))
+    "icefall's modified beam search: one symbol per frame, the beam's best (hypothesis, unit) pairs", fused=True))
 register_mode(DecodingMode(
     "rnnt_beam_attn_rescoring", (TRANSDUCER, ATTENTION_DECODER),
     lambda shared: [tokens for tokens, _ in td.rnnt_beam_rescored(shared)],
     "the rnnt_beam_search n-best rescored: attn_weight x attention + ctc_weight x search score + "
-    "transducer_weight x RNN-T log-likelihood"))
+    "transducer_weight x RNN-T log-likelihood", fused=True))
 register_mode(DecodingMode(
     "ctc_beam_td_attn_rescoring", (TRANSDUCER, CTC_HEAD, ATTENTION_DECODER),
     lambda shared: [tokens for tokens, _ in td.ctc_beam_rescored(shared)],
-    "the CTC prefix-beam n-best rescored as rnnt_beam_attn_rescoring, with the CTC score as search score"))
+    "the CTC prefix-beam n-best rescored as rnnt_beam_attn_rescoring, with the CTC score as search score", fused=True))
+
+
+def fused_modes(names: Iterable[str]) -> list[str]:
+    """Those of the registered modes ``names`` that take LM fusion and context biasing."""
+    return [name for name in names if name in REGISTRY and REGISTRY[name].fused]
 
 
 def mode_names() -> tuple[str, ...]:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Tuple
+import math
+from typing import Optional, Tuple
 
 import torch
 
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
-from asrkit.decode.modes import check_mode_names
+from asrkit.decode.modes import REGISTRY, check_mode_names, fused_modes
 
 
 AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -47,6 +48,17 @@ class DecodingOptions:
       joint probabilities in ``rnnt_beam_search`` (and its n-best for
       ``rnnt_beam_attn_rescoring``); the two rescoring modes rank by ``attn_weight``·attention
       + ``ctc_weight``·search score + ``transducer_weight``·RNN-T log-likelihood (each >= 0).
+    * LM fusion and contextual biasing (:mod:`asrkit.decode.fusion`; the modes that take them:
+      :func:`asrkit.decode.modes.fused_modes`): ``lm_path`` (an ARPA file; ``None``: no LM),
+      ``lm_weight`` (>= 0) times the LM's natural-log probability of each completed word
+      (less ``lm_oov_penalty`` (>= 0) for a word the LM does not know), plus ``word_bonus``
+      per word; ``context_phrases`` (WeNet's ``--context_list_path``, read: the phrases
+      themselves; a list is stored as a tuple) with ``context_graph_score`` (>= 0) per
+      matched unit, ``context_bias_mode`` ``decoding-graph`` (WeNet's; the default when
+      phrases are given); ``context_strict`` False: sherpa-onnx's non-strict matching
+      (:func:`asrkit.decode.context_graph.build_context_graph`).  Checked here without the
+      model; the files are read by :func:`asrkit.decode.fusion.build_fusion`, which needs
+      the model's units.
     * ``batch_size`` (>= 1): utterances per encoder pass when a data list is recognised.
     * ``dtype`` (``fp32``, ``bf16``, ``fp16``): the precision of the encoder and decoder
       passes -- ``torch.autocast`` with that dtype (:meth:`autocast`); the CTC
@@ -55,8 +67,9 @@ class DecodingOptions:
 
     Streaming (:class:`asrkit.stream.recognizer.StreamingRecognizer`) reads the chunk
     options (``decoding_chunk_size > 0``), ``beam_size``, ``ctc_weight`` and
-    ``reverse_weight``; transcription every field but ``batch_size`` (and, for an exported
-    archive, ``simulate_streaming``).
+    ``reverse_weight``, the transducer weights and the fusion options; transcription every
+    field but ``batch_size`` (and, for an exported archive, ``simulate_streaming`` and the
+    fusion options, which it refuses).
 
     Building one with a value out of range raises :class:`DecodingOptionError`, with an
     unknown or no mode :class:`asrkit.decode.modes.ModeError` (one line naming the first
@@ -78,6 +91,14 @@ class DecodingOptions:
     search_transducer_weight: float = 0.7
     transducer_weight: float = 0.5
     attn_weight: float = 0.5
+    lm_path: Optional[str] = None
+    lm_weight: float = 0.5
+    word_bonus: float = 1.0
+    lm_oov_penalty: float = 10.0
+    context_bias_mode: str = ""
+    context_phrases: Tuple[str, ...] = ()
+    context_graph_score: float = 3.0
+    context_strict: bool = True
 
     def __post_init__(self):
         if self.beam_size < 1:
@@ -112,6 +133,43 @@ class DecodingOptions:
         if isinstance(self.modes, str):
             raise TypeError(f"modes is a sequence of mode names, got the string {self.modes!r}")
         object.__setattr__(self, "modes", tuple(check_mode_names(self.modes)))
+        self._check_fusion()
+
+    def _check_fusion(self) -> None:
+        if not (self.lm_weight >= 0.0 and math.isfinite(self.lm_weight)):
+            raise DecodingOptionError(f"lm_weight must be >= 0, got {self.lm_weight}")
+        if not (self.lm_oov_penalty >= 0.0 and math.isfinite(self.lm_oov_penalty)):
+            raise DecodingOptionError(f"lm_oov_penalty must be >= 0, got {self.lm_oov_penalty}")
+        if not math.isfinite(self.word_bonus):
+            raise DecodingOptionError(f"word_bonus must be a finite number, got {self.word_bonus}")
+        if not (self.context_graph_score >= 0.0 and math.isfinite(self.context_graph_score)):
+            raise DecodingOptionError(f"context_graph_score must be >= 0, got {self.context_graph_score}")
+        if isinstance(self.context_phrases, str):
+            raise TypeError(f"context_phrases is a sequence of phrases, got the string {self.context_phrases!r}")
+        phrases = tuple(" ".join(str(p).split()) for p in self.context_phrases)
+        if any(not p for p in phrases):
+            raise DecodingOptionError("context_phrases: an empty phrase")
+        object.__setattr__(self, "context_phrases", phrases)
+        if self.context_bias_mode == "deep-biasing":
+            raise DecodingOptionError("context_bias_mode deep-biasing needs a model trained with WeNet's context "
+                                      "module, which asrkit does not have; use decoding-graph")
+        if self.context_bias_mode not in ("", "decoding-graph"):
+            raise DecodingOptionError(f"context_bias_mode must be decoding-graph, got {self.context_bias_mode!r}")
+        if self.context_bias_mode and not phrases:
+            raise DecodingOptionError("context_bias_mode decoding-graph needs phrases (--context_list_path), "
+                                      "got none")
+        if phrases:
+            object.__setattr__(self, "context_bias_mode", "decoding-graph")
+        if self.lm_path is not None and not str(self.lm_path):
+            raise DecodingOptionError("lm_path is empty")
+        if self.fused and not fused_modes(self.modes):
+            raise DecodingOptionError(f"an LM and context biasing apply to {', '.join(fused_modes(REGISTRY))}; "
+                                      f"none of the modes given ({' '.join(self.modes)}) takes them")
+
+    @property
+    def fused(self) -> bool:
+        """Whether an LM or biasing phrases are asked for (:mod:`asrkit.decode.fusion`)."""
+        return self.lm_path is not None or bool(self.context_phrases)
 
     def autocast(self, device_type: str):
         """The context the model passes run in: ``torch.autocast(device_type, dtype)`` for

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from asrkit.decode.batch import decode
-from asrkit.decode.modes import check_modes
+from asrkit.decode.fusion import Fusion, build_fusion
+from asrkit.decode.modes import check_modes, fused_modes
 from asrkit.decode.options import DecodingOptions
 from asrkit.inputs import INPUT_DIGESTS, check_input_digests, check_units_size
 from asrkit.io.checkpoint import load_checkpoint
@@ -78,7 +79,7 @@ def duration_batches(entries: Sequence, batch_size: int) -> list[list[int]]:
 
 def recognize(model: AsrModel, entries: Sequence, processor, tokenizer, options: DecodingOptions, *,
               device: str = "cpu", log_every_s: float = 10.0,
-              progress: Optional[Progress] = None) -> dict[str, dict[str, str]]:
+              progress: Optional[Progress] = None, fusion: Optional[Fusion] = None) -> dict[str, dict[str, str]]:
     """Decode ``entries`` (``asrkit.data.lists.ListEntry``) with ``processor`` (from
     ``build_sample_processor(..., train=False, apply_filter=False)``) in every mode of
     ``options``, ``options.batch_size`` utterances per :func:`asrkit.decode.batch.decode`.
@@ -88,8 +89,18 @@ def recognize(model: AsrModel, entries: Sequence, processor, tokenizer, options:
     encoder's minimum input gets the empty text in every mode, with a warning.  A mode
     the model cannot run raises :class:`asrkit.decode.modes.ModeError` before anything
     is decoded.  Progress (:class:`asrkit.progress.ProgressReport`): a bar over the
-    utterances when stderr is a terminal, else a log line every ``log_every_s`` seconds."""
+    utterances when stderr is a terminal, else a log line every ``log_every_s`` seconds.
+    ``fusion``: the LM and context graph of ``options``
+    (:func:`asrkit.decode.fusion.build_fusion`; built here from ``tokenizer`` when ``None``)."""
     modes = check_modes(model, options.modes)
+    if fusion is None and options.fused:
+        fusion = build_fusion(options, tokenizer)
+    if fusion is not None:
+        parts = ([f"LM {options.lm_path} (lm_weight {options.lm_weight}, word_bonus {options.word_bonus})"]
+                 if options.lm_path else [])
+        parts += ([f"{len(options.context_phrases)} context phrases (score {options.context_graph_score})"]
+                  if options.context_phrases else [])
+        log.info("%s (modes %s)", ", ".join(parts), " ".join(fused_modes(modes)))
     log.info("decoding %d utterances in modes %s (beam %d, batch %d, %s)", len(entries), " ".join(modes),
              options.beam_size, options.batch_size, options.encoder_context())
     progress = progress if progress is not None else Progress()
@@ -119,7 +130,7 @@ def recognize(model: AsrModel, entries: Sequence, processor, tokenizer, options:
             t0 = time.perf_counter()
             feats = batch["feats"][rows].to(device)
             feats = feats[:, : int(lengths[rows].max())]
-            hyps = decode(model, feats, lengths[rows].to(device), options)
+            hyps = decode(model, feats, lengths[rows].to(device), options, fusion)
             progress.model_s += time.perf_counter() - t0
             for mode in modes:
                 for j, row in enumerate(rows.tolist()):

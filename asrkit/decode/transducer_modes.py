@@ -20,17 +20,31 @@ registered in :mod:`asrkit.decode.modes`.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List
+from typing import TYPE_CHECKING, List, Optional
 
 import torch
 
-from asrkit.decode.transducer_search import (ModifiedBeamSearch, TransducerGreedySearch, TransducerHypothesis,
-                                             TransducerPrefixBeamSearch)
+from asrkit.decode.transducer_search import TransducerHypothesis, TransducerPrefixBeamSearch, TransducerSearcher
 
 if TYPE_CHECKING:
     from asrkit.decode.modes import SharedOutputs
 
 MAX_SYMBOLS_PER_FRAME = 64  # WeNet's greedy_search n_steps
+
+
+def transducer_parts(model) -> tuple:
+    """``(searcher, rnnt_loss)`` of ``model``: a transducer's :class:`TransducerSearcher` and
+    its per-utterance RNN-T loss (``transducer_loss``), or an exported archive's scripted
+    searcher (its ``transducer`` attribute) and ``None`` (the rescoring modes are not in
+    archives); ``(None, None)`` for anything else."""
+    if model is None:
+        return None, None
+    scripted = getattr(model, "transducer", None)
+    if scripted is not None:
+        return scripted, None
+    if getattr(model, "predictor", None) is None:
+        return None, None
+    return TransducerSearcher.of_model(model), model.transducer_loss
 
 
 def _utterances(shared: "SharedOutputs"):
@@ -40,46 +54,42 @@ def _utterances(shared: "SharedOutputs"):
 
 
 def greedy_hypotheses(shared: "SharedOutputs") -> List[TransducerHypothesis]:
-    model = shared.transducer_model
-    out = []
-    for _, enc in _utterances(shared):
-        search = TransducerGreedySearch(model.predictor, model.joint, model.blank_id, enc.device,
-                                        MAX_SYMBOLS_PER_FRAME)
-        search.feed(enc)
-        out.append(search.best())
-    return out
+    return _best(shared, "rnnt_greedy_search")
+
+
+def _best(shared: "SharedOutputs", mode: str) -> List[TransducerHypothesis]:
+    """Each utterance's result of a transducer search (:meth:`TransducerSearcher.best_per_utterance`,
+    what an exported archive runs)."""
+    args = (mode, shared.encoder_out, shared.encoder_lengths, None, shared.beam_size, 0.0, 1.0, MAX_SYMBOLS_PER_FRAME)
+    if shared.fusion is None or mode == "rnnt_greedy_search":
+        return shared.transducer.best_per_utterance(*args)
+    return shared.transducer.best_per_utterance(*args, shared.fusion)
 
 
 def prefix_beam_nbest(shared: "SharedOutputs") -> List[List[TransducerHypothesis]]:
     """The ``rnnt_beam_search`` beam of every utterance, best first."""
-    model = shared.transducer_model
     with_ctc = shared.search_ctc_weight > 0
     log_probs = shared.log_probs() if with_ctc else None
     out = []
     for b, enc in _utterances(shared):
-        search = TransducerPrefixBeamSearch(model.predictor, model.joint, model.blank_id, enc.device,
-                                            shared.beam_size, shared.search_ctc_weight,
-                                            shared.search_transducer_weight)
+        search = TransducerPrefixBeamSearch(shared.transducer, enc.device, shared.beam_size,
+                                            shared.search_ctc_weight, shared.search_transducer_weight,
+                                            fusion=shared.fusion)
         search.feed(enc, log_probs[b, :enc.size(0)] if log_probs is not None else None)
         out.append(search.nbest())
     return out
 
 
 def modified_beam_hypotheses(shared: "SharedOutputs") -> List[TransducerHypothesis]:
-    model = shared.transducer_model
-    out = []
-    for _, enc in _utterances(shared):
-        search = ModifiedBeamSearch(model.predictor, model.joint, model.blank_id, enc.device, shared.beam_size)
-        search.feed(enc)
-        out.append(search.best())
-    return out
+    return _best(shared, "modified_beam_search")
 
 
 def transducer_log_likelihoods(shared: "SharedOutputs", b: int, hyps: List[List[int]]) -> List[float]:
     """``log P_rnnt(y | x)`` of each hypothesis of utterance ``b`` (minus its RNN-T loss)."""
     if not hyps:
         return []
-    model = shared.transducer_model
+    if shared.rnnt_loss is None:
+        raise RuntimeError("the RNN-T rescoring needs the model's RNN-T loss: an exported archive has none")
     n = int(shared.encoder_lengths[b])
     enc = shared.encoder_out[b:b + 1, :n].expand(len(hyps), -1, -1)
     device = enc.device
@@ -88,15 +98,17 @@ def transducer_log_likelihoods(shared: "SharedOutputs", b: int, hyps: List[List[
     for i, h in enumerate(hyps):
         target[i, :len(h)] = torch.tensor(h, dtype=torch.long, device=device)
     lengths = torch.tensor([len(h) for h in hyps], dtype=torch.long, device=device)
-    loss = model.transducer_loss(enc, torch.full((len(hyps),), n, dtype=torch.long, device=device), target,
+    loss = shared.rnnt_loss(enc, torch.full((len(hyps),), n, dtype=torch.long, device=device), target,
                                  lengths)
     return (-loss).tolist()
 
 
-def rescored(shared: "SharedOutputs", nbest: List[List[List[int]]], search_scores: List[List[float]]
-             ) -> List[tuple[List[int], float]]:
+def rescored(shared: "SharedOutputs", nbest: List[List[List[int]]], search_scores: List[List[float]],
+             fusion_scores: Optional[List[List[float]]] = None) -> List[tuple[List[int], float]]:
     """Per utterance, ``(tokens, total)`` of the n-best entry maximising the rescoring total
-    (module docstring); the empty hypothesis with score −inf where an n-best is empty."""
+    (module docstring), plus each entry's ``fusion_scores`` (LM and context: not part of the
+    search score ``ctc_weight`` weighs); the empty hypothesis with score −inf where an
+    n-best is empty."""
     attention = (shared.searcher.rescoring_scores(shared.encoder_out, shared.encoder_lengths, nbest,
                                                   shared.reverse_weight)
                  if shared.attn_weight > 0 else [[0.0] * len(h) for h in nbest])
@@ -108,17 +120,43 @@ def rescored(shared: "SharedOutputs", nbest: List[List[List[int]]], search_score
         for i, hyp in enumerate(hyps):
             total = (shared.attn_weight * attention[b][i] + shared.ctc_weight * search_scores[b][i]
                      + shared.transducer_weight * rnnt[i])
+            if fusion_scores is not None:
+                total = total + fusion_scores[b][i]
             if total > best_total:
                 best, best_total = list(hyp), total
         out.append((best, best_total))
     return out
 
 
+def rescored_beams(shared: "SharedOutputs", beams: List[List[TransducerHypothesis]]
+                   ) -> List[tuple[List[int], float]]:
+    """:func:`rescored` of transducer beams: the search score without the fusion part, which
+    is added as it is."""
+    fusion = None if shared.fusion is None else [[h.fused for h in beam] for beam in beams]
+    return rescored(shared, [[h.tokens for h in beam] for beam in beams],
+                    [[h.score - h.fused for h in beam] for beam in beams], fusion)
+
+
 def rnnt_beam_rescored(shared: "SharedOutputs") -> List[tuple[List[int], float]]:
+    return rescored_beams(shared, prefix_beam_nbest(shared))
+
+
+def _rescored_hypothesis(shared: "SharedOutputs") -> List[TransducerHypothesis]:
+    """``rnnt_beam_attn_rescoring``'s choice as the beam's hypothesis (with its frames)."""
     beams = prefix_beam_nbest(shared)
-    return rescored(shared, [[h.tokens for h in beam] for beam in beams], [[h.score for h in beam] for beam in beams])
+    picked = rescored_beams(shared, beams)
+    return [next(h for h in beam if h.tokens == tokens) for beam, (tokens, _) in zip(beams, picked)]
+
+
+# the modes whose hypotheses carry the encoder frame of each token's emission (token times)
+TIMED: dict = {
+    "rnnt_greedy_search": greedy_hypotheses,
+    "rnnt_beam_search": lambda shared: [beam[0] for beam in prefix_beam_nbest(shared)],
+    "modified_beam_search": modified_beam_hypotheses,
+    "rnnt_beam_attn_rescoring": _rescored_hypothesis,
+}
 
 
 def ctc_beam_rescored(shared: "SharedOutputs") -> List[tuple[List[int], float]]:
     hyps, scores = shared.nbest()
-    return rescored(shared, hyps, scores)
+    return rescored(shared, hyps, scores, shared.fusion_scores())

@@ -29,15 +29,21 @@ starts from ``<blank>``, as WeNet's ``add_blank`` in training): its next distrib
 
 Every search records the encoder frame of each token it emits (``frames``), which the
 timestamps of :mod:`asrkit.transcribe` use.
-"""
-from __future__ import annotations
 
-import dataclasses
+One implementation: the searches are the methods of :class:`TransducerSearcher`, an
+``nn.Module`` holding the predictor and joint in TorchScript's subset, which the exported
+archive (:mod:`asrkit.export.torchscript`) compiles; the search classes below keep one
+search's state between :meth:`feed` calls and call those methods.
+"""
+# (no ``from __future__ import annotations``: TorchScript reads the annotations as typing objects)
 import math
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
+
+from asrkit.decode.fusion import Fusion
+from asrkit.decode.transducer_hypothesis import TransducerHypothesis, best_by_score, finalized, fuse_child
 
 
 def log_add(a: float, b: float) -> float:
@@ -50,44 +56,220 @@ def log_add(a: float, b: float) -> float:
     return high + math.log1p(math.exp(-abs(a - b)))
 
 
-@dataclasses.dataclass
-class TransducerHypothesis:
-    """``tokens`` (without the leading ``<blank>``), their emission ``frames`` (indices into
-    the encoder frames fed so far), the ``score`` the search ranks by, and the predictor
-    ``state`` before the last token (``last`` is the token the next predictor step reads:
-    ``<blank>`` before any)."""
-
-    tokens: List[int]
-    frames: List[int]
-    score: float
-    last: int
-    state: List[torch.Tensor]
+def _key(tokens: List[int]) -> str:
+    return ",".join([str(t) for t in tokens])
 
 
-class _Search:
-    """What every search shares: the predictor and joint, the blank id, the frame count."""
+def _child(hyp: TransducerHypothesis, unit: int, blank: int, frame: int, score: float,
+           state_after: List[torch.Tensor]) -> TransducerHypothesis:
+    """``hyp`` extended by ``unit`` at encoder ``frame`` with ``score``: a blank keeps its
+    tokens and predictor state; any other unit is appended, its state the one after ``last``."""
+    if unit == blank:
+        return TransducerHypothesis(list(hyp.tokens), list(hyp.frames), score, hyp.last, hyp.state)
+    return TransducerHypothesis(hyp.tokens + [unit], hyp.frames + [frame], score, unit, state_after)
 
-    def __init__(self, predictor: nn.Module, joint: nn.Module, blank: int, device: torch.device):
+
+def _merge(children: List[TransducerHypothesis]) -> List[TransducerHypothesis]:
+    """``children`` with equal token sequences merged by log-add of their scores, in order of
+    first appearance (the first keeps its state and frames)."""
+    merged: List[TransducerHypothesis] = []
+    index: Dict[str, int] = {}
+    for child in children:
+        key = _key(child.tokens)
+        if key in index:
+            kept = merged[index[key]]
+            kept.score = log_add(kept.score, child.score)
+        else:
+            index[key] = len(merged)
+            merged.append(child)
+    return merged
+
+
+def score_per_token(hyp: TransducerHypothesis) -> float:
+    """``score / (tokens + 1)``: icefall's length normalisation, whose token sequence counts
+    the leading ``<blank>`` (a stateless predictor of context 1)."""
+    return hyp.score / (len(hyp.tokens) + 1)
+
+
+def best_by_score_per_token(beam: List[TransducerHypothesis]) -> TransducerHypothesis:
+    """The first hypothesis of ``beam`` with the highest :func:`score_per_token`."""
+    best = beam[0]
+    for hyp in beam:
+        if score_per_token(hyp) > score_per_token(best):
+            best = hyp
+    return best
+
+
+
+class TransducerSearcher(nn.Module):
+    """The transducer searches over a model's ``predictor`` and ``joint`` (module docstring),
+    each a method feeding encoder frames ``[T, E]`` to the state it is given (a hypothesis
+    or a beam, updated or returned) and returning each frame's blank probability."""
+
+    def __init__(self, predictor: nn.Module, joint: nn.Module, blank: int):
+        super().__init__()
         self.predictor = predictor
         self.joint = joint
         self.blank = int(blank)
-        self.device = device
-        self.frames_fed = 0
 
-    def _initial(self) -> TransducerHypothesis:
-        return TransducerHypothesis([], [], 0.0, self.blank, self.predictor.init_state(1, device=self.device))
+    @classmethod
+    def of_model(cls, model: nn.Module) -> "TransducerSearcher":
+        """The searcher of a transducer (shares its predictor and joint)."""
+        return cls(model.predictor, model.joint, model.blank_id)
 
-    def _step(self, hyps: Sequence[TransducerHypothesis], frame: torch.Tensor
-              ) -> tuple[torch.Tensor, List[List[torch.Tensor]]]:
+    def forward(self, encoder_out: torch.Tensor) -> List[int]:
+        """Greedy search (64 symbols per frame at most) over one utterance's ``[T, E]``."""
+        hyp = self.initial(encoder_out.device)
+        self.greedy_feed(hyp, encoder_out, 0, 64)
+        return hyp.tokens
+
+    @torch.jit.export
+    def initial(self, device: torch.device) -> TransducerHypothesis:
+        """The empty hypothesis: score 0, the predictor's initial state, ``<blank>`` to read."""
+        return TransducerHypothesis(torch.jit.annotate(List[int], []), torch.jit.annotate(List[int], []), 0.0,
+                                    self.blank, self.predictor.init_state(1, device))
+
+    def _step(self, hyps: List[TransducerHypothesis], frame: torch.Tensor
+              ) -> Tuple[torch.Tensor, List[List[torch.Tensor]]]:
         """Joint log-probabilities ``[N, V]`` (fp32) of encoder ``frame [E]`` with each of
         ``hyps``' predictor outputs, and each hypothesis' state after its last token."""
         n = len(hyps)
-        tokens = torch.tensor([[h.last] for h in hyps], dtype=torch.long, device=self.device)
-        padding = torch.zeros(n, 1, device=self.device)
+        device = frame.device
+        tokens = torch.tensor([[h.last] for h in hyps], dtype=torch.long, device=device)
+        padding = torch.zeros(n, 1, device=device)
         state = self.predictor.cache_to_batch([h.state for h in hyps])
         pred_out, new_state = self.predictor.forward_step(tokens, padding, state)
         logits = self.joint(frame.view(1, 1, -1).expand(n, 1, -1), pred_out)  # [N, 1, 1, V]
         return logits.reshape(n, -1).float().log_softmax(dim=-1), self.predictor.batch_to_cache(new_state)
+
+    @torch.jit.export
+    def greedy_feed(self, hyp: TransducerHypothesis, encoder_out: torch.Tensor, frames_fed: int,
+                    max_symbols: int) -> List[float]:
+        """WeNet's greedy search over the next frames (``frames_fed`` fed before), extending
+        ``hyp`` in place; each frame's blank probability after its last symbol."""
+        blank_probs: List[float] = []
+        device = encoder_out.device
+        for t in range(encoder_out.size(0)):
+            frame = encoder_out[t].view(1, 1, -1)
+            blank_prob = 0.0
+            for _ in range(max_symbols):
+                if len(hyp.pred_out) == 0:
+                    tokens = torch.tensor([[hyp.last]], dtype=torch.long, device=device)
+                    out, after = self.predictor.forward_step(tokens, torch.zeros(1, 1, device=device), hyp.state)
+                    hyp.pred_out = [out]
+                    hyp.state_after = after
+                logp = self.joint(frame, hyp.pred_out[0]).reshape(-1).float().log_softmax(dim=-1)
+                best = int(logp.argmax())
+                blank_prob = float(logp[self.blank].exp())
+                if best == self.blank:
+                    break
+                hyp.tokens.append(best)
+                hyp.frames.append(frames_fed + t)
+                hyp.last = best
+                hyp.state = hyp.state_after
+                hyp.pred_out = []
+            blank_probs.append(blank_prob)
+        return blank_probs
+
+    @torch.jit.export
+    def prefix_beam_feed(self, beam: List[TransducerHypothesis], encoder_out: torch.Tensor,
+                         ctc_log_probs: Optional[torch.Tensor], frames_fed: int, beam_size: int, ctc_weight: float,
+                         transducer_weight: float, fusion: Optional[Fusion] = None
+                         ) -> Tuple[List[TransducerHypothesis], List[float]]:
+        """WeNet's prefix beam search over the next frames: the new beam (best first) and
+        each frame's joint blank probability for the best hypothesis before it.  With
+        ``fusion``, each non-blank extension's score also gets its fusion score (ranked
+        with it); the beam is not finalized (:func:`finalized`)."""
+        blank_probs: List[float] = []
+        for t in range(encoder_out.size(0)):
+            logp, states_after = self._step(beam, encoder_out[t])
+            blank_probs.append(float(logp[0, self.blank].exp()))  # (the beam is sorted: 0 is the best)
+            probs = transducer_weight * logp.exp()
+            if ctc_log_probs is not None and ctc_weight > 0:
+                probs = probs + ctc_weight * ctc_log_probs[t].float().exp().unsqueeze(0)
+            top_logp, top_units = probs.log().topk(beam_size, dim=-1)
+            scores = torch.tensor([h.score for h in beam], dtype=torch.float32).unsqueeze(1) + top_logp
+            children: List[TransducerHypothesis] = []
+            for j in range(len(beam)):
+                for k in range(beam_size):
+                    unit = int(top_units[j, k])
+                    children.append(fuse_child(_child(beam[j], unit, self.blank, frames_fed + t, float(scores[j, k]),
+                                                 states_after[j]), beam[j], unit, self.blank, fusion))
+            merged = _merge(children)
+            order = torch.tensor([h.score for h in merged], dtype=torch.float64)
+            ranked = torch.sort(order, descending=True, stable=True)[1][:beam_size]
+            beam = [merged[int(i)] for i in ranked]
+        return beam, blank_probs
+
+    @torch.jit.export
+    def best_per_utterance(self, mode: str, encoder_out: torch.Tensor, encoder_lengths: torch.Tensor,
+                           ctc_log_probs: Optional[torch.Tensor], beam_size: int, search_ctc_weight: float,
+                           search_transducer_weight: float, max_symbols: int, fusion: Optional[Fusion] = None
+                           ) -> List[TransducerHypothesis]:
+        """The result of ``mode`` (``rnnt_greedy_search``, ``rnnt_beam_search``,
+        ``modified_beam_search``) for each utterance of ``encoder_out [B, T, E]``
+        (``ctc_log_probs [B, T, V]``: for ``rnnt_beam_search`` with ``search_ctc_weight > 0``);
+        ``fusion``: for the two beam searches (their beams finalized before the choice)."""
+        results: List[TransducerHypothesis] = []
+        for b in range(encoder_out.size(0)):
+            enc = encoder_out[b, :int(encoder_lengths[b])]
+            start: List[TransducerHypothesis] = [self.initial(enc.device)]
+            if mode == "rnnt_greedy_search":
+                self.greedy_feed(start[0], enc, 0, max_symbols)
+                results.append(start[0])
+            elif mode == "rnnt_beam_search":
+                ctc: Optional[torch.Tensor] = None
+                if ctc_log_probs is not None and search_ctc_weight > 0:
+                    ctc = ctc_log_probs[b, :enc.size(0)]
+                beam = self.prefix_beam_feed(start, enc, ctc, 0, beam_size, search_ctc_weight,
+                                             search_transducer_weight, fusion)[0]
+                results.append(beam[0] if fusion is None else best_by_score(finalized(beam, fusion)))
+            elif mode == "modified_beam_search":
+                beam = self.modified_beam_feed(start, enc, 0, beam_size, fusion)[0]
+                results.append(best_by_score_per_token(finalized(beam, fusion)))
+            else:
+                raise RuntimeError("not a transducer search: " + mode)
+        return results
+
+    @torch.jit.export
+    def modified_beam_feed(self, beam: List[TransducerHypothesis], encoder_out: torch.Tensor, frames_fed: int,
+                           beam_size: int, fusion: Optional[Fusion] = None
+                           ) -> Tuple[List[TransducerHypothesis], List[float]]:
+        """icefall's modified beam search over the next frames: the new beam (unordered) and
+        each frame's joint blank probability for the highest-scoring hypothesis before it.
+        With ``fusion``, a chosen non-blank extension's score also gets its fusion score (as
+        icefall adds its context score: after the choice); the beam is not finalized."""
+        blank_probs: List[float] = []
+        for t in range(encoder_out.size(0)):
+            logp, states_after = self._step(beam, encoder_out[t])
+            scores = torch.tensor([h.score for h in beam], dtype=torch.float32)
+            blank_probs.append(float(logp[int(scores.argmax()), self.blank].exp()))
+            totals = logp + scores.unsqueeze(1)
+            vocab = totals.size(1)
+            top_scores, top_flat = totals.reshape(-1).topk(min(beam_size, totals.numel()))
+            children: List[TransducerHypothesis] = []
+            for i in range(top_flat.numel()):
+                flat = int(top_flat[i])
+                j = flat // vocab
+                unit = flat % vocab
+                children.append(fuse_child(_child(beam[j], unit, self.blank, frames_fed + t, float(top_scores[i]),
+                                                  states_after[j]), beam[j], unit, self.blank, fusion))
+            beam = _merge(children)
+        return beam, blank_probs
+
+
+# ------------------------------------------------------------------ one search's state (eager)
+
+
+class _Search:
+    """``searcher``: a :class:`TransducerSearcher` (or its scripted copy, an exported
+    archive's, which takes no ``fusion``); ``device``: where the encoder frames are."""
+
+    def __init__(self, searcher: nn.Module, device: torch.device, fusion: Optional[Fusion] = None):
+        self.searcher = searcher
+        self.device = device
+        self.frames_fed = 0
+        self.fusion = fusion  # (asrkit.decode.fusion; the beam searches)
 
 
 class TransducerGreedySearch(_Search):
@@ -95,33 +277,19 @@ class TransducerGreedySearch(_Search):
     reaches ``max_symbols_per_frame`` symbols: WeNet then reuses a predictor output one
     symbol behind; here the predictor output always follows the last symbol."""
 
-    def __init__(self, predictor: nn.Module, joint: nn.Module, blank: int, device: torch.device,
-                 max_symbols_per_frame: int = 64):
-        super().__init__(predictor, joint, blank, device)
+    def __init__(self, searcher: nn.Module, device: torch.device, max_symbols_per_frame: int = 64):
+        super().__init__(searcher, device)
         if max_symbols_per_frame < 1:
             raise ValueError(f"max_symbols_per_frame must be >= 1, got {max_symbols_per_frame}")
         self.max_symbols = max_symbols_per_frame
-        self.hyp = self._initial()
-        self._cached: Optional[tuple[torch.Tensor, List[torch.Tensor]]] = None  # pred out, state after last
+        self.hyp = self.searcher.initial(device)
 
-    def feed(self, encoder_out: torch.Tensor) -> None:
-        """Search ``encoder_out [T, E]``, the next ``T`` encoder frames."""
-        for t in range(encoder_out.size(0)):
-            frame = encoder_out[t].view(1, 1, -1)
-            for _ in range(self.max_symbols):
-                if self._cached is None:
-                    tokens = torch.tensor([[self.hyp.last]], dtype=torch.long, device=self.device)
-                    self._cached = self.predictor.forward_step(tokens, torch.zeros(1, 1, device=self.device),
-                                                               self.hyp.state)
-                pred_out, state_after = self._cached
-                logp = self.joint(frame, pred_out).reshape(-1).float().log_softmax(dim=-1)
-                best = int(logp.argmax())
-                if best == self.blank:
-                    break
-                self.hyp.tokens.append(best)
-                self.hyp.frames.append(self.frames_fed + t)
-                self.hyp.last, self.hyp.state, self._cached = best, state_after, None
+    def feed(self, encoder_out: torch.Tensor) -> List[float]:
+        """Search ``encoder_out [T, E]``, the next ``T`` encoder frames; returns each frame's
+        blank probability after the last symbol it emitted (what endpointing reads)."""
+        blank_probs = self.searcher.greedy_feed(self.hyp, encoder_out, self.frames_fed, self.max_symbols)
         self.frames_fed += encoder_out.size(0)
+        return blank_probs
 
     def best(self) -> TransducerHypothesis:
         return self.hyp
@@ -133,9 +301,9 @@ class TransducerPrefixBeamSearch(_Search):
     running sum of ``log(tw · P_joint + cw · P_ctc)`` of the chosen units, merged by log-add.
     The order of candidates and the stable sort follow WeNet's, so ties break alike."""
 
-    def __init__(self, predictor: nn.Module, joint: nn.Module, blank: int, device: torch.device,
-                 beam_size: int, ctc_weight: float = 0.3, transducer_weight: float = 0.7):
-        super().__init__(predictor, joint, blank, device)
+    def __init__(self, searcher: nn.Module, device: torch.device, beam_size: int, ctc_weight: float = 0.3,
+                 transducer_weight: float = 0.7, fusion: Optional[Fusion] = None):
+        super().__init__(searcher, device, fusion)
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")
         if ctc_weight < 0 or transducer_weight < 0 or ctc_weight + transducer_weight <= 0:
@@ -144,83 +312,60 @@ class TransducerPrefixBeamSearch(_Search):
         self.beam_size = beam_size
         self.ctc_weight = ctc_weight
         self.transducer_weight = transducer_weight
-        self.beam: List[TransducerHypothesis] = [self._initial()]
+        self.beam: List[TransducerHypothesis] = [self.searcher.initial(device)]
 
-    def feed(self, encoder_out: torch.Tensor, ctc_log_probs: Optional[torch.Tensor] = None) -> None:
-        """Search ``encoder_out [T, E]`` (with ``ctc_log_probs [T, V]`` when ``ctc_weight > 0``)."""
+    def feed(self, encoder_out: torch.Tensor, ctc_log_probs: Optional[torch.Tensor] = None) -> List[float]:
+        """Search ``encoder_out [T, E]`` (with ``ctc_log_probs [T, V]`` when ``ctc_weight > 0``);
+        returns each frame's joint blank probability for the best hypothesis before it."""
         if self.ctc_weight > 0 and (ctc_log_probs is None or ctc_log_probs.size(0) != encoder_out.size(0)):
             raise ValueError("ctc_weight > 0 needs the CTC log-probabilities of the same frames")
-        for t in range(encoder_out.size(0)):
-            logp, states_after = self._step(self.beam, encoder_out[t])
-            probs = self.transducer_weight * logp.exp()
-            if self.ctc_weight > 0 and ctc_log_probs is not None:
-                probs = probs + self.ctc_weight * ctc_log_probs[t].float().exp().unsqueeze(0)
-            top_logp, top_units = probs.log().topk(self.beam_size, dim=-1)
-            scores = torch.tensor([h.score for h in self.beam], dtype=torch.float32).unsqueeze(1) + top_logp
-            merged: dict[tuple, TransducerHypothesis] = {}
-            for j, hyp in enumerate(self.beam):
-                for k in range(self.beam_size):
-                    unit, score = int(top_units[j, k]), float(scores[j, k])
-                    if unit == self.blank:
-                        child = TransducerHypothesis(list(hyp.tokens), list(hyp.frames), score, hyp.last, hyp.state)
-                    else:
-                        child = TransducerHypothesis(hyp.tokens + [unit], hyp.frames + [self.frames_fed + t],
-                                                     score, unit, states_after[j])
-                    key = tuple(child.tokens)
-                    if key in merged:  # the first of equal prefixes keeps its state and frames
-                        merged[key].score = log_add(merged[key].score, child.score)
-                    else:
-                        merged[key] = child
-            self.beam = sorted(merged.values(), key=lambda h: h.score, reverse=True)[: self.beam_size]
+        if self.fusion is None:
+            self.beam, blank_probs = self.searcher.prefix_beam_feed(self.beam, encoder_out, ctc_log_probs,
+                                                                    self.frames_fed, self.beam_size, self.ctc_weight,
+                                                                    self.transducer_weight)
+        else:
+            self.beam, blank_probs = self.searcher.prefix_beam_feed(self.beam, encoder_out, ctc_log_probs,
+                                                                    self.frames_fed, self.beam_size, self.ctc_weight,
+                                                                    self.transducer_weight, self.fusion)
         self.frames_fed += encoder_out.size(0)
+        return blank_probs
 
     def nbest(self) -> List[TransducerHypothesis]:
-        """The beam, best first."""
-        return list(self.beam)
+        """The beam, best first (with fusion: ended, :func:`finalized`, and ranked again)."""
+        if self.fusion is None:
+            return list(self.beam)
+        return sorted(finalized(self.beam, self.fusion), key=lambda h: h.score, reverse=True)
 
     def best(self) -> TransducerHypothesis:
-        return self.beam[0]
+        return self.nbest()[0]
 
 
 class ModifiedBeamSearch(_Search):
     """icefall's modified beam search (module docstring); scores are sums of joint
     log-probabilities, merged by log-add."""
 
-    def __init__(self, predictor: nn.Module, joint: nn.Module, blank: int, device: torch.device, beam_size: int):
-        super().__init__(predictor, joint, blank, device)
+    def __init__(self, searcher: nn.Module, device: torch.device, beam_size: int, fusion: Optional[Fusion] = None):
+        super().__init__(searcher, device, fusion)
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")
         self.beam_size = beam_size
-        self.beam: List[TransducerHypothesis] = [self._initial()]
+        self.beam: List[TransducerHypothesis] = [self.searcher.initial(device)]
 
-    def feed(self, encoder_out: torch.Tensor) -> None:
-        """Search ``encoder_out [T, E]``, the next ``T`` encoder frames."""
-        for t in range(encoder_out.size(0)):
-            logp, states_after = self._step(self.beam, encoder_out[t])
-            totals = logp + torch.tensor([h.score for h in self.beam], dtype=torch.float32).unsqueeze(1)
-            vocab = totals.size(1)
-            top_scores, top_flat = totals.reshape(-1).topk(min(self.beam_size, totals.numel()))
-            merged: dict[tuple, TransducerHypothesis] = {}
-            for score, flat in zip(top_scores.tolist(), top_flat.tolist()):
-                j, unit = divmod(flat, vocab)
-                hyp = self.beam[j]
-                if unit == self.blank:
-                    child = TransducerHypothesis(list(hyp.tokens), list(hyp.frames), score, hyp.last, hyp.state)
-                else:
-                    child = TransducerHypothesis(hyp.tokens + [unit], hyp.frames + [self.frames_fed + t], score,
-                                                 unit, states_after[j])
-                key = tuple(child.tokens)
-                if key in merged:
-                    merged[key].score = log_add(merged[key].score, child.score)
-                else:
-                    merged[key] = child
-            self.beam = list(merged.values())
+    def feed(self, encoder_out: torch.Tensor) -> List[float]:
+        """Search ``encoder_out [T, E]``, the next ``T`` encoder frames; returns each frame's
+        joint blank probability for the highest-scoring hypothesis before it."""
+        if self.fusion is None:
+            self.beam, blank_probs = self.searcher.modified_beam_feed(self.beam, encoder_out, self.frames_fed,
+                                                                      self.beam_size)
+        else:
+            self.beam, blank_probs = self.searcher.modified_beam_feed(self.beam, encoder_out, self.frames_fed,
+                                                                      self.beam_size, self.fusion)
         self.frames_fed += encoder_out.size(0)
+        return blank_probs
 
     def nbest(self) -> List[TransducerHypothesis]:
-        """The beam, best first by score / (tokens + 1): icefall's length normalisation, whose
-        token sequence counts the leading ``<blank>`` (with a stateless predictor of context 1)."""
-        return sorted(self.beam, key=lambda h: h.score / (len(h.tokens) + 1), reverse=True)
+        """The beam (with fusion: ended, :func:`finalized`), best first by :func:`score_per_token`."""
+        return sorted(finalized(self.beam, self.fusion), key=score_per_token, reverse=True)
 
     def best(self) -> TransducerHypothesis:
-        return self.nbest()[0]
+        return best_by_score_per_token(finalized(self.beam, self.fusion))

@@ -115,11 +115,14 @@ def export_model(model: nn.Module, units: List[str], output: str | Path, *, samp
                  num_mel_bins: int, frame_length: float, frame_shift: float,
                  feature_cmvn: Optional[Tuple[torch.Tensor, torch.Tensor]] = None,
                  unit_separator: str = "", config_text: str = "", verify: bool = True,
-                 seed: int = 0, input_digests: Optional[dict] = None) -> dict:
+                 seed: int = 0, input_digests: Optional[dict] = None, snip_edges: bool = True,
+                 high_freq: float = 0.0, sample_scale: float = 32768.0) -> dict:
     """Script ``model`` with its metadata and write it to ``output`` with ``train.yaml``
     (``config_text``), ``units.txt`` and ``meta.json`` as extra files; ``input_digests``
     (the SHA-256 of the units file and BPE model the model was trained with,
-    ``asrkit.inputs.input_digests``) goes into ``meta.json`` under ``input_digests``.
+    ``asrkit.inputs.input_digests``) goes into ``meta.json`` under ``input_digests``, and
+    the filterbank options beyond the module's own (``snip_edges``, ``high_freq``,
+    ``sample_scale`` of ``fbank_conf``) under their names.
 
     The archive is serialised in memory, loaded back from those bytes and (``verify``)
     checked against eager decoding on a random batch of two utterances of different
@@ -133,6 +136,7 @@ def export_model(model: nn.Module, units: List[str], output: str | Path, *, samp
     summary: dict = {"script_s": time.perf_counter() - t0}
     info = {"format": EXPORT_FORMAT, "sample_rate": sample_rate, "num_mel_bins": num_mel_bins,
             "frame_length": frame_length, "frame_shift": frame_shift, "dither": 0.0, "energy_floor": 0.0,
+            "snip_edges": bool(snip_edges), "high_freq": float(high_freq), "sample_scale": float(sample_scale),
             "vocab_size": len(units), "sos": scripted.sos_symbol(), "eos": scripted.eos_symbol(),
             "blank": scripted.blank_id(), "subsampling_rate": scripted.subsampling_rate(),
             "right_context": scripted.right_context(), "min_input_length": scripted.min_input_length(),

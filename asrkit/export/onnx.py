@@ -25,6 +25,7 @@ from torch import nn
 
 from asrkit.export.archive import ExportCheckError, inference_copy
 from asrkit.export.onnx_graphs import OfflineCtcGraph, StreamingCtcGraph
+from asrkit.export.runtime_features import runtime_feature_mismatch
 from asrkit.io.files import atomic_write_bytes, atomic_write_text
 
 OPSET = 17
@@ -34,7 +35,38 @@ TOKENS_FILE = "tokens.txt"
 CHECK_TOLERANCE = 1e-4
 BLANK_NAMES = ("<blk>", "<eps>", "<blank>")  # what sherpa-onnx looks up for the CTC blank
 FBANK_DEFAULTS = {"sample_rate": 16000, "num_mel_bins": 80, "frame_length_ms": 25.0, "frame_shift_ms": 10.0,
-                  "low_freq": 20.0}
+                  "low_freq": 20.0, "high_freq": 0.0, "snip_edges": True, "sample_scale": 32768.0}
+
+
+def fbank_metadata(fbank: Dict[str, object]) -> Dict[str, str]:
+    """``asrkit_*`` metadata of the filterbank ``fbank`` (keys of :data:`FBANK_DEFAULTS`;
+    those missing take their default): numbers as ``%g``, ``snip_edges`` as
+    ``true``/``false``, and ``asrkit_fbank``, the same in words."""
+    fbank = dict(FBANK_DEFAULTS, **fbank)
+    meta = {f"asrkit_{key}": (("true" if value else "false") if isinstance(value, bool) else f"{value:g}")
+            for key, value in fbank.items()}
+    high = float(fbank["high_freq"])
+    meta["asrkit_fbank"] = (f"kaldi povey window, snip_edges {meta['asrkit_snip_edges']}, mel bins from "
+                            f"{float(fbank['low_freq']):g} Hz to "
+                            + ("Nyquist" if high == 0 else f"Nyquist - {-high:g} Hz" if high < 0 else f"{high:g} Hz")
+                            + f", samples x {float(fbank['sample_scale']):g}, no dither")
+    return meta
+
+
+def fbank_from_metadata(meta: Dict[str, str]) -> Dict[str, object]:
+    """The filterbank :func:`fbank_metadata` recorded (keys of :data:`FBANK_DEFAULTS`); a
+    key a file lacks (exported before it was recorded) takes its default, what asrkit
+    computed then."""
+    fbank: Dict[str, object] = {}
+    for key, default in FBANK_DEFAULTS.items():
+        value = meta.get(f"asrkit_{key}")
+        if value is None:
+            fbank[key] = default
+        elif isinstance(default, bool):
+            fbank[key] = value.strip().lower() in ("true", "1")
+        else:
+            fbank[key] = type(default)(float(value))
+    return fbank
 
 
 def int8_name(path: Path) -> Path:
@@ -46,11 +78,12 @@ def metadata(model: nn.Module, streaming: bool, fbank: Optional[Dict[str, float]
     """The metadata sherpa-onnx reads (``vocab_size`` and ``subsampling_factor`` offline;
     also ``head``, ``num_blocks``, ``output_size``, ``cnn_module_kernel`` and
     ``right_context`` streaming) plus ``model_type``, descriptive keys and the
-    filterbank the model was trained on (``asrkit_*``: sample rate, mel bins, window and
-    hop in ms, low frequency; Kaldi's povey window, ``snip_edges``, top bin at Nyquist,
-    16-bit sample scale, no dither), which :mod:`asrkit.export.sherpa` sets."""
+    filterbank the model was trained on (:func:`fbank_metadata`: ``asrkit_sample_rate``,
+    ``asrkit_num_mel_bins``, ``asrkit_frame_length_ms``, ``asrkit_frame_shift_ms``,
+    ``asrkit_low_freq``, ``asrkit_high_freq``, ``asrkit_snip_edges``,
+    ``asrkit_sample_scale``; Kaldi's povey window, no dither), which
+    :mod:`asrkit.export.sherpa` compares with what the runtime computes."""
     encoder = model.encoder
-    fbank = dict(FBANK_DEFAULTS, **(fbank or {}))
     meta: Dict[str, str] = {
         "model_type": "wenet_ctc",
         "version": "1",
@@ -59,8 +92,7 @@ def metadata(model: nn.Module, streaming: bool, fbank: Optional[Dict[str, float]
         "vocab_size": str(int(model.vocab_size)),
         "subsampling_factor": str(int(encoder.subsampling_rate)),
     }
-    meta.update({f"asrkit_{key}": f"{value:g}" for key, value in fbank.items()})
-    meta["asrkit_fbank"] = "kaldi povey window, snip_edges, low_freq to Nyquist, 16-bit samples, no dither"
+    meta.update(fbank_metadata(fbank or {}))
     if streaming:
         kernels = [layer.conv_module.depthwise_conv.kernel_size[0] for layer in encoder.encoders
                    if getattr(layer, "conv_module", None) is not None]
@@ -256,14 +288,18 @@ def _check_streaming(path: Path, graph: StreamingCtcGraph, model: nn.Module, met
 
 def export_onnx(model: nn.Module, units: Sequence[str], output_dir: Path | str, *, num_mel_bins: int,
                 sample_rate: int = 16000, frame_length: float = 25.0, frame_shift: float = 10.0,
+                snip_edges: bool = True, high_freq: float = 0.0, sample_scale: float = 32768.0,
                 feature_cmvn: Optional[Tuple[torch.Tensor, torch.Tensor]] = None, streaming: bool = False,
                 int8: bool = True, verify: bool = True, tolerance: float = CHECK_TOLERANCE) -> Dict[str, object]:
     """Write ``model.onnx`` (offline), with ``streaming`` also ``model-streaming.onnx``,
     each with ``*.int8.onnx`` when ``int8``, and ``tokens.txt`` into ``output_dir``.
 
     ``model``: an :class:`~asrkit.models.AsrModel` with a CTC head (else ``ValueError``);
-    ``num_mel_bins``, ``sample_rate``, ``frame_length``/``frame_shift`` (ms): the training
-    filterbank, recorded in the metadata.  ``feature_cmvn``: a data-pipeline CMVN to put inside (the model's own CMVN layer is
+    ``num_mel_bins``, ``sample_rate``, ``frame_length``/``frame_shift`` (ms),
+    ``snip_edges``, ``high_freq``, ``sample_scale``: the training filterbank
+    (``fbank_conf``), recorded in the metadata; ``summary["runtime_features"]`` is ``None``
+    when sherpa-onnx computes exactly those features for the model, else the one-line
+    reason it does not (:func:`asrkit.export.runtime_features.runtime_feature_mismatch`).  ``feature_cmvn``: a data-pipeline CMVN to put inside (the model's own CMVN layer is
     used as it is).  With ``verify`` each fp32 file is run under onnxruntime and compared
     with eager asrkit (offline: a padded batch; streaming: sherpa-onnx's protocol at
     chunks 16/4/8 with 4/2/1 left chunks against the masked forward), refusing
@@ -277,7 +313,9 @@ def export_onnx(model: nn.Module, units: Sequence[str], output_dir: Path | str, 
     summary: Dict[str, object] = {"files": {}, "max_abs_diff": {}}
     started = time.perf_counter()
     fbank = {"sample_rate": sample_rate, "num_mel_bins": num_mel_bins, "frame_length_ms": frame_length,
-             "frame_shift_ms": frame_shift}
+             "frame_shift_ms": frame_shift, "snip_edges": bool(snip_edges), "high_freq": float(high_freq),
+             "sample_scale": float(sample_scale)}
+    summary["runtime_features"] = runtime_feature_mismatch(dict(FBANK_DEFAULTS, **fbank), "wenet_ctc")
     offline = OfflineCtcGraph(model, feature_cmvn).eval()
     jobs = [(offline, out / OFFLINE_FILE, metadata(model, False, fbank))]
     if streaming:

@@ -42,17 +42,23 @@ from torch import nn
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
 from asrkit.decode.modes import CTC_HEAD, REGISTRY, UNKNOWN_MODE, refusal
 from asrkit.decode.searcher import Searcher
+from asrkit.decode.transducer_modes import MAX_SYMBOLS_PER_FRAME
+from asrkit.decode.transducer_search import TransducerSearcher
 from asrkit.models.cmvn import RawFbankNormalization
 
-# the registered modes ScriptableAsr.decode runs (each one a branch of it)
-SCRIPTED_MODES = ("ctc_greedy_search", "ctc_prefix_beam_search", "attention", "attention_rescoring")
+# the registered modes ScriptableAsr.decode runs (each one a branch of it); the transducer's
+# rescoring modes need torchaudio's RNN-T loss, which an archive does not carry
+SCRIPTED_MODES = ("ctc_greedy_search", "ctc_prefix_beam_search", "attention", "attention_rescoring",
+                  "rnnt_greedy_search", "rnnt_beam_search", "modified_beam_search")
 
 
 class ScriptableAsr(nn.Module):
     """A trained model, its searcher and metadata, ready for ``torch.jit.script``.
 
     ``model``: an :class:`asrkit.models.AsrModel` in eval mode with a CTC head, an
-    attention decoder, or both.  ``units``: the unit symbols by id.
+    attention decoder, or both; or a transducer (its predictor and joint in a
+    :class:`asrkit.decode.transducer_search.TransducerSearcher`, ``transducer``; ``None``
+    for other models).  ``units``: the unit symbols by id.
     ``feature_cmvn``: ``(mean, istd)`` of a data-pipeline CMVN (``dataset_conf.cmvn_file``)
     so that the exported module takes raw fbank features in every case; the model's own
     CMVN layer (``cmvn: global_cmvn``) is used as it is.
@@ -70,13 +76,17 @@ class ScriptableAsr(nn.Module):
                  feature_cmvn: Optional[Tuple[torch.Tensor, torch.Tensor]] = None,
                  unit_separator: str = ""):
         super().__init__()
-        if model.ctc is None and model.decoder is None:
+        predictor = getattr(model, "predictor", None)
+        if model.ctc is None and model.decoder is None and predictor is None:
             raise ValueError("the model has neither a CTC head nor an attention decoder: nothing to decode with")
         if len(units) != model.vocab_size:
             raise ValueError(f"{len(units)} units, the model has {model.vocab_size} outputs")
         self.normalizer = RawFbankNormalization(model.cmvn, feature_cmvn)
         self.encoder = model.encoder
         self.searcher = Searcher.of_model(model)
+        self.transducer: Optional[TransducerSearcher] = (TransducerSearcher.of_model(model) if predictor is not None
+                                                         else None)
+        self.max_symbols = MAX_SYMBOLS_PER_FRAME  # (TorchScript reads no module-level constants)
         self.vocab = int(model.vocab_size)
         self.sos = int(model.sos)
         self.eos = int(model.eos)
@@ -189,13 +199,11 @@ class ScriptableAsr(nn.Module):
         return self.frame_length_ms
 
     @torch.jit.export
-    def frame_shift(self) -> float:
-        """Filterbank hop in milliseconds."""
+    def frame_shift(self) -> float:  # (the filterbank hop in milliseconds)
         return self.frame_shift_ms
 
     @torch.jit.export
-    def dither(self) -> float:
-        """Decoding uses no dither."""
+    def dither(self) -> float:  # (decoding uses none)
         return 0.0
 
     @torch.jit.export
@@ -300,7 +308,8 @@ class ScriptableAsr(nn.Module):
         """Token ids per utterance, best CTC path."""
         return self.decode(feats=feats, feats_lengths=feats_lengths, beam_size=1, ctc_weight=0.0,
                            reverse_weight=0.0, blank_skip_threshold=1.0, modes=["ctc_greedy_search"],
-                           length_penalty=0.0, blank_penalty=blank_penalty)["ctc_greedy_search"]
+                           length_penalty=0.0, blank_penalty=blank_penalty, search_ctc_weight=0.3,
+                           search_transducer_weight=0.7)["ctc_greedy_search"]
 
     @torch.jit.export
     def ctc_prefix_beam_search(self, feats: torch.Tensor, feats_lengths: torch.Tensor, beam_size: int = 10,
@@ -310,7 +319,8 @@ class ScriptableAsr(nn.Module):
         return self.decode(feats=feats, feats_lengths=feats_lengths, beam_size=beam_size, ctc_weight=0.0,
                            reverse_weight=0.0, blank_skip_threshold=blank_skip_threshold,
                            modes=["ctc_prefix_beam_search"], length_penalty=0.0,
-                           blank_penalty=blank_penalty)["ctc_prefix_beam_search"]
+                           blank_penalty=blank_penalty, search_ctc_weight=0.3,
+                           search_transducer_weight=0.7)["ctc_prefix_beam_search"]
 
     @torch.jit.export
     def attention(self, feats: torch.Tensor, feats_lengths: torch.Tensor, beam_size: int = 10,
@@ -318,7 +328,8 @@ class ScriptableAsr(nn.Module):
         """Token ids per utterance, attention-decoder beam search."""
         return self.decode(feats=feats, feats_lengths=feats_lengths, beam_size=beam_size, ctc_weight=0.0,
                            reverse_weight=0.0, blank_skip_threshold=1.0, modes=["attention"],
-                           length_penalty=length_penalty, blank_penalty=0.0)["attention"]
+                           length_penalty=length_penalty, blank_penalty=0.0, search_ctc_weight=0.3,
+                           search_transducer_weight=0.7)["attention"]
 
     @torch.jit.export
     def attention_rescoring(self, feats: torch.Tensor, feats_lengths: torch.Tensor, beam_size: int = 10,
@@ -329,18 +340,21 @@ class ScriptableAsr(nn.Module):
         return self.decode(feats=feats, feats_lengths=feats_lengths, beam_size=beam_size, ctc_weight=ctc_weight,
                            reverse_weight=reverse_weight, blank_skip_threshold=blank_skip_threshold,
                            modes=["attention_rescoring"], length_penalty=0.0,
-                           blank_penalty=blank_penalty)["attention_rescoring"]
+                           blank_penalty=blank_penalty, search_ctc_weight=0.3,
+                           search_transducer_weight=0.7)["attention_rescoring"]
 
     @torch.jit.export
     def decode(self, feats: torch.Tensor, feats_lengths: torch.Tensor, beam_size: int = 10,
                ctc_weight: float = 0.3, reverse_weight: float = 0.0,
                blank_skip_threshold: float = DEFAULT_BLANK_SKIP_THRESHOLD,
-               modes: Optional[List[str]] = None, length_penalty: float = 0.0, blank_penalty: float = 0.0
+               modes: Optional[List[str]] = None, length_penalty: float = 0.0, blank_penalty: float = 0.0,
+               search_ctc_weight: float = 0.3, search_transducer_weight: float = 0.7
                ) -> Dict[str, List[List[int]]]:
         """Token ids per utterance for each of ``modes`` (default: :meth:`default_modes`)
         from one full-context encoder pass; the CTC modes and ``attention_rescoring`` share
         one prefix beam search.  ``length_penalty`` and ``blank_penalty`` are WeNet's, as in
-        eager :func:`asrkit.decode.decode` (0: none).  A mode not in
+        eager :func:`asrkit.decode.decode` (0: none); ``search_ctc_weight`` and
+        ``search_transducer_weight`` those of ``rnnt_beam_search``.  A mode not in
         :meth:`supported_modes` raises ``RuntimeError`` with the registry's message."""
         chosen = self.default_modes() if modes is None else modes
         needs_ctc = False
@@ -349,11 +363,12 @@ class ScriptableAsr(nn.Module):
                 raise RuntimeError(self.mode_refusals[mode])
             if mode not in self.modes:
                 raise RuntimeError(self.unknown_mode.format(mode))
-            needs_ctc = needs_ctc or mode in self.ctc_modes
+            needs_ctc = needs_ctc or mode in self.ctc_modes or (mode == "rnnt_beam_search" and search_ctc_weight > 0)
         encoder_out, encoder_lengths = self.forward(feats, feats_lengths)
         results: Dict[str, List[List[int]]] = {}
         nbest: List[List[List[int]]] = []
         ctc_scores: List[List[float]] = []
+        log_probs: Optional[torch.Tensor] = None
         if needs_ctc:
             log_probs = self.searcher.ctc_log_probs(encoder_out, blank_penalty)
             if "ctc_greedy_search" in chosen:
@@ -376,4 +391,10 @@ class ScriptableAsr(nn.Module):
             elif mode == "attention_rescoring":
                 results[mode] = self.searcher.attention_rescoring(encoder_out, encoder_lengths, nbest, ctc_scores,
                                                                   ctc_weight, reverse_weight)[0]
+            elif mode in ("rnnt_greedy_search", "rnnt_beam_search", "modified_beam_search"):
+                transducer = self.transducer
+                assert transducer is not None  # (refused above otherwise: the mode needs a transducer)
+                best = transducer.best_per_utterance(mode, encoder_out, encoder_lengths, log_probs, beam_size,
+                                                     search_ctc_weight, search_transducer_weight, self.max_symbols)
+                results[mode] = [h.tokens for h in best]
         return results

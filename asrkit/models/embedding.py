@@ -68,8 +68,8 @@ class PositionalEncoding(nn.Module):
     def chunk_at(self, x: torch.Tensor, start: torch.Tensor, cache_frames: int
                  ) -> tuple[torch.Tensor, torch.Tensor]:
         """The ONNX-export form of a chunk's encoding, the chunk's position being a tensor
-        (a graph input): ``x [1, T, D]`` (subsampled, before scaling), ``start`` int64
-        ``[1]`` the encoder-frame position of its first frame.  Returns ``(x · sqrt(d) +
+        (a graph input): ``x [N, T, D]`` (subsampled, before scaling), ``start`` int64
+        ``[N]`` the encoder-frame position of each stream's first frame.  Returns ``(x · sqrt(d) +
         PE(start .. start+T−1), key rows)`` where the key rows are ``PE`` of the positions
         ``start − cache_frames .. start + T − 1`` computed in the graph (rows of negative
         positions belong to cache padding, which the mask excludes) -- what
@@ -79,10 +79,12 @@ class PositionalEncoding(nn.Module):
 
     @torch.jit.unused
     def rows_at(self, start: torch.Tensor, cache_frames: int, chunk_frames: int) -> torch.Tensor:
-        """``[1, cache_frames + chunk_frames, d_model]``: sinusoid rows of the positions
-        ``start − cache_frames .. start + chunk_frames − 1`` (``start`` a tensor)."""
-        positions = start.reshape(1) + torch.arange(-cache_frames, chunk_frames, dtype=start.dtype)
-        return sinusoid_table(positions, self.d_model).unsqueeze(0)
+        """``[N, cache_frames + chunk_frames, d_model]``: sinusoid rows of the positions
+        ``start − cache_frames .. start + chunk_frames − 1`` for each of ``start [N]`` (a
+        tensor: one stream per row, e.g. sherpa-onnx's batch of streams)."""
+        positions = start.reshape(-1, 1) + torch.arange(-cache_frames, chunk_frames, dtype=start.dtype)
+        rows = sinusoid_table(positions.reshape(-1), self.d_model)
+        return rows.view(positions.size(0), positions.size(1), self.d_model)
 
 
 class RelPositionalEncoding(PositionalEncoding):

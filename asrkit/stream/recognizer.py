@@ -10,18 +10,19 @@ a rescored final result per segment.
    with the attention cache of ``num_decoding_left_chunks`` chunks (all when < 0) and the causal
    convolution's cache -- what :meth:`BaseEncoder.forward_chunk_by_chunk` does for a
    whole utterance, so the encoder frames equal it;
-3. the chunk's CTC log-probabilities advance one incremental CTC prefix beam search
-   (:class:`~asrkit.decode.ctc_search.PrefixBeamSearch`); its best prefix is the partial
-   result;
-4. at an endpoint (:class:`~asrkit.stream.endpoint.EndpointDetector`, on the chunks' blank
-   probabilities) or at :meth:`finish`, the segment's n-best is rescored with the
-   attention decoder(s) over all of the segment's encoder frames (attention rescoring,
-   ``ctc_weight``, ``reverse_weight``; the CTC best when the model has no decoder), the
-   final result is emitted and the encoder, search and endpoint state start over -- the
-   feature frames not yet consumed carry on into the next segment.
+3. the chunk's encoder frames advance the segment's search (:mod:`asrkit.stream.searches`):
+   the incremental CTC prefix beam search, or for a transducer mode the transducer search
+   with its predictor state carried across chunks; its best is the partial result;
+4. at an endpoint (:class:`~asrkit.stream.endpoint.EndpointDetector`, on the frames' blank
+   probabilities: CTC's, or the transducer joint's) or at :meth:`finish`, the search's
+   final result over all of the segment's encoder frames is emitted (attention rescoring
+   with ``ctc_weight`` and ``reverse_weight`` for CTC; the mode's own for a transducer) and
+   the encoder, search and endpoint state start over -- the feature frames not yet
+   consumed carry on into the next segment.
 
-A segment's final result equals what decoding the same encoder frames offline with
-``ctc_prefix_beam_search`` + ``attention_rescoring`` gives (same searches, same code).
+A segment's final result equals what decoding the same encoder frames offline gives:
+``ctc_prefix_beam_search`` + ``attention_rescoring``, or the transducer mode (same searches,
+same code).
 Times are audio seconds since the stream started (feature frames × frame shift).
 """
 from __future__ import annotations
@@ -32,11 +33,25 @@ from typing import Optional
 
 import torch
 
-from asrkit.decode.ctc_search import PrefixBeamSearch
+from asrkit.decode.fusion import Fusion
+from asrkit.decode.modes import REGISTRY, check_modes, fused_modes
 from asrkit.decode.options import DecodingOptionError, DecodingOptions
 from asrkit.decode.searcher import Searcher
 from asrkit.stream.endpoint import DEFAULT_RULES, EndpointDetector, EndpointRule
 from asrkit.stream.features import StreamingFbank
+from asrkit.stream.searches import stream_search
+
+
+def check_stream_fusion(options: DecodingOptions, fusion: Optional[Fusion]) -> None:
+    """Refuse (one line) an LM or phrases the stream's mode does not take, or that were asked
+    for without the :class:`Fusion` built from them (or one given without being asked for)."""
+    mode = options.modes[0]
+    if options.fused and not REGISTRY[mode].fused:
+        raise DecodingOptionError(f"mode {mode} takes no LM and no context phrases; use one of "
+                                  f"{', '.join(fused_modes(REGISTRY))}")
+    if options.fused != (fusion is not None):
+        raise DecodingOptionError("an LM or context phrases in the options need fusion=build_fusion(options, "
+                                  "tokenizer), and fusion needs them in the options")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,21 +69,32 @@ class StreamingRecognizer:
     ``forward_chunk``), decoded with ``options``
     (:class:`asrkit.decode.options.DecodingOptions`): chunks of
     ``options.decoding_chunk_size`` encoder frames (> 0) with
-    ``options.num_decoding_left_chunks`` left chunks, ``beam_size``, and ``ctc_weight`` /
-    ``reverse_weight`` for the rescoring; its other fields do not apply (the prefix search
-    skips no blank frames, as WeNet's streaming decoder, and sees no penalties).  ``fbank``
+    ``options.num_decoding_left_chunks`` left chunks, ``beam_size``, ``ctc_weight`` /
+    ``reverse_weight`` for the rescoring, and for a transducer mode (``options.modes[0]``)
+    the transducer weights; its other fields do not apply (the prefix search skips no blank
+    frames, as WeNet's streaming decoder, and sees no penalties).  ``fusion``: this stream's
+    LM and phrases, :func:`asrkit.decode.fusion.build_fusion` of ``options`` and the model's
+    tokenizer (each stream may bias towards its own phrases); required when ``options`` ask
+    for an LM or phrases, for a mode that takes them.  ``fbank``
     options: the features' ``sample_rate``, ``num_mel_bins``, ``frame_length`` and
-    ``frame_shift`` (the training config's).  Not thread-safe; one instance per stream."""
+    ``frame_shift`` (the training config's), and ``snip_edges``, ``high_freq``,
+    ``sample_scale`` (``fbank_conf``'s, :func:`asrkit.data.features.fbank_options`).
+    Not thread-safe; one instance per stream."""
 
     def __init__(self, model, options: DecodingOptions, *, sample_rate: int = 16000, num_mel_bins: int = 80,
-                 frame_length: float = 25.0, frame_shift: float = 10.0,
+                 frame_length: float = 25.0, frame_shift: float = 10.0, snip_edges: bool = True,
+                 high_freq: float = 0.0, sample_scale: float = 32768.0,
                  endpoint_rules: Optional[tuple[EndpointRule, ...]] = DEFAULT_RULES,
-                 blank_threshold: float = 0.8):
+                 blank_threshold: float = 0.8, fusion: Optional[Fusion] = None):
         if not options.chunked:
             raise DecodingOptionError(f"streaming needs decoding_chunk_size > 0 (encoder frames per chunk), "
                                       f"got {options.decoding_chunk_size}")
+        check_stream_fusion(options, fusion)
+        self.fusion = fusion
         self.model = model.eval()
         self.searcher = Searcher.of_model(model)
+        check_modes(self.searcher, options.modes[:1])
+        self.options = options
         encoder = model.encoder
         chunk_size = options.decoding_chunk_size
         self.rate = encoder.embed.rate
@@ -76,11 +102,9 @@ class StreamingRecognizer:
         self.stride = chunk_size * self.rate
         self.chunk_size = chunk_size
         self.num_left_chunks = options.num_decoding_left_chunks
-        self.beam_size = options.beam_size
-        self.ctc_weight = options.ctc_weight
-        self.reverse_weight = options.reverse_weight
         self.frame_shift_s = frame_shift / 1000.0
-        self.fbank = StreamingFbank(sample_rate, num_mel_bins, frame_length, frame_shift)
+        self.fbank = StreamingFbank(sample_rate, num_mel_bins, frame_length, frame_shift, snip_edges=snip_edges,
+                                    high_freq=high_freq, sample_scale=sample_scale)
         self.endpoint = (EndpointDetector(self.rate * self.frame_shift_s, endpoint_rules, blank_threshold)
                          if endpoint_rules else None)
         self.feats = torch.zeros(0, num_mel_bins)  # feature frames not yet consumed by a chunk
@@ -93,14 +117,16 @@ class StreamingRecognizer:
         self.att_cache = torch.zeros(0, 0, 0, 0)
         self.cnn_cache = torch.zeros(0, 0, 0, 0)
         self.encoder_out: list[torch.Tensor] = []
-        self.search = PrefixBeamSearch(self.beam_size, self.searcher.blank, self.model.vocab_size, 1.0)
+        self.search = stream_search(self.model, self.searcher, self.options, self.fusion)
         if self.endpoint is not None:
             self.endpoint.reset()
 
     def accept_waveform(self, samples: torch.Tensor) -> list[Result]:
         """Feed samples (1-D floats in [-1, 1)); returns the results they produced: a
         partial per completed chunk, and a final one at each endpoint."""
-        frames = self.fbank.accept(samples)
+        return self._accept_frames(self.fbank.accept(samples))
+
+    def _accept_frames(self, frames: torch.Tensor) -> list[Result]:
         if frames.size(0):
             self.feats = torch.cat([self.feats, frames])
         results: list[Result] = []
@@ -113,10 +139,11 @@ class StreamingRecognizer:
     def finish(self) -> list[Result]:
         """End of input: the frames left make a last (shorter) chunk when they give at
         least one encoder frame (its partial result first); the list ends with the
-        segment's final result."""
-        results: list[Result] = []
+        segment's final result.  The features start over (the frames the end of the audio
+        completes, with ``snip_edges`` false, are decoded first)."""
+        results = self._accept_frames(self.fbank.finish())
         if self.feats.size(0) >= self.model.encoder.embed.min_input_length:
-            results = self._run_chunk(self.feats, allow_endpoint=False)
+            results += self._run_chunk(self.feats, allow_endpoint=False)
             self.frames_consumed += self.feats.size(0)
         self.feats = self.feats[:0]
         return results + [self._finalise(0.0)]
@@ -132,12 +159,11 @@ class StreamingRecognizer:
             xs, self.offset, cache_frames, self.att_cache, self.cnn_cache)
         self.offset += out.size(1)
         self.encoder_out.append(out)
-        log_probs = self.searcher.ctc_log_probs(out)[0]
-        self.search.feed(log_probs)
+        partial, blank_probs = self.search.feed(out)
         audio_s = (self.frames_consumed + window.size(0)) * self.frame_shift_s
-        results = [Result(self.search.nbest()[0][0], False, audio_s, time.perf_counter() - start)]
+        results = [Result(partial, False, audio_s, time.perf_counter() - start)]
         if self.endpoint is not None and allow_endpoint:
-            self.endpoint.accept(log_probs[:, self.searcher.blank].exp())
+            self.endpoint.accept(blank_probs)
             if self.endpoint.detected():
                 results.append(self._finalise(audio_s))
         return results
@@ -145,14 +171,7 @@ class StreamingRecognizer:
     @torch.inference_mode()
     def _finalise(self, audio_s: float) -> Result:
         start = time.perf_counter()
-        hyps, ctc_scores = self.search.nbest()
-        tokens = hyps[0]
-        if self.encoder_out and self.searcher.has_decoder():
-            enc = torch.cat(self.encoder_out, dim=1)
-            lengths = torch.tensor([enc.size(1)])
-            best, _ = self.searcher.attention_rescoring(enc, lengths, [hyps], [ctc_scores], self.ctc_weight,
-                                                        self.reverse_weight)
-            tokens = best[0]
+        tokens = self.search.final(torch.cat(self.encoder_out, dim=1) if self.encoder_out else None)
         result = Result(tokens, True, audio_s or self.frames_consumed * self.frame_shift_s,
                         time.perf_counter() - start)
         self.start_segment()

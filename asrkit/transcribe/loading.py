@@ -19,14 +19,14 @@ import torch
 import yaml
 
 from asrkit.config import load_config
-from asrkit.data.features import CmvnError, apply_cmvn, load_cmvn
+from asrkit.data.features import FBANK_OPTION_DEFAULTS, CmvnError, apply_cmvn, load_cmvn
 from asrkit.decode.batch import encoder_output
 from asrkit.decode.ctc_search import apply_blank_penalty
 from asrkit.decode.modes import ModeError, check_modes
 from asrkit.decode.options import DecodingOptionError, DecodingOptions
 from asrkit.decode.recognizer import build_trained_model
 from asrkit.decode.searcher import Searcher
-from asrkit.export.archive import EXTRA_CONFIG, load_exported
+from asrkit.export.archive import EXTRA_CONFIG, EXTRA_META, load_exported
 from asrkit.inputs import load_text_inputs
 from asrkit.io.checkpoint_names import checkpoint_to_decode
 from asrkit.models.chunks import ChunkTraining
@@ -45,11 +45,23 @@ class ModelLoadError(ValueError):
 
 class Backend:
     """What transcription needs of a model.  Attributes: ``sample_rate``, ``num_mel_bins``,
-    ``frame_length``/``frame_shift`` (ms), ``subsampling``, ``right_context`` (input frames
+    ``frame_length``/``frame_shift`` (ms), ``snip_edges``, ``high_freq``, ``sample_scale``
+    (the rest of ``fbank_conf``), ``subsampling``, ``right_context`` (input frames
     an encoder frame sees beyond its first), ``min_input_length``, ``units`` (symbols by
     id), ``blank``, ``has_ctc``, ``searcher`` (a :class:`Searcher` or its scripted copy),
     ``bidirectional``, ``chunk_trained`` (trained with dynamic or static chunks),
-    ``description``."""
+    ``description``, ``decoding_source`` (what the transducer modes search with: the model,
+    or the archive's module; :func:`asrkit.decode.transducer_modes.transducer_parts`)."""
+
+    snip_edges, high_freq, sample_scale = (FBANK_OPTION_DEFAULTS[k] for k in ("snip_edges", "high_freq",
+                                                                               "sample_scale"))
+
+    def fbank_options(self) -> dict:
+        """The keyword arguments of :class:`asrkit.stream.features.StreamingFbank` after the
+        sample rate."""
+        return {"num_mel_bins": self.num_mel_bins, "frame_length": self.frame_length,
+                "frame_shift": self.frame_shift, "snip_edges": self.snip_edges, "high_freq": self.high_freq,
+                "sample_scale": self.sample_scale}
 
     def normalise(self, feats: torch.Tensor) -> torch.Tensor:
         """``feats [T, F]`` (raw fbank) as :meth:`encode` takes them."""
@@ -72,9 +84,12 @@ class EagerBackend(Backend):
     def __init__(self, model, cfg, tokenizer, description: str):
         fbank = cfg.dataset_conf.fbank_conf
         self.model, self.tokenizer, self.description = model, tokenizer, description
+        self.decoding_source = model
         self.sample_rate = int(cfg.dataset_conf.resample_conf.resample_rate)
         self.num_mel_bins = int(fbank.num_mel_bins)
         self.frame_length, self.frame_shift = float(fbank.frame_length), float(fbank.frame_shift)
+        self.snip_edges, self.high_freq = bool(fbank.snip_edges), float(fbank.high_freq)
+        self.sample_scale = float(fbank.sample_scale)
         self.feature_cmvn = (load_cmvn(cfg.dataset_conf.cmvn_file, self.num_mel_bins)
                              if cfg.dataset_conf.cmvn_file else None)
         self.subsampling = int(model.encoder.subsampling_rate)
@@ -139,18 +154,32 @@ def _archive_chunk_trained(config_text: str) -> bool:
                          static_chunk_size=int(conf.get("static_chunk_size", 0) or 0)).chunked
 
 
+def archive_fbank_options(meta_text: str) -> tuple[bool, float, float]:
+    """``(snip_edges, high_freq, sample_scale)`` an archive's ``meta.json`` records; WeNet's
+    fbank (today's defaults) for archives exported before it recorded them."""
+    try:
+        meta = json.loads(meta_text) if meta_text else {}
+    except json.JSONDecodeError:
+        meta = {}
+    d = FBANK_OPTION_DEFAULTS
+    return (bool(meta.get("snip_edges", d["snip_edges"])), float(meta.get("high_freq", d["high_freq"])),
+            float(meta.get("sample_scale", d["sample_scale"])))
+
+
 class ScriptBackend(Backend):
     def __init__(self, module, extra: dict, description: str):
         self.module, self.description = module, description
         self.sample_rate = int(module.sample_rate())
         self.num_mel_bins = int(module.num_mel_bins())
         self.frame_length, self.frame_shift = float(module.frame_length()), float(module.frame_shift())
+        self.snip_edges, self.high_freq, self.sample_scale = archive_fbank_options(extra.get(EXTRA_META, ""))
         self.subsampling = int(module.subsampling_rate())
         self.min_input_length = int(module.min_input_length())
         self.right_context = int(module.right_context())
         self.units = list(module.units())
         self.blank = int(module.blank_id())
         self.searcher = ArchiveSearcher(module.searcher)
+        self.decoding_source = module
         self.has_ctc = bool(module.has_ctc())
         self.bidirectional = bool(module.is_bidirectional_decoder())
         self.separator = str(module.unit_separator())

@@ -34,9 +34,10 @@ class WordTime:
 @dataclasses.dataclass(frozen=True)
 class Transcript:
     """``text``; ``tokens``: the unit strings of the hypothesis; ``token_times`` and
-    ``words``: one entry per token / word with its span (``None`` when the model has no CTC
-    head, or when the tokens could not be aligned to the CTC frames -- an attention
-    hypothesis longer than the frames allow); ``segments``: the ``(start, end)`` seconds
+    ``words``: one entry per token / word with its span: a transducer search's emission frame,
+    else the token's CTC alignment (``None`` when the model has no CTC head and the mode is no
+    transducer search, or when the tokens could not be aligned to the CTC frames -- an
+    attention hypothesis longer than the frames allow); ``segments``: the ``(start, end)`` seconds
     of the parts decoded one by one (one part for audio up to the long-audio threshold;
     parts without speech are left out); ``duration``: seconds of audio."""
 

@@ -26,8 +26,10 @@ from asrkit.data.features import num_frames
 from asrkit.data.lists import ListEntry
 from asrkit.decode.alignment import AlignmentError, best_path_spans, forced_alignment
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
+from asrkit.decode.fusion import Fusion, build_fusion
 from asrkit.decode.modes import REGISTRY, SharedOutputs
 from asrkit.decode.options import DecodingOptionError, DecodingOptions, check_encoder_context
+from asrkit.decode.transducer_modes import TIMED
 from asrkit.stream.features import StreamingFbank
 from asrkit.transcribe.loading import ModelLoadError, load_archive, load_experiment
 from asrkit.transcribe.result import TokenTime, Transcript, group_words
@@ -99,6 +101,7 @@ class Transcriber:
         self.sample_rate = backend.sample_rate
         self.units = backend.units
         self.description = backend.description
+        self._fusion: tuple = (None, None)  # (the options' fusion fields, their Fusion): the last one built
 
     def check_mode(self, mode: str) -> None:
         """:class:`asrkit.decode.ModeError` unless this model runs decoding mode ``mode``."""
@@ -117,14 +120,28 @@ class Transcriber:
         if options.reverse_weight > 0.0 and not self.backend.bidirectional:
             raise DecodingOptionError("reverse_weight > 0 needs a model with decoder bitransformer")
         check_encoder_context(options, self.backend.chunk_trained)
+        if options.fused and getattr(self.backend, "tokenizer", None) is None:  # (DecodingOptions checked the mode)
+            raise DecodingOptionError(f"{self.description}: an exported archive's searches carry no LM and no "
+                                      f"context graph; transcribe the experiment directory to use them")
+
+    def fusion(self, options: DecodingOptions) -> Optional[Fusion]:
+        """The LM and context graph of ``options`` (:func:`asrkit.decode.fusion.build_fusion`
+        with this model's tokenizer), built once for the same fusion options."""
+        if not options.fused:
+            return None
+        key = (options.lm_path, options.lm_weight, options.word_bonus, options.lm_oov_penalty,
+               options.context_phrases, options.context_graph_score, options.context_strict)
+        if self._fusion[0] != key:
+            self._fusion = (key, build_fusion(options, self.backend.tokenizer))
+        return self._fusion[1]
 
     def features(self, wav: torch.Tensor) -> torch.Tensor:
         """Normalised fbank ``[T', F]`` of ``wav [T]`` (samples at the model's rate)."""
         b = self.backend
-        fbank = StreamingFbank(b.sample_rate, b.num_mel_bins, b.frame_length, b.frame_shift)
+        fbank = StreamingFbank(b.sample_rate, **b.fbank_options())
         piece = int(FBANK_PIECE_S * b.sample_rate)
-        feats = [fbank.accept(wav[i:i + piece]) for i in range(0, wav.numel(), piece)]
-        return b.normalise(torch.cat(feats) if feats else torch.zeros(0, b.num_mel_bins))
+        feats = [fbank.accept(wav[i:i + piece]) for i in range(0, wav.numel(), piece)] + [fbank.finish()]
+        return b.normalise(torch.cat(feats))
 
     def segments(self, samples: torch.Tensor, rate: int, wav: torch.Tensor,
                  segmentation: Segmentation) -> list[Segment]:
@@ -141,7 +158,10 @@ class Transcriber:
                    ctc_weight: float = 0.3, reverse_weight: float = 0.0, blank_penalty: float = 0.0,
                    length_penalty: float = 0.0, blank_skip_threshold: float = DEFAULT_BLANK_SKIP_THRESHOLD,
                    segmentation: Optional[Segmentation] = None,
-                   progress: Optional[Callable[[float, float], None]] = None, dtype: str = "fp32") -> Transcript:
+                   progress: Optional[Callable[[float, float], None]] = None, dtype: str = "fp32",
+                   lm_path: Optional[str] = None, lm_weight: float = 0.5, word_bonus: float = 1.0,
+                   lm_oov_penalty: float = 10.0, context_phrases: Sequence[str] = (),
+                   context_graph_score: float = 3.0) -> Transcript:
         """Transcribe ``audio``: a path (a WAV/FLAC file at any sample rate), or samples
         (a numpy array or tensor ``[T]`` or ``[channels, T]``, floats in [-1, 1) or int16)
         with their ``sample_rate``.
@@ -156,7 +176,10 @@ class Transcriber:
         defaults: the speech between the pauses the voice-activity detector finds).
         ``progress(done_s, total_s)``: called after each part with the seconds of audio done
         and in all.  ``dtype``: the precision of the model passes (``fp32``, ``bf16``,
-        ``fp16``: autocast; CTC scores stay fp32).
+        ``fp16``: autocast; CTC scores stay fp32).  ``lm_path`` (an ARPA file), ``lm_weight``,
+        ``word_bonus``, ``lm_oov_penalty``; ``context_phrases`` (biasing towards these phrases, this call only) and
+        ``context_graph_score``: LM fusion and contextual biasing (docs/decoding.md), for the
+        modes that take them.
 
         Raises :class:`AudioError` for input that cannot be transcribed (missing, not
         audio, empty, shorter than the model's shortest input),
@@ -167,7 +190,10 @@ class Transcriber:
                                   reverse_weight=reverse_weight, blank_skip_threshold=blank_skip_threshold,
                                   length_penalty=length_penalty, blank_penalty=blank_penalty,
                                   decoding_chunk_size=0 if chunk is None or chunk < 0 else int(chunk),
-                                  num_decoding_left_chunks=left_chunks, dtype=dtype)
+                                  num_decoding_left_chunks=left_chunks, dtype=dtype, lm_path=lm_path,
+                                  lm_weight=lm_weight, word_bonus=word_bonus, lm_oov_penalty=lm_oov_penalty,
+                                  context_phrases=tuple(context_phrases),
+                                  context_graph_score=context_graph_score)
         return self.transcribe_with_options(audio, options, sample_rate, segmentation, progress)
 
     def transcribe_with_options(self, audio: Union[str, os.PathLike, np.ndarray, torch.Tensor],
@@ -182,12 +208,14 @@ class Transcriber:
         Memory: the samples (and their copy at the model's rate and at 16 kHz, where those
         differ) plus one part's features and decoding, whatever the length."""
         self.check_options(options)
+        fusion = self.fusion(options)
         mode = options.modes[0]
         b = self.backend
         samples, rate, name = read_samples(audio, sample_rate)
         wav = resample(samples, rate, b.sample_rate)[0]
         duration = samples.size(1) / rate
-        if num_frames(wav.numel(), b.sample_rate, b.frame_length, b.frame_shift) < b.min_input_length:
+        if num_frames(wav.numel(), b.sample_rate, b.frame_length, b.frame_shift,
+                      snip_edges=b.snip_edges) < b.min_input_length:
             raise AudioError(name, "too_short", f"{duration:.3f} s; the model needs "
                              f"{b.min_input_length} feature frames, {self._min_input_ms():g} ms")
         segments = self.segments(samples, rate, wav, segmentation or Segmentation())
@@ -195,37 +223,52 @@ class Transcriber:
         decoded = []
         for segment in segments:
             segment = self._at_least_min_input(segment, wav.numel())
-            decoded.append((segment, *self._decode(self.features(wav[segment.start:segment.end]), mode, options)))
+            decoded.append((segment, *self._decode(self.features(wav[segment.start:segment.end]), mode, options,
+                                                   fusion)))
             if progress is not None:
                 progress(min(duration, segment.end / b.sample_rate), duration)
         if progress is not None and not segments:
             progress(duration, duration)
         return self._transcript(decoded, duration, mode)
 
+    def _min_input_samples(self) -> int:
+        """The model's shortest input in samples (its minimum feature frames)."""
+        b = self.backend
+        if b.snip_edges:
+            return int(b.sample_rate * ((b.min_input_length - 1) * b.frame_shift + b.frame_length) / 1000)
+        shift = int(b.sample_rate * b.frame_shift * 0.001)  # ((T + shift // 2) // shift frames)
+        return b.min_input_length * shift - shift // 2
+
     def _min_input_ms(self) -> float:
         """The model's shortest input in milliseconds of audio (its minimum feature frames)."""
         b = self.backend
-        return (b.min_input_length - 1) * b.frame_shift + b.frame_length
+        if b.snip_edges:
+            return (b.min_input_length - 1) * b.frame_shift + b.frame_length
+        return 1000.0 * self._min_input_samples() / b.sample_rate
 
     def _at_least_min_input(self, segment: Segment, num_samples: int) -> Segment:
         """``segment`` widened (forward, then back) to the model's shortest input where it is
         shorter: a short last piece of fixed-length cutting."""
-        need = int(self.backend.sample_rate * self._min_input_ms() / 1000)
+        need = self._min_input_samples()
         if segment.end - segment.start >= need:
             return segment
         end = min(num_samples, segment.start + need)
         return Segment(max(0, end - need), end)
 
     @torch.inference_mode()
-    def _decode(self, feats: torch.Tensor, mode: str, options: DecodingOptions
+    def _decode(self, feats: torch.Tensor, mode: str, options: DecodingOptions, fusion: Optional[Fusion] = None
                 ) -> tuple[list[int], Optional[list[tuple[int, int]]]]:
-        """Token ids of one segment and their spans in its encoder frames (``None``: no
-        CTC head, or tokens the CTC frames cannot hold)."""
+        """Token ids of one segment and their spans in its encoder frames: a transducer
+        search's emission frame (one frame per token), else the CTC alignment of the tokens
+        (``None``: no CTC head, or tokens the CTC frames cannot hold)."""
         b = self.backend
         x = feats.unsqueeze(0).to(self.device)
         with options.autocast(x.device.type):
             enc, lengths = b.encode(x, torch.tensor([x.size(1)], device=self.device), options)
-            shared = SharedOutputs.from_options(b.searcher, enc, lengths, options)
+            shared = SharedOutputs.from_options(b.searcher, enc, lengths, options, b.decoding_source, fusion)
+            if mode in TIMED:
+                hyp = TIMED[mode](shared)[0]
+                return [int(t) for t in hyp.tokens], [(f, f + 1) for f in hyp.frames]
             ids = [int(t) for t in REGISTRY[mode].run(shared)[0]]
             if not b.has_ctc:
                 return ids, None
@@ -245,7 +288,7 @@ class Transcriber:
         b = self.backend
         frame_s = b.subsampling * b.frame_shift / 1000.0
         tokens: list[str] = []
-        times: Optional[list[TokenTime]] = [] if b.has_ctc else None
+        times: Optional[list[TokenTime]] = [] if b.has_ctc or mode in TIMED else None
         words: list = []
         texts: list[str] = []
         for segment, ids, spans in decoded:

@@ -193,7 +193,7 @@ def test_decode_rtf_times_a_checkpoint_decoding_every_utterance_once(tiny_experi
     with its full fbank frames and the checkpoint's weights, and the reported times cover them."""
     import bench.decode_rtf as bench_rtf
     from asrkit.config import load_config
-    from asrkit.decode import MODES
+    from asrkit.decode.modes import runnable_modes
     from asrkit.models import build_model
     from asrkit.text import build_tokenizer
 
@@ -206,6 +206,7 @@ def test_decode_rtf_times_a_checkpoint_decoding_every_utterance_once(tiny_experi
         model.ctc.ctc_lo.bias[0] += 1.5  # mostly blank, as a trained model: prefix search skips frames
     checkpoint = tmp_path / "avg_3.pt"
     torch.save({"model": model.state_dict()}, checkpoint)
+    MODES = tuple(runnable_modes(model))  # the four CTC/attention modes
 
     decoded, fbanks = [], []
 

@@ -12,16 +12,19 @@ import torch
 from asrkit.bin.export import main as export_main
 from asrkit.bin.export_onnx import main as export_onnx_main
 from asrkit.config import load_config
+from asrkit.export.sherpa import FeatureMismatchWarning
 from asrkit.models import build_model
 from asrkit.text import build_tokenizer
 from bench import deploy_compare as bench
 
-pytestmark = [pytest.mark.usefixtures("restore_threads"), pytest.mark.slow]  # (exports and 14 decodes: ~20 s)
+pytestmark = [pytest.mark.usefixtures("restore_threads"), pytest.mark.slow]  # (exports and 13 decodes: ~20 s)
+RUNTIME_FBANK = {"fbank_conf": {"snip_edges": False, "high_freq": -400}}  # what sherpa-onnx computes
 
 
 def test_deploy_compare_reports_every_engine(tiny_experiment, tmp_path, capsys):
     config = tiny_experiment.config(tmp_path / "train.yaml", encoder_conf={"use_dynamic_chunk": True,
-                                                                            "causal": True})
+                                                                            "causal": True},
+                                    dataset_conf=RUNTIME_FBANK)
     cfg = load_config(config)
     torch.manual_seed(0)
     model = build_model(cfg, 40, build_tokenizer(cfg).vocabulary)
@@ -41,7 +44,11 @@ def test_deploy_compare_reports_every_engine(tiny_experiment, tmp_path, capsys):
     rows = json.loads((tmp_path / "rows.json").read_text())
     engines = [(r["engine"], r["search"]) for r in rows]
     assert ("sherpa-onnx streaming fp32, chunk 4, 2 left", "ctc_greedy_search") in engines
-    assert len(engines) == 14 and all(f"| {r['engine']} | {r['search']} |" in printed for r in rows)
+    assert len(engines) == 13 and all(f"| {r['engine']} | {r['search']} |" in printed for r in rows)
+    same = {(r["engine"], r["search"]): r["same_as_greedy"] for r in rows}
+    assert same[("onnxruntime fp32", "ctc_greedy_search")] == 4 and same[("asrkit eager", "attention_rescoring")] is None
+    assert same[("asrkit eager, chunk 4, 2 left, fed as sherpa-onnx", "ctc_greedy_search")] == 4  # (its own reference)
+    assert same[("sherpa-onnx streaming fp32, chunk 4, 2 left", "ctc_greedy_search")] is not None
     cer = {(r["engine"], r["search"]): r["cer"] for r in rows}
     greedy = cer[("asrkit eager", "ctc_greedy_search")]
     # the same greedy search over the same fbank and numbers: the same transcripts
@@ -59,3 +66,25 @@ def test_deploy_compare_reports_every_engine(tiny_experiment, tmp_path, capsys):
     assert sum(r["rtf"] for r in rows) * audio < wall
     sizes = {r["engine"]: r["mb"] for r in rows if r["mb"]}
     assert sizes["onnxruntime int8"] < sizes["onnxruntime fp32"]
+
+
+def test_a_model_on_other_features_gets_marked_rows(tiny_experiment, tmp_path, capsys):
+    """WeNet's fbank: sherpa-onnx's rows are built anyway (public API, allowing the
+    mismatch) and marked, with the one-line reason on stderr."""
+    config = tiny_experiment.config(tmp_path / "train.yaml")
+    cfg = load_config(config)
+    torch.manual_seed(0)
+    torch.save({"model": build_model(cfg, 40, build_tokenizer(cfg).vocabulary).state_dict()}, tmp_path / "avg.pt")
+    common = ["--config", str(config), "--checkpoint", str(tmp_path / "avg.pt")]
+    assert export_main([*common, "--output", str(tmp_path / "final.zip")]) == 0
+    assert export_onnx_main([*common, "--output_dir", str(tmp_path / "onnx"), "--int8", "false"]) == 0
+    (tmp_path / "onnx" / "model.int8.onnx").symlink_to(tmp_path / "onnx" / "model.onnx")
+    capsys.readouterr()
+    with pytest.warns(FeatureMismatchWarning):
+        assert bench.main(["--exp", str(tmp_path), "--checkpoint", str(tmp_path / "avg.pt"), "--data",
+                           str(tiny_experiment.corpus.splits["test"].data_list), "--max_utts", "1",
+                           "--beam_size", "2", "--json", str(tmp_path / "rows.json")]) == 0
+    captured = capsys.readouterr()
+    engines = [r["engine"] for r in json.loads((tmp_path / "rows.json").read_text())]
+    assert "sherpa-onnx offline fp32 (features differ)" in engines
+    assert "warning: the model's features are not what sherpa-onnx computes" in captured.err

@@ -10,11 +10,13 @@ from asrkit.bin.recognize import main
 from asrkit.config import load_config
 from asrkit.data.lists import read_list
 from asrkit.data.processors import build_sample_processor
-from asrkit.decode import MODES, DecodingOptions, decode
+from asrkit.decode import DecodingOptions, decode
 from asrkit.models import AsrModel, build_model
 from asrkit.text import build_tokenizer, write_units
 from tests.helpers import REPO
 from asrkit.text.vocabulary import Vocabulary
+
+MODES = ("ctc_greedy_search", "ctc_prefix_beam_search", "attention", "attention_rescoring")  # a CTC/attention model's
 
 TINY_MODEL = {
     "encoder": "conformer",
@@ -246,3 +248,64 @@ def test_recognize_dtype_runs_the_model_passes_under_autocast(experiment, tiny_c
     assert main(common + ["--result_dir", str(tmp_path / "fp32")]) == 0
     assert seen and {on for on, _ in seen} == {False}
     assert (tmp_path / "bf16" / "attention_rescoring" / "text").is_file()
+
+
+# ----------------------------------------------------------------------------- LM fusion and biasing
+
+
+@pytest.fixture(scope="module")
+def digits_lm(tiny_corpus, tmp_path_factory):
+    """A 2-gram word LM of the tiny corpus's training transcripts (tools/train_lm.py)."""
+    from tests.helpers import run_tool
+    path = tmp_path_factory.mktemp("lm") / "lm.arpa"
+    run_tool("train_lm.py", "--order", "2", "--discount_fallback", tiny_corpus.splits["train"].text, path)
+    return path
+
+
+def test_recognize_with_lm_and_phrases_equals_decode_with_fusion(experiment, tiny_corpus, digits_lm, tmp_path):
+    from asrkit.decode.fusion import build_fusion
+    root, cfg, model = experiment
+    data = tiny_corpus.splits["test"].data_list
+    (tmp_path / "phrases.txt").write_text("one two\nseven\n", encoding="utf-8")
+    modes = ["ctc_prefix_beam_search", "attention_rescoring"]
+    code = main(["--config", str(root / "train.yaml"), "--checkpoint", str(root / "ckpt.pt"), "--data", str(data),
+                 "--result_dir", str(tmp_path / "d"), "--modes", *modes, "--beam_size", "3", "--lm_path",
+                 str(digits_lm), "--lm_weight", "0.4", "--word_bonus", "1.5", "--context_bias_mode", "decoding-graph",
+                 "--context_list_path", str(tmp_path / "phrases.txt"), "--context_graph_score", "2"])
+    assert code == 0
+    options = DecodingOptions(modes=modes, beam_size=3, lm_path=str(digits_lm), lm_weight=0.4, word_bonus=1.5,
+                              context_phrases=("one two", "seven"), context_graph_score=2.0)
+    tokenizer = build_tokenizer(cfg)
+    fusion = build_fusion(options, tokenizer)
+    processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False)
+    for entry in read_list(data)[:4]:
+        batch = processor.collate([processor(entry, 0)])
+        hyps = decode(model, batch["feats"], batch["feats_lengths"], options, fusion)
+        for mode in modes:
+            written = dict(read_text(tmp_path / "d" / mode / "text"))
+            assert written.get(entry.key, "") == tokenizer.decode(hyps[mode][0])
+
+
+@pytest.mark.parametrize("case, message", [
+    ("truncated", "truncated"), ("not_arpa", "not an ARPA file"), ("empty_list", "the context list is empty"),
+    ("unknown_unit", "the unit 'q' is not one of the model's units"), ("deep", "deep-biasing needs a model")])
+def test_lm_and_phrase_list_bad_input_exit_2_in_one_line(experiment, tiny_corpus, digits_lm, tmp_path, caplog,
+                                                         case, message):
+    root, _, _ = experiment
+    lines = digits_lm.read_text(encoding="utf-8").splitlines()
+    (tmp_path / "truncated.arpa").write_text("\n".join(lines[: len(lines) // 2]) + "\n", encoding="utf-8")
+    (tmp_path / "not_arpa.arpa").write_text("one two three\n", encoding="utf-8")
+    (tmp_path / "empty.txt").write_text("\n", encoding="utf-8")
+    (tmp_path / "unknown.txt").write_text("one\nquick\n", encoding="utf-8")
+    extra = {"truncated": ["--lm_path", tmp_path / "truncated.arpa"],
+             "not_arpa": ["--lm_path", tmp_path / "not_arpa.arpa"],
+             "empty_list": ["--context_list_path", tmp_path / "empty.txt"],
+             "unknown_unit": ["--context_list_path", tmp_path / "unknown.txt"],
+             "deep": ["--context_bias_mode", "deep-biasing", "--context_list_path", tmp_path / "unknown.txt"]}[case]
+    code = main(["--config", str(root / "train.yaml"), "--checkpoint", str(tmp_path / "never_read.pt"),
+                 "--data", str(tiny_corpus.splits["dev"].data_list), "--result_dir", str(tmp_path / "d"),
+                 "--modes", "attention_rescoring", *map(str, extra)])
+    assert code == 2
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and message in errors[0] and "\n" not in errors[0], errors
+    assert not (tmp_path / "d").exists()

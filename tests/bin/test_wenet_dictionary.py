@@ -15,11 +15,12 @@ from asrkit.inputs import load_text_inputs
 from asrkit.config import load_config
 from asrkit.data.lists import read_list
 from asrkit.decode import DecodingOptions, decode
-from asrkit.export.torchscript import SCRIPTED_MODES as MODES  # the CTC/attention modes
 from asrkit.decode.recognizer import build_trained_model
 from asrkit.export import load_exported
 from asrkit.text import read_units
 from tests.helpers import train_here
+
+MODES = ("ctc_greedy_search", "ctc_prefix_beam_search", "attention", "attention_rescoring")
 
 pytestmark = pytest.mark.usefixtures("restore_threads")  # (tests/conftest.py)
 

@@ -9,17 +9,24 @@ import torch
 
 from asrkit.decode import (MODES, REGISTRY, DecodingMode, DecodingOptions, ModeError, Searcher, check_modes, decode,
                            register_mode)
-from asrkit.decode.modes import ATTENTION_DECODER, CTC_HEAD
+from asrkit.decode.modes import ATTENTION_DECODER, CTC_HEAD, TRANSDUCER, runnable_modes
 from tests.helpers import REPO
 from tests.models.tiny import tiny_model
 
 
 def test_registry_states_what_each_mode_needs():
     assert MODES == tuple(REGISTRY) == ("ctc_greedy_search", "ctc_prefix_beam_search", "attention",
-                                        "attention_rescoring")
+                                        "attention_rescoring", "rnnt_greedy_search", "rnnt_beam_search",
+                                        "modified_beam_search", "rnnt_beam_attn_rescoring",
+                                        "ctc_beam_td_attn_rescoring")
     assert REGISTRY["ctc_greedy_search"].needs == REGISTRY["ctc_prefix_beam_search"].needs == (CTC_HEAD,)
     assert REGISTRY["attention"].needs == (ATTENTION_DECODER,)
     assert REGISTRY["attention_rescoring"].needs == (CTC_HEAD, ATTENTION_DECODER)
+    for mode in ("rnnt_greedy_search", "rnnt_beam_search", "modified_beam_search"):
+        assert REGISTRY[mode].needs == (TRANSDUCER,)
+    assert REGISTRY["rnnt_beam_attn_rescoring"].needs == (TRANSDUCER, ATTENTION_DECODER)
+    assert REGISTRY["ctc_beam_td_attn_rescoring"].needs == (TRANSDUCER, CTC_HEAD, ATTENTION_DECODER)
+    assert runnable_modes(tiny_model()) == list(MODES[:4])
 
 
 @pytest.mark.parametrize("ctc_weight, mode, message", [

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from asrkit.decode.transducer_search import (ModifiedBeamSearch, TransducerGreedySearch,
-                                             TransducerPrefixBeamSearch, log_add)
+                                             TransducerPrefixBeamSearch, TransducerSearcher, log_add)
 from tests.models.transducer.wenet_transducer import load_reference, load_wenet_transducer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -25,7 +25,7 @@ def model_and_frames():
 
 
 def _searches(model, enc):
-    args = (model.predictor, model.joint, model.blank_id, enc.device)
+    args = (TransducerSearcher.of_model(model), enc.device)
     return {"greedy": lambda: TransducerGreedySearch(*args),
             "prefix": lambda: TransducerPrefixBeamSearch(*args, beam_size=4),
             "modified": lambda: ModifiedBeamSearch(*args, beam_size=4)}
@@ -56,8 +56,8 @@ def test_chunk_by_chunk_equals_at_once(model_and_frames, kind):
 
 def test_modified_beam_search_with_beam_1_is_greedy_with_one_symbol_per_frame(model_and_frames):
     model, enc, _ = model_and_frames
-    greedy = TransducerGreedySearch(model.predictor, model.joint, model.blank_id, enc.device, max_symbols_per_frame=1)
-    beam = ModifiedBeamSearch(model.predictor, model.joint, model.blank_id, enc.device, beam_size=1)
+    greedy = TransducerGreedySearch(TransducerSearcher.of_model(model), enc.device, max_symbols_per_frame=1)
+    beam = ModifiedBeamSearch(TransducerSearcher.of_model(model), enc.device, beam_size=1)
     with torch.inference_mode():
         greedy.feed(enc)
         beam.feed(enc)
@@ -68,7 +68,7 @@ def test_log_add_and_bad_arguments(model_and_frames):
     assert log_add(-float("inf"), -1.0) == -1.0 and log_add(0.0, 0.0) == pytest.approx(0.6931471805599453)
     model, enc, _ = model_and_frames
     with pytest.raises(ValueError, match="beam_size must be >= 1"):
-        TransducerPrefixBeamSearch(model.predictor, model.joint, 0, enc.device, beam_size=0)
-    search = TransducerPrefixBeamSearch(model.predictor, model.joint, 0, enc.device, beam_size=2, ctc_weight=0.3)
+        TransducerPrefixBeamSearch(TransducerSearcher.of_model(model), enc.device, beam_size=0)
+    search = TransducerPrefixBeamSearch(TransducerSearcher.of_model(model), enc.device, beam_size=2, ctc_weight=0.3)
     with pytest.raises(ValueError, match="needs the CTC log-probabilities"):
         search.feed(enc)

@@ -45,3 +45,25 @@ def test_cli_refuses_what_the_layout_cannot_carry(tiny_experiment, tmp_path, cap
     caplog.clear()
     assert main([*args, "--output_dir", str(tmp_path / "b"), "--streaming", "true"]) == 2
     assert "full context only" in caplog.text and not (tmp_path / "b").exists()
+
+
+def test_cli_warns_in_one_line_when_sherpa_onnx_computes_other_features(tiny_experiment, tmp_path, caplog):
+    """WeNet's fbank (snip_edges true, top mel edge at Nyquist): exported, with one warning
+    line saying what to set; kaldi-native-fbank's (snip_edges false, high_freq −400): no
+    warning, and the metadata records them."""
+    from asrkit.export.sherpa import read_metadata
+    args = experiment(tiny_experiment, tmp_path)
+    assert main([*args, "--output_dir", str(tmp_path / "a"), "--int8", "false"]) == 0
+    warned = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and "\n" not in warned[0].getMessage()
+    assert ("snip_edges true (sherpa-onnx: false), high_freq 0 (sherpa-onnx: -400)" in warned[0].getMessage()
+            and "Train with dataset_conf.fbank_conf snip_edges: false, high_freq: -400" in warned[0].getMessage())
+    assert read_metadata(tmp_path / "a" / "model.onnx")["asrkit_snip_edges"] == "true"
+    caplog.clear()
+    args = experiment(tiny_experiment, tmp_path,
+                      dataset_conf={"fbank_conf": {"snip_edges": False, "high_freq": -400}})
+    assert main([*args, "--output_dir", str(tmp_path / "b"), "--int8", "false"]) == 0
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    meta = read_metadata(tmp_path / "b" / "model.onnx")
+    assert (meta["asrkit_snip_edges"], meta["asrkit_high_freq"], meta["asrkit_sample_scale"]) == ("false", "-400",
+                                                                                                 "32768")

@@ -35,11 +35,16 @@ ENCODER_REF_CHUNK = {"offline": [0, 0, 0], "u2pp": [0, 7, 11]}
 def load_wenet_model(name: str):
     """The WeNet model of fixture folder ``name`` (its train.yaml as WeNet saved it;
     relative paths in it resolve from that folder, as in a WeNet experiment)."""
-    folder = FIXTURES / name
+    return load_wenet_folder(FIXTURES / name)
+
+
+def load_wenet_folder(folder: Path, config: str = "train.yaml", overrides: tuple[str, ...] = ()):
+    """The model of a WeNet experiment ``folder``: ``config`` (with ``overrides``; relative
+    paths resolve from the folder) and ``epoch_5.pt``, in eval mode."""
     cwd = os.getcwd()
     os.chdir(folder)
     try:
-        cfg = load_config("train.yaml")  # as WeNet saved it
+        cfg = load_config(config, overrides)
         vocabulary = Vocabulary.from_symbols(read_units(cfg.tokenizer_conf.symbol_table_path))
         model = build_model(cfg, cfg.input_dim, vocabulary, load_cmvn_stats=False)
         load_weights(model, load_checkpoint("epoch_5.pt"), "epoch_5.pt")

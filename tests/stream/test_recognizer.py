@@ -77,3 +77,20 @@ def test_streaming_needs_a_chunk_size(model):
     for full_context in (0, -1):
         with pytest.raises(DecodingOptionError, match="streaming needs decoding_chunk_size > 0"):
             StreamingRecognizer(model, DecodingOptions(decoding_chunk_size=full_context))
+
+
+def test_centred_frames_stream_as_the_whole_utterance_decodes(model):
+    """With kaldi-native-fbank's features (snip_edges false, high_freq −400) the stream's
+    last frames come from :meth:`StreamingFbank.finish`; the final result is still the
+    chunked attention rescoring of the whole-utterance features (odd pieces of 999 samples)."""
+    from asrkit.data.features import compute_fbank
+    from asrkit.decode import decode
+    samples = audio("Mike-test-00002.wav")
+    fbank = dict(snip_edges=False, high_freq=-400.0)
+    feats = compute_fbank(samples.unsqueeze(0), 16000, num_mel_bins=80, frame_length=25, frame_shift=10, **fbank)
+    options = DecodingOptions(modes=("attention_rescoring",), decoding_chunk_size=4, beam_size=4, ctc_weight=0.3,
+                              reverse_weight=0.3)
+    want = decode(model, feats.unsqueeze(0), torch.tensor([feats.size(0)]), options)["attention_rescoring"][0]
+    final = stream(model, samples, piece=999, left=-1, endpoint_rules=None, **fbank)[-1]
+    assert final.tokens == list(want)
+    assert final.audio_s == pytest.approx(feats.size(0) * 0.01)

@@ -199,3 +199,40 @@ def test_stage_5_hands_the_decoding_options_to_recognize_and_keeps_chunked_resul
     bad = run_stages(tmp_path, f"{AVERAGE} streaming=yes -- test", check=False)
     assert bad.returncode == 2 and "streaming=true|false, not 'yes'" in bad.stderr
     assert calls(tmp_path) == []
+
+
+def test_lm_stage_rebuilds_on_new_options_or_text_and_the_lm_decode_goes_apart(tmp_path):
+    """stage_lm: one train_lm.py call, skipped when up to date, redone for another order or
+    other transcripts; stage_tune_fusion hands the grid to tune_fusion.py; extra= and name=
+    bring the LM options to recognize, into decode_SET_lm."""
+    text = tmp_path / "data" / "train" / "text"
+    text.parent.mkdir(parents=True)
+    text.write_text("u1 one two\n")
+    lm = "data/lm/3gram.arpa"
+    stub_lm = f'python() {{ echo "python $*" >> calls.log; echo lm > {lm}; }}\n'
+    run_stages(tmp_path, stub_lm + f"stage_lm 7 out={lm}")
+    assert calls(tmp_path) == [f"python tools/train_lm.py --order 3 --discount_fallback data/train/text {lm}"]
+    run_stages(tmp_path, stub_lm + f"stage_lm 7 out={lm}")
+    assert calls(tmp_path) == []
+    run_stages(tmp_path, stub_lm + f"stage_lm 7 out={lm} order=4 prune='0 0 1'")
+    assert calls(tmp_path) == [f"python tools/train_lm.py --order 4 --discount_fallback --prune 0 0 1 "
+                               f"data/train/text {lm}"]
+    text.write_text("u1 one two three\n")
+    run_stages(tmp_path, stub_lm + f"stage_lm 7 out={lm} order=4 prune='0 0 1'")
+    assert len(calls(tmp_path)) == 1
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    (exp / "avg_2.pt").write_text("averaged")
+    run_stages(tmp_path, f'stage_tune_fusion 8 "${{decoding[@]}}" dir=exp checkpoint=exp/avg_2.pt type=raw '
+                         f'lm={lm} mode=attention_rescoring weights="0.2 0.4" bonuses="1 2" -- dev')
+    assert calls(tmp_path) == [
+        "python tools/tune_fusion.py --config exp/train.yaml --checkpoint exp/avg_2.pt --data data/dev/data.list "
+        f"--mode attention_rescoring --lm_path {lm} --lm_weight 0.2 0.4 --word_bonus 1 2 --beam_size 10 "
+        "--batch_size 16 --ctc_weight 0.3 --reverse_weight 0.0 --device cpu --json exp/fusion_attention_rescoring.json "
+        "--best_args exp/fusion_attention_rescoring.args"]
+    run_stages(tmp_path, f'{AVERAGE} modes=ctc_prefix_beam_search name=_lm '
+                         f'extra="--lm_path {lm} --lm_weight 0.4 --word_bonus 2" -- test')
+    recognize = [c for c in calls(tmp_path) if "bin.recognize" in c]
+    assert len(recognize) == 1 and recognize[0].endswith(
+        f"--num_decoding_left_chunks -1 --lm_path {lm} --lm_weight 0.4 --word_bonus 2 --device cpu "
+        "--result_dir exp/decode_test_lm"), recognize

@@ -29,7 +29,7 @@ decode_length_penalty=1.5     # attention mode: chosen on the dev set (bench/dec
 # (the transducer modes' weights, decode_search_ctc_weight 0.3 etc., are WeNet's rnnt recipe's: tools/recipe_defaults.sh)
 # model: ctc_attention (conformer CTC/attention: conf/train_conformer_cpu.yaml -> exp/conformer_cpu)
 #   | transducer (RNN-T + CTC + attention, stateless embedding predictor:
-#   conf/train_transducer_cpu.yaml -> exp/transducer_cpu; stage 6 has no export for it yet)
+#   conf/train_transducer_cpu.yaml -> exp/transducer_cpu)
 model=ctc_attention
 # streaming: true trains and decodes the U2++ model instead (conf/train_u2pp_conformer_cpu.yaml
 # -> exp/u2pp_cpu; transducer: conf/train_u2pp_transducer_cpu.yaml -> exp/u2pp_transducer_cpu):
@@ -90,11 +90,6 @@ if run_stage 5; then
     done
   fi
 fi
-if run_stage 6; then
-  if [ "$model" = transducer ]; then
-    say "6: no export for --model transducer yet (the TorchScript/ONNX export of transducers is issue 7/10), skipped"
-  else
-    stage_export 6 config="$dir/train.yaml" checkpoint="$decode_checkpoint" out="$dir/final.zip" onnx_dir="$dir/onnx"
-  fi
-fi
+# (a transducer exports too: final.zip with its searches, ONNX in sherpa-onnx's transducer layout)
+run_stage 6 && stage_export 6 config="$dir/train.yaml" checkpoint="$decode_checkpoint" out="$dir/final.zip" onnx_dir="$dir/onnx"
 exit 0

@@ -3,6 +3,7 @@
 # splits) with BPE units and WER scoring: a larger-vocabulary task than digits.
 #   bash run.sh                               # all stages
 #   bash run.sh --stage 4 --stop_stage 5      # train, then average + decode + score
+#   bash run.sh --stage 7 --stop_stage 8      # word LM of the training transcripts, then decode with it
 # Multi-node: run the same command on every node with its own --node_rank (docs/multinode.md).
 # Stages are idempotent: a finished stage is skipped; stage 4 resumes (checkpoint=auto).
 cd "$(dirname "${BASH_SOURCE[0]}")" || exit 1
@@ -30,6 +31,13 @@ num_threads=1                 # intra-op threads per training process
 cpu_nproc_per_node=2          # without GPUs: 2 processes x num_threads 1 trained ~1.4x faster than 1 x 2 threads here (docs/performance.md)
 # decoding
 average_num=3
+# LM fusion (docs/decoding.md): stage 7 estimates a word n-gram of data/train/text (training
+# transcripts only), stage 8 chooses its weights on dev for each of lm_modes (tools/tune_fusion.py)
+# and decodes the test sets with them into $dir/decode_<set>_lm/<mode>
+stop_stage=8
+lm_order=3
+lm_prune=""                   # KenLM's --prune thresholds, e.g. "0 0 1"
+lm_modes="ctc_prefix_beam_search attention_rescoring"
 
 . tools/parse_options.sh || exit 1
 set -euo pipefail
@@ -80,4 +88,16 @@ decode_checkpoint=${decode_checkpoint:-$dir/avg_${average_num}.pt}
 run_stage 5 && stage_average_decode_score 5 "${decoding[@]}" dir="$dir" checkpoint="$decode_checkpoint" \
   type="$data_type" -- $test_sets
 run_stage 6 && stage_export 6 config="$dir/train.yaml" checkpoint="$decode_checkpoint" out="$dir/final.zip" onnx_dir="$dir/onnx"
+
+lm=data/lm/${lm_order}gram.arpa
+run_stage 7 && stage_lm 7 out="$lm" order="$lm_order" prune="$lm_prune"
+if run_stage 8; then
+  for mode in $lm_modes; do
+    stage_tune_fusion 8 "${decoding[@]}" dir="$dir" checkpoint="$decode_checkpoint" type="$data_type" lm="$lm" \
+      mode="$mode" -- dev
+    # shellcheck disable=SC2086  # test_sets is a word list
+    stage_average_decode_score 8 "${decoding[@]}" dir="$dir" checkpoint="$decode_checkpoint" type="$data_type" \
+      modes="$mode" name=_lm extra="$(cat "$dir/fusion_$mode.args")" -- $test_sets
+  done
+fi
 exit 0

@@ -4,17 +4,11 @@ copied beside them, says how they and ``reference*.pt`` were made), loaded as as
 and the batch WeNet computed its batch losses on."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
 
-from asrkit.config import load_config
-from asrkit.io.checkpoint import load_checkpoint
-from asrkit.models import build_model
-from asrkit.models.state import load_weights
-from asrkit.text.units import read_units
-from asrkit.text.vocabulary import Vocabulary
+from tests.models.wenet_reference import load_wenet_folder
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "wenet" / "transducer"
 REFERENCES = {"rnnt_offline": "reference.pt", "rnnt_stateless_u2pp": "reference_chunk4.pt"}
@@ -24,16 +18,7 @@ def load_wenet_transducer(name: str, config: str = "train.yaml", overrides: tupl
     """The WeNet model of fixture folder ``name`` from ``config`` (as WeNet wrote it, with
     ``overrides``; relative paths resolve from that folder, as in a WeNet experiment) and
     ``epoch_5.pt``, in eval mode."""
-    cwd = os.getcwd()
-    os.chdir(FIXTURES / name)
-    try:
-        cfg = load_config(config, overrides)
-        vocabulary = Vocabulary.from_symbols(read_units(cfg.tokenizer_conf.symbol_table_path))
-        model = build_model(cfg, cfg.input_dim, vocabulary, load_cmvn_stats=False)
-        load_weights(model, load_checkpoint("epoch_5.pt"), "epoch_5.pt")
-    finally:
-        os.chdir(cwd)
-    return model.eval()
+    return load_wenet_folder(FIXTURES / name, config, overrides)
 
 
 def load_reference(name: str) -> dict:
