@@ -14,8 +14,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")" || exit 1
 # data
 corpus_dir=corpus/digits
 train_utts=4000; dev_utts=300; test_utts=300
-# training (--model and --streaming choose another config and dir below, unless --train_config /
-# --dir are given; `asrkit doctor` reads this plain train_config=)
+# training: the default model's config and dir; --model / --streaming pick theirs below unless
+# --train_config / --dir name others
 train_config=conf/train_conformer_cpu.yaml
 dir=exp/conformer_cpu
 num_workers=1
@@ -48,8 +48,8 @@ case "$model/$streaming" in
   *) echo "$0: --model ctc_attention|transducer and --streaming true|false, not '$model' and '$streaming'" >&2
      exit 1 ;;
 esac
-if [ "$train_config" = conf/train_conformer_cpu.yaml ]; then train_config=$config; fi
-if [ "$dir" = exp/conformer_cpu ]; then dir=$exp; fi
+[ "$train_config" != conf/train_conformer_cpu.yaml ] || train_config=$config
+[ "$dir" != exp/conformer_cpu ] || dir=$exp
 if [ "$model" = transducer ]; then
   decode_modes=${decode_modes:-rnnt_greedy_search rnnt_beam_search modified_beam_search rnnt_beam_attn_rescoring ctc_beam_td_attn_rescoring ctc_greedy_search}
   decode_ctc_weight=${decode_ctc_weight:-0.5}
