@@ -11,7 +11,7 @@ The special words are KenLM's and SRILM's: ``<s>``, ``</s>``, ``<unk>``.
 """
 from __future__ import annotations
 
-from asrkit.text.cjk import is_cjk
+from asrkit.metrics import tokenize
 
 BOS = "<s>"
 EOS = "</s>"
@@ -19,18 +19,6 @@ UNK = "<unk>"
 
 
 def lm_words(text: str) -> list[str]:
-    """The LM words of ``text``: whitespace-separated fields, each CJK character a word."""
-    words: list[str] = []
-    for field in text.split():
-        run = ""
-        for ch in field:
-            if is_cjk(ch):
-                if run:
-                    words.append(run)
-                    run = ""
-                words.append(ch)
-            else:
-                run += ch
-        if run:
-            words.append(run)
-    return words
+    """The LM words of ``text``: whitespace-separated fields, each CJK character a word --
+    the words WER counts (:func:`asrkit.metrics.tokenize`), so the LM scores what is scored."""
+    return tokenize(text, "word")
