@@ -30,11 +30,10 @@ import sys
 from typing import Callable, Optional
 
 from asrkit.bin import doctor
+from asrkit.bin.search_args import add_search_args, search_options
 from asrkit.progress import AudioProgress
 
 log = logging.getLogger("asrkit.transcribe")
-# the transducer modes' weights (asrkit.decode.DecodingOptions has their defaults and meaning)
-TRANSDUCER_WEIGHTS = ("search_ctc_weight", "search_transducer_weight", "transducer_weight", "attn_weight")
 
 @dataclasses.dataclass(frozen=True)
 class Subcommand:
@@ -77,16 +76,7 @@ def configure_transcribe(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beam_size", type=int, default=10)
     p.add_argument("--ctc_weight", type=float, default=0.3)
     p.add_argument("--reverse_weight", type=float, default=0.0)
-    for name in TRANSDUCER_WEIGHTS:  # (recognize's --help says what each weighs)
-        p.add_argument(f"--{name}", type=float, default=None)
-    p.add_argument("--lm_path", default=None, help="ARPA word LM fused into the search (recognize --help)")
-    p.add_argument("--lm_weight", type=float, default=0.5)
-    p.add_argument("--word_bonus", type=float, default=1.0)
-    p.add_argument("--lm_oov_penalty", type=float, default=10.0,
-                   help="with --lm_path: subtracted from the LM's log-probability of a word it does not know")
-    p.add_argument("--context_bias_mode", default="", choices=["", "decoding-graph", "deep-biasing"])
-    p.add_argument("--context_list_path", default=None, help="phrases (one per line) to bias recognition towards")
-    p.add_argument("--context_graph_score", type=float, default=3.0)
+    add_search_args(p)
     p.add_argument("--min_pause_s", type=float, default=0.15,
                    help="cut the audio where speech pauses this long (the voice-activity detector) and decode "
                         "the parts one by one; audio without speech gives empty text")
@@ -112,7 +102,7 @@ def run_transcribe(args: argparse.Namespace) -> int:
     import torch  # (these defer torch and the models, as the module docstring says)
 
     from asrkit.decode import DecodingOptionError, DecodingOptions, ModeError
-    from asrkit.decode.context_graph import ContextListError, read_phrase_list
+    from asrkit.decode.context_graph import ContextListError
     from asrkit.inputs import BAD_INPUT
     from asrkit.lm.arpa import ArpaError
     from asrkit.transcribe import AudioError, ModelLoadError, SegmentationError, load_model
@@ -129,13 +119,7 @@ def run_transcribe(args: argparse.Namespace) -> int:
         options = DecodingOptions(modes=(args.mode,), beam_size=args.beam_size, ctc_weight=args.ctc_weight,
                                   reverse_weight=args.reverse_weight, decoding_chunk_size=args.chunk or 0,
                                   num_decoding_left_chunks=args.left_chunks, dtype=args.dtype,
-                                  lm_path=args.lm_path, lm_weight=args.lm_weight, word_bonus=args.word_bonus,
-                                  lm_oov_penalty=args.lm_oov_penalty,
-                                  context_bias_mode=args.context_bias_mode,
-                                  context_phrases=(read_phrase_list(args.context_list_path)
-                                                   if args.context_list_path is not None else ()),
-                                  context_graph_score=args.context_graph_score,
-                                  **{n: getattr(args, n) for n in TRANSDUCER_WEIGHTS if getattr(args, n) is not None})
+                                  **search_options(args))
     except (ModeError, DecodingOptionError, SegmentationError, ContextListError) as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2

@@ -43,13 +43,14 @@ from pathlib import Path
 import torch
 
 from asrkit.bin.bad_input import run_tool
+from asrkit.bin.search_args import add_search_args, search_options
 from asrkit.inputs import load_text_inputs
 from asrkit.lm.arpa import ArpaError
 from asrkit.config import load_config
 from asrkit.data.lists import read_list
 from asrkit.data.processors import build_sample_processor
 from asrkit.decode import MODES, DecodingOptionError, DecodingOptions, ModeError
-from asrkit.decode.context_graph import ContextListError, read_phrase_list
+from asrkit.decode.context_graph import ContextListError
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
 from asrkit.decode.fusion import build_fusion
 from asrkit.decode.modes import fused_modes
@@ -76,15 +77,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "search score)")
     p.add_argument("--reverse_weight", type=float, default=0.0,
                    help="attention_rescoring: weight of the right-to-left decoder (bitransformer)")
-    p.add_argument("--search_ctc_weight", type=float, default=0.3,
-                   help="rnnt_beam_search (and rnnt_beam_attn_rescoring's n-best): weight of CTC probabilities")
-    p.add_argument("--search_transducer_weight", type=float, default=0.7,
-                   help="rnnt_beam_search: weight of the joint's probabilities")
-    p.add_argument("--transducer_weight", type=float, default=0.5,
-                   help="rnnt_beam_attn_rescoring, ctc_beam_td_attn_rescoring: weight of the RNN-T log-likelihood "
-                        "(ctc_weight weighs the search score there)")
-    p.add_argument("--attn_weight", type=float, default=0.5,
-                   help="rnnt_beam_attn_rescoring, ctc_beam_td_attn_rescoring: weight of the attention score")
     p.add_argument("--blank_skip_threshold", type=float, default=DEFAULT_BLANK_SKIP_THRESHOLD,
                    help="prefix beam search: frames with P(blank) above this add no new prefixes "
                         "(1.0 disables)")
@@ -99,25 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --decoding_chunk_size N > 0: chunks to the left each frame sees (-1: all)")
     p.add_argument("--simulate_streaming", action="store_true",
                    help="run the encoder chunk by chunk with caches (needs --decoding_chunk_size > 0)")
-    p.add_argument("--lm_path", default=None,
-                   help="ARPA n-gram LM of words (tools/train_lm.py) fused into the prefix/beam searches and the "
-                        "rescoring n-best (modes: " + " ".join(fused_modes(MODES)) + ")")
-    p.add_argument("--lm_weight", type=float, default=0.5,
-                   help="with --lm_path: weight of the LM's log-probability of each completed word "
-                        "(tools/tune_fusion.py chooses it on a dev set)")
-    p.add_argument("--word_bonus", type=float, default=1.0, help="with --lm_path: score added per word")
-    p.add_argument("--lm_oov_penalty", type=float, default=10.0,
-                   help="with --lm_path: subtracted from the LM's log-probability of a word it does not know")
-    p.add_argument("--context_bias_mode", default="", choices=["", "decoding-graph", "deep-biasing"],
-                   help="WeNet's: decoding-graph biases towards --context_list_path's phrases (the default "
-                        "when a list is given); deep-biasing needs a model asrkit does not train")
-    p.add_argument("--context_list_path", default=None,
-                   help="phrases (one per line) to bias recognition towards: a context graph (WeNet's)")
-    p.add_argument("--context_graph_score", type=float, default=3.0,
-                   help="bonus per matched unit of a phrase, taken back when the path leaves it")
-    p.add_argument("--context_strict", choices=["true", "false"], default="true",
-                   help="false: sherpa-onnx's non-strict phrase matching (its hotwords), back to the root after a "
-                        "completed phrase")
+    add_search_args(p, " ".join(fused_modes(MODES)))
     p.add_argument("--score", choices=["word", "char"], default=None,
                    help="also score each mode against the list's transcripts (WER or CER)")
     p.add_argument("--override", action="append", default=[], metavar="KEY.PATH=VALUE",
@@ -147,15 +121,7 @@ def decoding_options(args: argparse.Namespace) -> DecodingOptions:
                            decoding_chunk_size=args.decoding_chunk_size,
                            num_decoding_left_chunks=args.num_decoding_left_chunks,
                            simulate_streaming=args.simulate_streaming, batch_size=args.batch_size,
-                           dtype=args.dtype, search_ctc_weight=args.search_ctc_weight,
-                           search_transducer_weight=args.search_transducer_weight,
-                           transducer_weight=args.transducer_weight, attn_weight=args.attn_weight,
-                           lm_path=args.lm_path, lm_weight=args.lm_weight, word_bonus=args.word_bonus,
-                           lm_oov_penalty=args.lm_oov_penalty,
-                           context_bias_mode=args.context_bias_mode, context_graph_score=args.context_graph_score,
-                           context_strict=args.context_strict == "true",
-                           context_phrases=(read_phrase_list(args.context_list_path)
-                                            if args.context_list_path is not None else ()))
+                           dtype=args.dtype, **search_options(args))
 
 
 def run(args: argparse.Namespace) -> int:
