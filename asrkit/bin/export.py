@@ -32,6 +32,7 @@ from asrkit.bin.bad_input import run_tool
 from asrkit.inputs import input_digests, load_text_inputs
 from asrkit.config import load_config, to_dict
 from asrkit.data.features import load_cmvn
+from asrkit.decode.options import FULL_CONTEXT_ONLY
 from asrkit.decode.recognizer import build_trained_model
 from asrkit.export import export_model
 
@@ -100,3 +101,13 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def refuse_streaming(args: argparse.Namespace, chunked: bool) -> bool:
+    """``--streaming true`` (``export_onnx``) for a model trained with full context only: logged, True."""
+    if args.streaming == "true" and not chunked:
+        logging.getLogger("asrkit.export_onnx").error(
+            "--streaming true: %s; it would stream badly. Train a U2++ model or export with --streaming false",
+            FULL_CONTEXT_ONLY)
+        return True
+    return False

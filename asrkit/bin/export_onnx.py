@@ -29,8 +29,7 @@ from pathlib import Path
 
 from asrkit.bin import export_onnx_transducer
 from asrkit.bin.bad_input import run_tool
-from asrkit.bin.export import add_model_args, load_for_export
-from asrkit.decode.options import FULL_CONTEXT_ONLY
+from asrkit.bin.export import add_model_args, load_for_export, refuse_streaming
 from asrkit.export.onnx import FBANK_DEFAULTS, export_onnx
 from asrkit.export.runtime_features import runtime_feature_mismatch
 from asrkit.models.chunks import ChunkTraining
@@ -61,9 +60,7 @@ def run(args: argparse.Namespace) -> int:
                   "log-posteriors, so there is nothing to export; use the TorchScript export")
         return 2
     chunked = ChunkTraining.from_config(cfg).chunked
-    if args.streaming == "true" and not chunked:
-        log.error("--streaming true: %s; it would stream badly. Train a U2++ model or export with "
-                  "--streaming false", FULL_CONTEXT_ONLY)
+    if refuse_streaming(args, chunked):
         return 2
     streaming = chunked if args.streaming == "auto" else args.streaming == "true"
     fbank = cfg.dataset_conf.fbank_conf

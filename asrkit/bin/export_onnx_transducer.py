@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from asrkit.decode.options import FULL_CONTEXT_ONLY
+from asrkit.bin.export import refuse_streaming
 from asrkit.export.onnx_transducer import Fbank, export_transducer_onnx
 from asrkit.models.chunks import ChunkTraining
 from asrkit.models.transducer.predictor import RNNPredictor
@@ -36,9 +36,7 @@ def run(args: argparse.Namespace, cfg, tokenizer, model, feature_cmvn) -> int:
                   "a stateless predictor (embedding or conv), or use the TorchScript export")
         return 2
     chunked = ChunkTraining.from_config(cfg).chunked
-    if args.streaming == "true" and not chunked:
-        log.error("--streaming true: %s; it would stream badly. Train a U2++ model or export with "
-                  "--streaming false", FULL_CONTEXT_ONLY)
+    if refuse_streaming(args, chunked):
         return 2
     if args.chunk_size < 1 or args.num_left_chunks < 1:
         log.error("--chunk_size and --num_left_chunks must be >= 1 (sherpa-onnx's conformer layout keeps a "
