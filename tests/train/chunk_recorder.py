@@ -66,4 +66,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from asrkit.train.entry import exit_process
+    exit_process(main(sys.argv[1:]))  # (as asrkit.bin.train ends: exit_process says why)
