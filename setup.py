@@ -20,9 +20,13 @@ setup(
         "silero-vad>=6.2",      # the voice-activity detector of transcribe (docs/transcribe.md)
         "onnxruntime>=1.18",    # runs silero-vad's model
         "tqdm>=4.66",           # progress bars on a terminal
+        "websockets>=13",       # asrkit serve: websocket + HTTP on one port (docs/serve.md)
     ],
     extras_require={"test": ["pytest>=7.4", "pytest-xdist>=3.5", "sherpa-onnx>=1.12"],
-                    "export": ["onnx>=1.16", "onnxruntime>=1.18"]},
+                    "export": ["onnx>=1.16", "onnxruntime>=1.18"],
+                    # noise and room impulse responses for the synthesized recipes (docs/data.md)
+                    "augment": ["pyroomacoustics>=0.7", "scipy>=1.10"],
+                    "browser-test": ["selenium>=4.20"]},
     entry_points={
         "console_scripts": [
             "asrkit-train = asrkit.bin.train:main",
