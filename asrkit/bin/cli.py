@@ -18,6 +18,7 @@ with full context only is refused, as ``export_onnx --streaming true`` refuses i
 
 ``asrkit doctor [--num_nodes N --node_rank I --master_addr A --master_port P ...]`` is the
 preflight to run on every node before a multi-node job (``asrkit.bin.doctor``, docs/doctor.md).
+``asrkit serve --model M`` is the streaming recognition server (``asrkit.bin.serve``, docs/serve.md).
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ import os
 import sys
 from typing import Callable, Optional
 
-from asrkit.bin import doctor
+from asrkit.bin import doctor, serve
 from asrkit.bin.search_args import add_search_args, search_options
 from asrkit.progress import AudioProgress
 
@@ -166,6 +167,7 @@ register(Subcommand("transcribe", "transcribe audio files (text, or JSON with to
 
 
 register(Subcommand("doctor", doctor.SUMMARY, doctor.configure, doctor.run))
+register(Subcommand("serve", serve.SUMMARY, serve.configure, serve.run))
 
 
 # ----------------------------------------------------------------------------- main

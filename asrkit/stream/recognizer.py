@@ -62,6 +62,10 @@ class Result:
     final: bool
     audio_s: float        # audio time of the last feature frame the result has seen
     compute_s: float      # wall time spent on the chunk (or the finalisation) that produced it
+    # finals only: the segment's encoder frames [1, T, D] (None: none) and the audio time of its
+    # first feature frame; encoder frame i starts at segment_start_s + i * subsampling * frame shift
+    encoder_out: Optional[torch.Tensor] = None
+    segment_start_s: float = 0.0
 
 
 class StreamingRecognizer:
@@ -114,6 +118,7 @@ class StreamingRecognizer:
     def start_segment(self) -> None:
         """Encoder caches, search and endpoint state of a new segment."""
         self.offset = 0
+        self.segment_start_frame = None  # feature frame where the segment's first chunk starts
         self.att_cache = torch.zeros(0, 0, 0, 0)
         self.cnn_cache = torch.zeros(0, 0, 0, 0)
         self.encoder_out: list[torch.Tensor] = []
@@ -151,6 +156,8 @@ class StreamingRecognizer:
     @torch.inference_mode()
     def _run_chunk(self, window: torch.Tensor, allow_endpoint: bool = True) -> list[Result]:
         start = time.perf_counter()
+        if self.segment_start_frame is None:
+            self.segment_start_frame = self.frames_consumed
         xs = window.unsqueeze(0)
         if self.model.cmvn is not None:
             xs = self.model.cmvn(xs)
@@ -171,8 +178,10 @@ class StreamingRecognizer:
     @torch.inference_mode()
     def _finalise(self, audio_s: float) -> Result:
         start = time.perf_counter()
-        tokens = self.search.final(torch.cat(self.encoder_out, dim=1) if self.encoder_out else None)
+        encoder_out = torch.cat(self.encoder_out, dim=1) if self.encoder_out else None
+        tokens = self.search.final(encoder_out)
         result = Result(tokens, True, audio_s or self.frames_consumed * self.frame_shift_s,
-                        time.perf_counter() - start)
+                        time.perf_counter() - start, encoder_out,
+                        (self.segment_start_frame or 0) * self.frame_shift_s)
         self.start_segment()
         return result

@@ -30,6 +30,7 @@ FRAME_SAMPLES = 512  # samples per probability at VAD_RATE (32 ms)
 
 _MODEL = None
 _LOCK = threading.Lock()
+_RUN_LOCK = threading.Lock()  # the model keeps its state between frames: one call at a time (asrkit serve's pool)
 
 
 class VadUnavailableError(RuntimeError):
@@ -70,7 +71,9 @@ def speech_probabilities(samples: np.ndarray) -> np.ndarray:
     samples = np.ascontiguousarray(samples, dtype=np.float32).reshape(-1)
     if samples.size == 0:
         return np.zeros(0, dtype=np.float32)
-    return np.asarray(_model().audio_forward(samples, sampling_rate=VAD_RATE), dtype=np.float32)
+    model = _model()
+    with _RUN_LOCK:
+        return np.asarray(model.audio_forward(samples, sampling_rate=VAD_RATE), dtype=np.float32)
 
 
 def speech_regions(probs: np.ndarray, num_samples: int, *, threshold: float, min_pause_s: float,

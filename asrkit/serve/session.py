@@ -1,0 +1,155 @@
+"""One stream's recognition state, in one of two kinds, picked by the model
+(:class:`asrkit.serve.model.ServedModel`):
+
+* :class:`ChunkSession` -- a chunk-trained model streamed chunk by chunk: a
+  :class:`asrkit.stream.recognizer.StreamingRecognizer` (partial results after every chunk,
+  a rescored final result at each endpoint and at the end);
+* :class:`SegmentSession` -- a full-context model, which chunks would garble, is never
+  chunk-decoded: audio collects into the current segment; every ``partial_interval_s`` of
+  audio the segment so far is checked for an endpoint (the voice-activity detector's speech
+  probabilities through the streaming recognizer's endpoint rules: 1 s of non-speech after
+  speech, 5 s without speech, 20 s of segment) and either finalised (decoded whole, as
+  ``transcribe`` decodes a part) or re-decoded for a partial result (``ctc_greedy_search``
+  where the model has CTC).  Checks fall at fixed audio positions, so the results do not
+  depend on how the client cuts its messages.
+
+Both take 16-bit PCM bytes and give :class:`Event` lists; neither is thread-safe (the server
+runs one call of a stream at a time).  State is bounded: a chunk session keeps one segment's
+encoder frames, a segment session one segment's samples (at most ``max_segment_s``, the
+endpoint rules' 20 s, plus one interval).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import numpy as np
+import torch
+
+from asrkit.data.audio import resample
+from asrkit.decode.alignment import AlignmentError, forced_alignment
+from asrkit.stream.endpoint import DEFAULT_RULES, EndpointDetector
+from asrkit.stream.recognizer import Result, StreamingRecognizer
+from asrkit.transcribe import AudioError, Segmentation
+from asrkit.transcribe.result import TokenTime, WordTime, group_words
+from asrkit.transcribe import vad
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """A partial (``final`` False) or final result: its text and, for finals, its word times
+    (seconds since the stream started; ``None`` where the model gives none)."""
+
+    final: bool
+    text: str
+    words: Optional[list[WordTime]] = None
+
+
+def pcm_to_float(data: bytes) -> torch.Tensor:
+    """16-bit little-endian PCM as floats in [-1, 1)."""
+    return torch.from_numpy(np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0)
+
+
+class ChunkSession:
+    """A stream through :class:`StreamingRecognizer` (``served``: the
+    :class:`~asrkit.serve.model.ServedModel`; ``options``: this stream's decoding options,
+    ``fusion``: their phrases' context graph, :func:`asrkit.decode.fusion.build_fusion`)."""
+
+    kind = "chunks"
+
+    def __init__(self, served, sample_rate: int, options, fusion=None):
+        backend = served.transcriber.backend
+        self.backend = backend
+        self.recognizer = StreamingRecognizer(backend.model, options, sample_rate=sample_rate,
+                                              fusion=fusion, **backend.fbank_options())
+        self.frame_s = backend.subsampling * backend.frame_shift / 1000.0
+
+    def accept(self, data: bytes) -> list[Event]:
+        return self._events(self.recognizer.accept_waveform(pcm_to_float(data)))
+
+    def finish(self) -> list[Event]:
+        return self._events(self.recognizer.finish())
+
+    def _events(self, results: list[Result]) -> list[Event]:
+        events = []
+        for r in results:
+            if r.final:
+                events.append(Event(True, self.backend.text(r.tokens), self._words(r)))
+            elif r.tokens:
+                events.append(Event(False, self.backend.text(r.tokens)))
+        return events
+
+    def _words(self, r: Result) -> Optional[list[WordTime]]:
+        """The final's words timed by the CTC alignment of its tokens to its segment's frames."""
+        b = self.backend
+        if not r.tokens:
+            return []
+        if r.encoder_out is None or not b.has_ctc:
+            return None
+        with torch.inference_mode():
+            log_probs = b.searcher.ctc_log_probs(r.encoder_out)[0].float()
+        try:
+            spans = forced_alignment(log_probs, r.tokens, b.blank)
+        except AlignmentError:
+            return None
+        times = [TokenTime(b.units[s.token], r.segment_start_s + s.start * self.frame_s,
+                           r.segment_start_s + s.end * self.frame_s) for s in spans]
+        return group_words(times, b.space_separated)
+
+
+class SegmentSession:
+    """A stream through a full-context model: segments decoded whole (module docstring)."""
+
+    kind = "segments"
+
+    def __init__(self, served, sample_rate: int, options, fusion=None):
+        self.served = served
+        self.rate = sample_rate
+        self.step = max(1, int(served.settings.partial_interval_s * sample_rate))
+        self.segment = np.zeros(0, dtype=np.float32)   # the current segment's samples
+        self.pending = np.zeros(0, dtype=np.float32)   # samples not yet stepped into it
+        self.offset_s = 0.0                            # where the segment starts in the stream
+        self.options, self.partial_options = options, served.partial_options  # (transcribe builds the fusion)
+        frame_s = vad.FRAME_SAMPLES / vad.VAD_RATE
+        self.endpoint = EndpointDetector(frame_s, DEFAULT_RULES, 1.0 - Segmentation().speech_threshold)
+
+    def accept(self, data: bytes) -> list[Event]:
+        samples = pcm_to_float(data).numpy()
+        self.pending = np.concatenate([self.pending, samples])
+        events = []
+        while self.pending.size >= self.step:
+            self.segment = np.concatenate([self.segment, self.pending[:self.step]])
+            self.pending = self.pending[self.step:]
+            events += self._check()
+        return events
+
+    def finish(self) -> list[Event]:
+        self.segment = np.concatenate([self.segment, self.pending])
+        self.pending = self.pending[:0]
+        return [self._final()]
+
+    def _check(self) -> list[Event]:
+        at_16k = self.segment if self.rate == vad.VAD_RATE else \
+            resample(torch.from_numpy(self.segment)[None], self.rate, vad.VAD_RATE)[0].numpy()
+        self.endpoint.reset()
+        self.endpoint.accept(torch.from_numpy(1.0 - vad.speech_probabilities(at_16k)))
+        if self.endpoint.detected():
+            return [self._final()]
+        text = self._decode(self.partial_options)[0]
+        return [Event(False, text)] if text else []
+
+    def _decode(self, options) -> tuple[str, Optional[list[WordTime]]]:
+        try:
+            t = self.served.transcriber.transcribe_with_options(torch.from_numpy(self.segment), options, self.rate,
+                                                                 segmentation=Segmentation.whole())
+        except AudioError:  # (shorter than the model's shortest input)
+            return "", []
+        words = None if t.words is None else [WordTime(w.word, w.start + self.offset_s, w.end + self.offset_s)
+                                              for w in t.words]
+        return t.text, words
+
+    def _final(self) -> Event:
+        text, words = self._decode(self.options)
+        self.offset_s += self.segment.size / self.rate
+        self.segment = self.segment[:0]
+        return Event(True, text, words)
