@@ -195,13 +195,29 @@ class RecognitionServer:
 
     async def _end(self, ws, number: int) -> None:
         await ws.send(wenet.speech_end())
-        await ws.close(1000, "speech end")
+        await self._close(ws, "speech end")
         log.info("stream %d: speech_end", number)
 
     async def _fail(self, ws, number: int, message: str) -> None:
         log.info("stream %d: failed: %s", number, message)
         try:
             await ws.send(wenet.failed(message))
-            await ws.close(1000, "failed")
+            await self._close(ws, "failed")
         except ConnectionClosed:
             pass
+
+    @staticmethod
+    async def _close(ws, reason: str) -> None:
+        """Close, reading (and dropping) what the client still sends meanwhile: its close
+        frame may be queued behind audio the stream no longer reads."""
+        async def drain():
+            try:
+                async for _ in ws:
+                    pass
+            except ConnectionClosed:
+                pass
+        reader = asyncio.ensure_future(drain())
+        try:
+            await ws.close(1000, reason)
+        finally:
+            reader.cancel()

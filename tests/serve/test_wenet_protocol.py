@@ -1,0 +1,128 @@
+"""``asrkit serve`` spoken to by a WeNet-protocol client written from the protocol
+(``tests/serve/wenet_client.py``, which imports nothing of ``asrkit.serve``):
+
+* a chunk-trained model: ``server_ready``, partial results while the audio streams, one
+  ``final_result`` whose ``nbest`` is a JSON string with the text asrkit's own streaming
+  recognizer gives for the same audio and settings, word pieces in milliseconds inside the
+  audio, ``speech_end``, the connection closed;
+* ``continuous_decoding`` false: the first endpoint ends the stream; true: one final per
+  utterance;
+* a full-context model: the segment decoded whole, the text ``transcribe`` gives for it;
+* per-stream phrases (``context``), refused when the model's units cannot spell them;
+* HTTP on the same port: the page, ``/info``, a file POSTed to ``/transcribe`` giving
+  ``transcribe``'s JSON, an upload that is not audio or too large refused."""
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+import torch
+
+from asrkit.decode import DecodingOptions
+from asrkit.stream.recognizer import StreamingRecognizer
+from asrkit.transcribe import Segmentation
+from tests.serve.conftest import ServerThread, with_silence
+from tests.serve.wenet_client import stream
+
+pytestmark = pytest.mark.usefixtures("threads_back")
+
+
+def alone(model, pcm: np.ndarray, chunk: int = 16) -> list[str]:
+    """Final texts of asrkit's streaming recognizer on ``pcm`` (the server's settings)."""
+    b = model.backend
+    options = DecodingOptions(modes=("attention_rescoring",), decoding_chunk_size=chunk)
+    rec = StreamingRecognizer(b.model, options, sample_rate=16000, **b.fbank_options())
+    results = rec.accept_waveform(torch.from_numpy(pcm.astype(np.float32) / 32768.0)) + rec.finish()
+    return [b.text(r.tokens) for r in results if r.final]
+
+
+@pytest.fixture(scope="module")
+def chunk_server(chunk_model):
+    from asrkit.serve import ServedModel, ServerLimits
+    server = ServerThread(ServedModel(chunk_model), limits=ServerLimits(max_upload_bytes=1 << 20))
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def full_server(full_model):
+    from asrkit.serve import ServedModel
+    server = ServerThread(ServedModel(full_model))
+    yield server
+    server.close()
+
+
+def test_a_stream_gives_the_recognizers_text_with_partials_and_word_pieces(chunk_server, chunk_model, utterances):
+    pcm = with_silence(utterances[0][1])
+    s = asyncio.run(stream(chunk_server.url, pcm.tobytes()))
+    types = [r.type for r in s.replies]
+    assert types[0] == "server_ready" and types[-1] == "speech_end", types
+    assert types.count("final_result") == 1 and types.index("final_result") == len(types) - 2
+    partials = s.of_type("partial_result")
+    assert partials and all(isinstance(r.message["nbest"], str) for r in partials)
+    assert all(r.message["status"] == "ok" for r in s.replies)
+    final = s.of_type("final_result")[0]
+    assert final.sentences() == [alone(chunk_model, pcm)[0]] and final.sentences()[0]
+    pieces = final.word_pieces()
+    assert [p["word"] for p in pieces] == final.sentences()[0].split()
+    duration_ms = len(pcm) / 16
+    assert all(isinstance(p["start"], int) and 0 <= p["start"] < p["end"] <= duration_ms for p in pieces)
+    assert [p["start"] for p in pieces] == sorted(p["start"] for p in pieces)
+    assert s.close_code == 1000
+
+
+def test_continuous_decoding_gives_a_final_per_utterance_and_one_shot_ends_at_the_first(
+        chunk_server, chunk_model, utterances):
+    pcm = np.concatenate([with_silence(utterances[1][1], after_s=1.6), with_silence(utterances[2][1])])
+    expected = [t for t in alone(chunk_model, pcm) if t]
+    assert len(expected) == 2
+    start = {"signal": "start", "nbest": 1, "continuous_decoding": True}
+    s = asyncio.run(stream(chunk_server.url, pcm.tobytes(), start=start))
+    assert [t for r in s.of_type("final_result") if (t := r.sentences()[0])] == expected
+    assert s.replies[-1].type == "speech_end"
+    one = asyncio.run(stream(chunk_server.url, pcm.tobytes(), piece_bytes=1600))
+    assert [r.sentences()[0] for r in one.of_type("final_result")] == expected[:1]
+    assert one.replies[-1].type == "speech_end" and one.close_code == 1000
+
+
+def test_a_full_context_model_decodes_the_segment_whole(full_server, full_model, utterances):
+    pcm = with_silence(utterances[3][1], after_s=0.2)  # (too little silence for an endpoint: the end finalises)
+    s = asyncio.run(stream(full_server.url, pcm.tobytes(), piece_bytes=4000))
+    expected = full_model.transcribe(pcm, 16000, segmentation=Segmentation.whole())
+    finals = s.of_type("final_result")
+    assert [r.sentences()[0] for r in finals] == [expected.text]
+    assert [p["word"] for p in finals[0].word_pieces()] == [w.word for w in expected.words]
+    assert s.of_type("partial_result"), "partial results from re-decoding the segment so far"
+    assert s.replies[-1].type == "speech_end"
+
+
+def test_phrases_per_stream_and_rates_the_model_does_not_take(chunk_server, utterances):
+    pcm = with_silence(utterances[4][1]).tobytes()
+    biased = asyncio.run(stream(chunk_server.url, pcm, start={"signal": "start", "context": ["nine", "two"]}))
+    assert biased.replies[0].type == "server_ready" and biased.of_type("final_result")
+    for start in ({"signal": "start", "context": ["qqq"]}, {"signal": "start", "sample_rate": 8000}):
+        s = asyncio.run(stream(chunk_server.url, pcm, start=start))
+        assert [r.message["status"] for r in s.replies] == ["failed"], start
+        assert s.close_code is not None
+
+
+def test_the_page_info_and_file_uploads_on_the_same_port(chunk_server, chunk_model, tiny_corpus):
+    page = urllib.request.urlopen(chunk_server.http + "/", timeout=30).read().decode()
+    assert "AudioWorklet" in page and "u2pp" in page and "<script src" not in page
+    info = json.loads(urllib.request.urlopen(chunk_server.http + "/info", timeout=30).read())
+    assert info["kind"] == "chunks" and info["num_units"] == len(chunk_model.units)
+    wav = sorted(tiny_corpus.splits["test"].dir.rglob("*.wav"))[0]
+    request = urllib.request.Request(chunk_server.http + "/transcribe?name=" + wav.name, data=wav.read_bytes(),
+                                     method="POST")
+    got = json.loads(urllib.request.urlopen(request, timeout=60).read())
+    expected = chunk_model.transcribe(str(wav)).to_dict()
+    assert got == {"path": wav.name, **expected}
+    for body, status in ((b"not audio at all" * 10, 400), (bytes(2 << 20), 413)):
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(urllib.request.Request(chunk_server.http + "/transcribe?name=x.wav", data=body,
+                                                          method="POST"), timeout=30)
+        assert e.value.code == status and "error" in json.loads(e.value.read())
