@@ -109,7 +109,12 @@ class Connection(ServerConnection):
             next(protocol.parser)
             yield
         protocol.events.append(request)
-        yield from Protocol.parse(protocol)
+        if request.method == "POST":  # (an upload's answer ends the connection: what follows is dropped)
+            while not (yield from protocol.reader.at_eof()):
+                protocol.reader.discard()
+            yield
+        else:
+            yield from Protocol.parse(protocol)
 
 
 def response(status: int, body: bytes, content_type: str) -> Response:

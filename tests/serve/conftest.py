@@ -1,6 +1,6 @@
 """Fixtures of the server tests: the two kinds of model, test utterances, a server on a
 thread of this process (:class:`ServerThread`) and the ``asrkit serve`` command as a process
-(:class:`ServeProcess`).
+(:class:`bench.serve_load.ServeProcess`).
 
 * ``chunk_model``: asrkit's U2++ digits model (``tests/fixtures/asrkit_digits/u2pp``,
   chunk-trained: streamed chunk by chunk);
@@ -11,20 +11,14 @@ thread of this process (:class:`ServerThread`) and the ``asrkit serve`` command 
 from __future__ import annotations
 
 import asyncio
-import os
-import re
-import signal
-import subprocess
-import sys
 import threading
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.helpers import REPO, repo_env
+from bench.serve_load import ServeProcess  # noqa: F401  (the tests' too)
+from tests.helpers import REPO
 
 CHUNK_MODEL = REPO / "tests" / "fixtures" / "asrkit_digits" / "u2pp"
 FULL_MODEL = REPO / "tests" / "fixtures" / "wenet" / "offline"
@@ -79,44 +73,10 @@ class ServerThread:
 
 @pytest.fixture(scope="module")
 def threads_back():
+    """One intra-op thread in this process (the reference decodes; a server on a thread sets its
+    own), the count put back afterwards."""
     import torch
     threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-class ServeProcess:
-    """``python -m asrkit.bin.cli serve ... --port 0`` as a process; :attr:`port` read from
-    its log; :meth:`stop` sends SIGTERM and returns its exit status and log."""
-
-    def __init__(self, *args: str, timeout: float = 60):
-        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"asrkit-serve-{os.getpid()}-{time.time_ns()}.log"
-        self.log = open(self.log_path, "w+")
-        self.proc = subprocess.Popen([sys.executable, "-m", "asrkit.bin.cli", "serve", "--port", "0", *args],
-                                     cwd=REPO, env=repo_env(), stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            found = re.search(r"listening on https?://[^:]+:(\d+)/", self.log_path.read_text())
-            if found:
-                self.port = int(found.group(1))
-                self.url = f"ws://127.0.0.1:{self.port}/"
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"asrkit serve did not start: {self.log_path.read_text()[-2000:]}")
-
-    def text(self) -> str:
-        return self.log_path.read_text()
-
-    def stop(self, timeout: float = 30) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        return self.proc.returncode

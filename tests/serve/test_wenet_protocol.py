@@ -1,5 +1,5 @@
 """``asrkit serve`` spoken to by a WeNet-protocol client written from the protocol
-(``tests/serve/wenet_client.py``, which imports nothing of ``asrkit.serve``):
+(``tools/wenet_client.py``, which imports nothing of ``asrkit``):
 
 * a chunk-trained model: ``server_ready``, partial results while the audio streams, one
   ``final_result`` whose ``nbest`` is a JSON string with the text asrkit's own streaming
@@ -26,7 +26,7 @@ from asrkit.decode import DecodingOptions
 from asrkit.stream.recognizer import StreamingRecognizer
 from asrkit.transcribe import Segmentation
 from tests.serve.conftest import ServerThread, with_silence
-from tests.serve.wenet_client import stream
+from tools.wenet_client import stream
 
 pytestmark = pytest.mark.usefixtures("threads_back")
 

@@ -1,6 +1,11 @@
+#!/usr/bin/env python3
 """A WeNet websocket-protocol client written from the protocol (WeNet's
 ``runtime/core/websocket/websocket_server.cc`` and its clients), not from asrkit's server code:
-it imports nothing of ``asrkit.serve``.
+it imports nothing of ``asrkit`` (the server's tests and ``bench/serve_load.py`` use it).
+
+    python tools/wenet_client.py [--url ws://127.0.0.1:10086/] [--realtime] [--continuous] WAV...
+
+prints every reply of the server per file (16-bit PCM WAV at 16 kHz).
 
 ``stream(url, pcm, ...)`` opens ``url``, sends ``{"signal": "start", ...}``, the 16-bit PCM in
 pieces (optionally paced in real time), ``{"signal": "end"}``, and collects every reply until the
@@ -8,9 +13,11 @@ server closes the connection, each with its arrival time.
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import dataclasses
 import json
+import sys
 import time
 from typing import Optional
 
@@ -87,3 +94,26 @@ async def stream(url: str, pcm: bytes, *, piece_bytes: int = 3200, realtime: boo
             pass
         await asyncio.wait_for(receiver, 120)
         return Session(replies, end_at, ws.close_code)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--url", default="ws://127.0.0.1:10086/")
+    p.add_argument("--realtime", action="store_true", help="pace the audio in real time")
+    p.add_argument("--continuous", action="store_true", help="continuous_decoding: a final per utterance")
+    p.add_argument("wavs", nargs="+")
+    args = p.parse_args(argv)
+    import soundfile
+    for wav in args.wavs:
+        audio, rate = soundfile.read(wav, dtype="int16")
+        if audio.ndim != 1:
+            audio = audio[:, 0]
+        start = {"signal": "start", "nbest": 1, "continuous_decoding": args.continuous, "sample_rate": rate}
+        s = asyncio.run(stream(args.url, audio.tobytes(), realtime=args.realtime, rate=rate, start=start))
+        for r in s.replies:
+            print(f"{wav}\t{r.at:.2f}\t{json.dumps(r.message, ensure_ascii=False)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,5 @@
-"""``asrkit serve`` (the command, as a process) under clients that break the protocol or
+"""``asrkit serve`` (the command, as a process) under load -- 16 streams at once in real time,
+each final the text the stream gets alone -- and under clients that break the protocol or
 the limits -- binary before ``start``, malformed JSON, an unknown signal, an odd number of
 PCM bytes, a 10 MB message, a client vanishing mid-stream, 500 idle connections, a wrong
 sample rate -- each answered with ``failed`` or a closed connection while a well-behaved
@@ -18,9 +19,10 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from tests.serve.conftest import CHUNK_MODEL, ServeProcess, ServerThread, with_silence
 from tests.serve.test_wenet_protocol import alone
-from tests.serve.wenet_client import stream
+from tools.wenet_client import stream
 
 IDLE_S = 2.0
+pytestmark = pytest.mark.usefixtures("threads_back")
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +139,7 @@ def test_500_idle_connections_are_dropped_after_the_idle_timeout(server, good):
     asyncio.run(_good_stream(server.url, good))
 
 
-def test_connections_beyond_the_limit_are_closed_at_once(chunk_model, good, threads_back):
+def test_connections_beyond_the_limit_are_closed_at_once(chunk_model, good):
     from asrkit.serve import ServedModel, ServerLimits
     local = ServerThread(ServedModel(chunk_model), limits=ServerLimits(max_connections=3))
     try:
@@ -152,6 +154,22 @@ def test_connections_beyond_the_limit_are_closed_at_once(chunk_model, good, thre
         asyncio.run(_good_stream(local.url, good))
     finally:
         local.close()
+
+
+def test_16_streams_in_real_time_each_get_the_text_decoded_alone(server, chunk_model, utterances):
+    from bench.serve_load import load
+    chosen = [(f"{key}-{i}", with_silence(audio)) for i, (key, audio) in
+              enumerate((utterances * 2)[:16])]
+    alone_text = {key: " ".join(t for t in alone(chunk_model, with_silence(audio)) if t) for key, audio in utterances}
+    expected = {key: alone_text[key.rsplit("-", 1)[0]] for key, _ in chosen}
+    rows = asyncio.run(load(server.url, [(key, pcm.tobytes()) for key, pcm in chosen], streams=16, piece_ms=100))
+    assert len(rows) == 16
+    assert {r["key"]: r["text"] for r in rows} == expected
+    first = sorted(r["first_partial_s"] for r in rows)
+    final = sorted(r["final_after_end_s"] for r in rows)
+    print(f"16 streams: first partial p50 {first[8]:.3f} s, max {first[-1]:.3f} s; "
+          f"final after end p50 {final[8]:.3f} s, max {final[-1]:.3f} s")
+    assert final[8] < 2.0 and first[8] < 3.0  # (real time on a loaded 2-core machine: generous bounds)
 
 
 def test_sigterm_lets_a_stream_under_way_finish_then_exits_0(server, good):
