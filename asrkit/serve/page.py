@@ -82,8 +82,6 @@ function onMessage(event) {
 async function start() {
   $('start').disabled = true;
   const phrases = $('hotwords').value.split('\n').map(s => s.trim()).filter(s => s);
-  stream = await navigator.mediaDevices.getUserMedia({audio: {channelCount: 1, echoCancellation: false,
-                                                              noiseSuppression: false, autoGainControl: false}});
   try { ctx = new AudioContext({sampleRate: 16000}); } catch (e) { ctx = new AudioContext(); }
   const url = URL.createObjectURL(new Blob([document.getElementById('worklet').textContent],
                                            {type: 'application/javascript'}));
@@ -99,7 +97,11 @@ async function start() {
   node = new AudioWorkletNode(ctx, 'pcm16k', {processorOptions: {inputRate: ctx.sampleRate}});
   node.port.onmessage = (e) => { if (ws && ws.readyState === 1) ws.send(e.data); };
   const mute = ctx.createGain(); mute.gain.value = 0;
-  ctx.createMediaStreamSource(stream).connect(node).connect(mute).connect(ctx.destination);
+  node.connect(mute).connect(ctx.destination);
+  // the microphone last: everything it captures from here on reaches the worklet
+  stream = await navigator.mediaDevices.getUserMedia({audio: {channelCount: 1, echoCancellation: false,
+                                                              noiseSuppression: false, autoGainControl: false}});
+  ctx.createMediaStreamSource(stream).connect(node);
   $('rate').textContent = ctx.sampleRate + ' Hz' + (ctx.sampleRate === 16000 ? '' : ' (resampled to 16000 Hz)');
   $('stop').disabled = false;
 }
