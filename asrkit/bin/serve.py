@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     import logging
     import ssl
 
+    # (these defer torch, the models and websockets: `asrkit --help` stays fast)
     from asrkit.inputs import BAD_INPUT
     from asrkit.serve import RecognitionServer, ServedModel, ServerLimits, ServeSettings, SettingsError
     from asrkit.transcribe import ModelLoadError, load_model
