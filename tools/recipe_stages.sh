@@ -33,6 +33,8 @@
 #   stage_export N config=YAML checkpoint=PT out=ZIP [onnx_dir=DIR]
 #                                                       TorchScript archive; with onnx_dir also the
 #                                                       sherpa-onnx models (asrkit.bin.export_onnx)
+#   serve_hint N dir=DIR checkpoint=PT                  the command that serves the model (asrkit serve,
+#                                                       docs/serve.md); a recipe's last stage ends with it
 #
 # Two arrays carry the shared launch and decoding variables of tools/recipe_defaults.sh (after
 # the command-line options) to those stages: `launch` and `decoding`, built below.
@@ -285,4 +287,11 @@ stage_export() {
   fi
   say "$n: export ONNX for sherpa-onnx -> $onnx_dir"
   python -m asrkit.bin.export_onnx --config "$config" --checkpoint "$checkpoint" --output_dir "$onnx_dir"
+}
+
+serve_hint() {
+  local n=$1 dir="" checkpoint="" rest; shift
+  bind "dir checkpoint" "$@" && need dir checkpoint || return 2
+  say "$n: serve this model (microphone page at http://127.0.0.1:10086/, WeNet's websocket protocol on the same port):"
+  echo "  asrkit serve --model $dir --checkpoint $checkpoint" >&2
 }

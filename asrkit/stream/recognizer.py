@@ -64,7 +64,7 @@ class Result:
     compute_s: float      # wall time spent on the chunk (or the finalisation) that produced it
     # finals only: the segment's encoder frames [1, T, D] (None: none) and the audio time of its
     # first feature frame; encoder frame i starts at segment_start_s + i * subsampling * frame shift
-    encoder_out: Optional[torch.Tensor] = None
+    encoder_out: Optional[torch.Tensor] = dataclasses.field(default=None, compare=False, repr=False)
     segment_start_s: float = 0.0
 
 

@@ -236,3 +236,12 @@ def test_lm_stage_rebuilds_on_new_options_or_text_and_the_lm_decode_goes_apart(t
     assert len(recognize) == 1 and recognize[0].endswith(
         f"--num_decoding_left_chunks -1 --lm_path {lm} --lm_weight 0.4 --word_bonus 2 --device cpu "
         "--result_dir exp/decode_test_lm"), recognize
+
+
+def test_serve_hint_prints_the_command_that_serves_the_model(tmp_path):
+    proc = run_stages(tmp_path, "serve_hint 6 dir=exp/u2pp checkpoint=exp/u2pp/avg_3.pt")
+    assert "asrkit serve --model exp/u2pp --checkpoint exp/u2pp/avg_3.pt" in proc.stderr
+    for recipe in ("digits", "sentences"):  # (the last stage of each recipe ends with it)
+        text = (REPO / "examples" / recipe / "s0" / "run.sh").read_text()
+        last = text[text.rindex("run_stage "):]
+        assert 'serve_hint' in last and 'dir="$dir" checkpoint="$decode_checkpoint"' in last, recipe

@@ -92,4 +92,5 @@ if run_stage 5; then
 fi
 # (a transducer exports too: final.zip with its searches, ONNX in sherpa-onnx's transducer layout)
 run_stage 6 && stage_export 6 config="$dir/train.yaml" checkpoint="$decode_checkpoint" out="$dir/final.zip" onnx_dir="$dir/onnx"
+run_stage 6 && serve_hint 6 dir="$dir" checkpoint="$decode_checkpoint"
 exit 0

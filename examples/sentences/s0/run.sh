@@ -99,5 +99,6 @@ if run_stage 8; then
     stage_average_decode_score 8 "${decoding[@]}" dir="$dir" checkpoint="$decode_checkpoint" type="$data_type" \
       modes="$mode" name=_lm extra="$(cat "$dir/fusion_$mode.args")" -- $test_sets
   done
+  serve_hint 8 dir="$dir" checkpoint="$decode_checkpoint"
 fi
 exit 0
