@@ -41,7 +41,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max_connections", type=int, default=256)
     p.add_argument("--idle_timeout_s", type=float, default=30.0,
                    help="close a connection that sends nothing for this long")
-    p.add_argument("--max_message_kb", type=int, default=1024, help="largest websocket message")
+    p.add_argument("--max_message_kb", type=int, default=256, help="largest websocket message (256 KB: 8 s of audio)")
     p.add_argument("--max_upload_mb", type=int, default=100, help="largest uploaded file")
     p.add_argument("--grace_s", type=float, default=10.0, help="on SIGTERM, streams get this long to finish")
     p.add_argument("--device", default="cpu")

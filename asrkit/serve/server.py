@@ -45,7 +45,7 @@ log = logging.getLogger("asrkit.serve")
 class ServerLimits:
     max_connections: int = 256
     idle_timeout_s: float = 30.0
-    max_message_bytes: int = 1 << 20
+    max_message_bytes: int = 256 << 10
     max_upload_bytes: int = 100 << 20
     grace_s: float = 10.0
 
@@ -71,7 +71,7 @@ class RecognitionServer:
         self._server = await serve(self._stream, self.host, self.port, process_request=self._http,
                                    create_connection=connection_factory(self.gate), ssl=self.ssl_context,
                                    max_size=self.limits.max_message_bytes, open_timeout=None,
-                                   ping_interval=20, ping_timeout=20, close_timeout=5, max_queue=16)
+                                   ping_interval=20, ping_timeout=20, close_timeout=5, max_queue=8)
         self.port = self._server.sockets[0].getsockname()[1]
         scheme = "https" if self.ssl_context else "http"
         log.info("serving %s", self.served.describe())
