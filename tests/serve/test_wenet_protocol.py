@@ -82,8 +82,11 @@ def test_continuous_decoding_gives_a_final_per_utterance_and_one_shot_ends_at_th
     assert len(expected) == 2
     start = {"signal": "start", "nbest": 1, "continuous_decoding": True}
     s = asyncio.run(stream(chunk_server.url, pcm.tobytes(), start=start))
-    assert [t for r in s.of_type("final_result") if (t := r.sentences()[0])] == expected
+    finals = [r for r in s.of_type("final_result") if r.sentences()[0]]
+    assert [r.sentences()[0] for r in finals] == expected
     assert s.replies[-1].type == "speech_end"
+    first_ms = len(with_silence(utterances[1][1], after_s=1.6)) / 16  # (word times count from the stream's start)
+    assert finals[0].word_pieces()[-1]["end"] <= first_ms <= finals[1].word_pieces()[0]["start"] <= len(pcm) / 16
     one = asyncio.run(stream(chunk_server.url, pcm.tobytes(), piece_bytes=1600))
     assert [r.sentences()[0] for r in one.of_type("final_result")] == expected[:1]
     assert one.replies[-1].type == "speech_end" and one.close_code == 1000
