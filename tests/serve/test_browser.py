@@ -39,16 +39,39 @@ def _driver(wav):
     return webdriver.Chrome(service=Service(executable_path=DRIVER), options=options)
 
 
-def test_the_page_streams_the_microphone_and_shows_the_recognizers_text(chunk_model, utterances, tmp_path):
+SHIFTS = (5, 12, 23, 40, 64, 97, 131, 159)  # samples: where the browser's capture starts is not ours to set
+
+
+def _robust(model, audio: np.ndarray) -> bool:
+    """Whether the recognizer's text survives what a browser's audio path may do to the samples
+    -- a capture starting a few samples earlier (the chunks then fall elsewhere), resampling to
+    48 kHz and back, a gain, faint noise: only such audio makes a fair test of the page (a word
+    the model hesitates over flips with the least change; measured: 3 of the 12 test utterances
+    flip a word under some shift of under 10 ms)."""
+    import torch
+    from asrkit.data.audio import resample
+    text = alone(model, audio)
+    if any(alone(model, np.concatenate([np.zeros(s, np.int16), audio])) != text for s in SHIFTS):
+        return False
+    x = torch.from_numpy(audio.astype(np.float32))[None]
+    trip = resample(resample(x, 16000, 48000), 48000, 16000)[0].numpy()
+    noise = np.random.default_rng(0).normal(0, 30, trip.shape)
+    return all(alone(model, np.clip(trip * g + noise, -32768, 32767).astype(np.int16)) == text for g in (0.7, 1.0))
+
+
+def test_the_page_streams_the_microphone_and_shows_the_recognizers_text(chunk_model, utterances, tiny_corpus,
+                                                                        tmp_path):
     from asrkit.serve import ServedModel
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
-    pcm = with_silence(np.concatenate([utterances[6][1], np.zeros(8000, np.int16), utterances[7][1]]),
-                       before_s=1.0, after_s=2.0)
+    truth = dict(line.split(maxsplit=1) for line in tiny_corpus.splits["test"].text.read_text().splitlines())
+    candidates = sorted(((key, with_silence(audio, before_s=1.0, after_s=2.0)) for key, audio in utterances),
+                        key=lambda kv: -len(truth[kv[0]]))
+    key, pcm = next((key, pcm) for key, pcm in candidates
+                    if [t for t in alone(chunk_model, pcm) if t] == [truth[key]] and _robust(chunk_model, pcm))
     wav = tmp_path / "mic.wav"
     sf.write(wav, pcm, 16000, subtype="PCM_16")
     expected = [t for t in alone(chunk_model, pcm) if t]
-    assert len(expected) == 1 and expected[0]
     server = ServerThread(ServedModel(chunk_model))
     driver = _driver(wav)
     try:
