@@ -21,7 +21,7 @@ from tests.serve.conftest import CHUNK_MODEL, ServeProcess, ServerThread, with_s
 from tests.serve.test_wenet_protocol import alone
 from tools.wenet_client import stream
 
-IDLE_S = 2.0
+IDLE_S = 1.0
 pytestmark = pytest.mark.usefixtures("threads_back")
 
 

@@ -103,6 +103,16 @@ def test_a_full_context_model_decodes_the_segment_whole(full_server, full_model,
     assert s.replies[-1].type == "speech_end"
 
 
+def test_a_full_context_model_endpoints_segments_in_a_continuous_stream(full_server, utterances):
+    first = with_silence(utterances[9][1], after_s=1.6)
+    pcm = np.concatenate([first, with_silence(utterances[10][1])])
+    s = asyncio.run(stream(full_server.url, pcm.tobytes(), start={"signal": "start", "continuous_decoding": True}))
+    finals = [r for r in s.of_type("final_result") if r.sentences()[0]]
+    assert len(finals) == 2, [r.message for r in s.replies]
+    assert finals[0].word_pieces()[-1]["end"] <= len(first) / 16 <= finals[1].word_pieces()[0]["start"]
+    assert s.replies[-1].type == "speech_end"
+
+
 def test_phrases_per_stream_and_rates_the_model_does_not_take(chunk_server, utterances):
     pcm = with_silence(utterances[4][1]).tobytes()
     biased = asyncio.run(stream(chunk_server.url, pcm, start={"signal": "start", "context": ["nine", "two"]}))
