@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.serve.conftest import ServerThread, with_silence
-from tests.serve.test_wenet_protocol import alone
+from tests.serve.serve_helpers import ServerThread, alone, with_silence
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = "/usr/bin/chromedriver"

@@ -14,8 +14,7 @@ import urllib.request
 import pytest
 
 from asrkit.bin import cli
-from tests.serve.conftest import CHUNK_MODEL, ServerThread, with_silence
-from tools.wenet_client import stream
+from tests.serve.serve_helpers import CHUNK_MODEL, ServerThread, with_silence
 
 pytestmark = pytest.mark.usefixtures("threads_back")
 

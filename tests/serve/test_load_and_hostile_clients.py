@@ -17,8 +17,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from tests.serve.conftest import CHUNK_MODEL, ServeProcess, ServerThread, with_silence
-from tests.serve.test_wenet_protocol import alone
+from bench.serve_load import ServeProcess
+from tests.serve.serve_helpers import CHUNK_MODEL, ServerThread, alone, with_silence
 from tools.wenet_client import stream
 
 IDLE_S = 1.0

@@ -20,24 +20,12 @@ import urllib.request
 
 import numpy as np
 import pytest
-import torch
 
-from asrkit.decode import DecodingOptions
-from asrkit.stream.recognizer import StreamingRecognizer
 from asrkit.transcribe import Segmentation
-from tests.serve.conftest import ServerThread, with_silence
+from tests.serve.serve_helpers import ServerThread, alone, with_silence
 from tools.wenet_client import stream
 
 pytestmark = pytest.mark.usefixtures("threads_back")
-
-
-def alone(model, pcm: np.ndarray, chunk: int = 16) -> list[str]:
-    """Final texts of asrkit's streaming recognizer on ``pcm`` (the server's settings)."""
-    b = model.backend
-    options = DecodingOptions(modes=("attention_rescoring",), decoding_chunk_size=chunk)
-    rec = StreamingRecognizer(b.model, options, sample_rate=16000, **b.fbank_options())
-    results = rec.accept_waveform(torch.from_numpy(pcm.astype(np.float32) / 32768.0)) + rec.finish()
-    return [b.text(r.tokens) for r in results if r.final]
 
 
 @pytest.fixture(scope="module")
