@@ -10,8 +10,8 @@
   probabilities through the streaming recognizer's endpoint rules: 1 s of non-speech after
   speech, 5 s without speech, 20 s of segment) and either finalised (decoded whole, as
   ``transcribe`` decodes a part) or re-decoded for a partial result (``ctc_greedy_search``
-  where the model has CTC).  Checks fall at fixed audio positions, so the results do not
-  depend on how the client cuts its messages.
+  where the model has CTC; at most once per message).  Checks fall at fixed audio positions,
+  so the final results do not depend on how the client cuts its messages.
 
 Both take 16-bit PCM bytes and give :class:`Event` lists; neither is thread-safe (the server
 runs one call of a stream at a time).  State is bounded: a chunk session keeps one segment's
@@ -120,7 +120,7 @@ class SegmentSession:
         while self.pending.size >= self.step:
             self.segment = np.concatenate([self.segment, self.pending[:self.step]])
             self.pending = self.pending[self.step:]
-            events += self._check()
+            events += self._check(partial=self.pending.size < self.step)
         return events
 
     def finish(self) -> list[Event]:
@@ -128,13 +128,18 @@ class SegmentSession:
         self.pending = self.pending[:0]
         return [self._final()]
 
-    def _check(self) -> list[Event]:
+    def _check(self, partial: bool = True) -> list[Event]:
+        """Finalise the segment at an endpoint, else re-decode it for a partial result (only
+        at the last check of a message: audio sent faster than real time is not re-decoded
+        at every step)."""
         at_16k = self.segment if self.rate == vad.VAD_RATE else \
             resample(torch.from_numpy(self.segment)[None], self.rate, vad.VAD_RATE)[0].numpy()
         self.endpoint.reset()
         self.endpoint.accept(torch.from_numpy(1.0 - vad.speech_probabilities(at_16k)))
         if self.endpoint.detected():
             return [self._final()]
+        if not partial:
+            return []
         text = self._decode(self.partial_options)[0]
         return [Event(False, text)] if text else []
 
