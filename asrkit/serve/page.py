@@ -82,7 +82,10 @@ function onMessage(event) {
 async function start() {
   $('start').disabled = true;
   const phrases = $('hotwords').value.split('\n').map(s => s.trim()).filter(s => s);
-  try { ctx = new AudioContext({sampleRate: 16000}); } catch (e) { ctx = new AudioContext(); }
+  // 16 kHz from the browser where it can (?native_rate: the device's rate, resampled by the worklet)
+  const native = new URLSearchParams(location.search).has('native_rate');
+  try { ctx = native ? new AudioContext() : new AudioContext({sampleRate: 16000}); }
+  catch (e) { ctx = new AudioContext(); }
   const url = URL.createObjectURL(new Blob([document.getElementById('worklet').textContent],
                                            {type: 'application/javascript'}));
   await ctx.audioWorklet.addModule(url);

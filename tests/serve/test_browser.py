@@ -2,7 +2,9 @@
 path, headless), its microphone a WAV file (``--use-fake-device-for-media-stream
 --use-file-for-fake-audio-capture``).  The page captures it through getUserMedia and its
 AudioWorklet, streams it over the websocket, and shows as its final text what asrkit's own
-streaming recognizer gives for that WAV with the same model and settings (chunk 16).
+streaming recognizer gives for that WAV with the same model and settings (chunk 16) -- with
+the browser resampling the capture to 16 kHz, and with the page's worklet resampling it from
+the device's rate (``?native_rate``: 44.1 or 48 kHz).
 
 Chromium and chromedriver come from ``tools/setup_browser.sh``, which ``.ci/run`` runs before
 the suite; where they are missing the test skips, saying so."""
@@ -74,16 +76,19 @@ def test_the_page_streams_the_microphone_and_shows_the_recognizers_text(chunk_mo
     server = ServerThread(ServedModel(chunk_model))
     driver = _driver(wav)
     try:
-        driver.get(server.http + "/")
-        WebDriverWait(driver, 20).until(lambda d: d.find_element(By.ID, "status").text == "ready")
-        assert "u2pp" in driver.find_element(By.ID, "model").text
-        assert "chunk by chunk" in driver.find_element(By.ID, "kind").text
-        driver.find_element(By.ID, "start").click()
-        WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#finals li")
-                                        or d.find_element(By.ID, "status").text.startswith(("error", "failed")))
-        finals = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#finals li")]
-        assert finals[:1] == expected, (driver.find_element(By.ID, "status").text,
-                                       driver.find_element(By.ID, "rate").text)
+        # the browser resampling to 16 kHz, then (?native_rate) the page's worklet from the device's rate
+        for query, resampled in (("", False), ("?native_rate", True)):
+            driver.get(server.http + "/" + query)
+            WebDriverWait(driver, 20).until(lambda d: d.find_element(By.ID, "status").text == "ready")
+            assert "u2pp" in driver.find_element(By.ID, "model").text
+            assert "chunk by chunk" in driver.find_element(By.ID, "kind").text
+            driver.find_element(By.ID, "start").click()
+            WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#finals li")
+                                            or d.find_element(By.ID, "status").text.startswith(("error", "failed")))
+            finals = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#finals li")]
+            rate = driver.find_element(By.ID, "rate").text
+            assert finals[:1] == expected, (query, driver.find_element(By.ID, "status").text, rate)
+            assert ("resampled" in rate) == resampled, rate
     finally:
         driver.quit()
         server.close()
