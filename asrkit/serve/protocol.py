@@ -20,8 +20,9 @@ Server to client, text messages:
 * ``{"status": "failed", "message": "..."}`` for a message the protocol does not allow; the
   server then closes the connection.
 
-``NBEST`` is a JSON *string* holding an array of ``{"sentence": ...}`` (WeNet serialises the
-array into a string inside the message); in final results each entry also carries
+``NBEST`` is a JSON *string* holding an array of ``{"sentence": ...}``, at most ``nbest`` of
+them, best first (WeNet serialises the array into a string inside the message); in final
+results each entry also carries
 ``word_pieces``: ``[{"word": ..., "start": ms, "end": ms}]``, times in milliseconds of audio
 since the stream started.  This module only builds and reads the messages; it knows no model.
 """

@@ -184,13 +184,14 @@ class RecognitionServer:
 
     async def _send(self, ws, events, start: wenet.Start, final_ends: bool) -> bool:
         """Send ``events``; True when a final result ends the stream (not continuous)."""
+        n = start.nbest
         for event in events:
             if event.final:
-                await ws.send(wenet.final_result([event.text], [event.words]))
+                await ws.send(wenet.final_result(event.texts[:n], event.words[:n]))
                 if final_ends:
                     return True
             else:
-                await ws.send(wenet.partial_result([event.text]))
+                await ws.send(wenet.partial_result(event.texts[:n]))
         return False
 
     async def _end(self, ws, number: int) -> None:

@@ -37,12 +37,17 @@ from asrkit.transcribe import vad
 
 @dataclasses.dataclass(frozen=True)
 class Event:
-    """A partial (``final`` False) or final result: its text and, for finals, its word times
-    (seconds since the stream started; ``None`` where the model gives none)."""
+    """A partial (``final`` False) or final result: its hypotheses' texts, best first (one for a
+    segment session), and for finals each one's word times (seconds since the stream started;
+    ``None`` where the model gives none)."""
 
     final: bool
-    text: str
-    words: Optional[list[WordTime]] = None
+    texts: list[str]
+    words: list[Optional[list[WordTime]]] = dataclasses.field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return self.texts[0]
 
 
 def pcm_to_float(data: bytes) -> torch.Tensor:
@@ -61,7 +66,7 @@ class ChunkSession:
         backend = served.transcriber.backend
         self.backend = backend
         self.recognizer = StreamingRecognizer(backend.model, options, sample_rate=sample_rate,
-                                              fusion=fusion, **backend.fbank_options())
+                                              fusion=fusion, nbest=True, **backend.fbank_options())
         self.frame_s = backend.subsampling * backend.frame_shift / 1000.0
 
     def accept(self, data: bytes) -> list[Event]:
@@ -73,27 +78,33 @@ class ChunkSession:
     def _events(self, results: list[Result]) -> list[Event]:
         events = []
         for r in results:
+            nbest = r.nbest or [r.tokens]
             if r.final:
-                events.append(Event(True, self.backend.text(r.tokens), self._words(r)))
+                log_probs = None
+                if r.encoder_out is not None and self.backend.has_ctc:
+                    with torch.inference_mode():
+                        log_probs = self.backend.searcher.ctc_log_probs(r.encoder_out)[0].float()
+                events.append(Event(True, [self.backend.text(h) for h in nbest],
+                                    [self._words(h, log_probs, r.segment_start_s) for h in nbest]))
             elif r.tokens:
-                events.append(Event(False, self.backend.text(r.tokens)))
+                events.append(Event(False, [self.backend.text(h) for h in nbest]))
         return events
 
-    def _words(self, r: Result) -> Optional[list[WordTime]]:
-        """The final's words timed by the CTC alignment of its tokens to its segment's frames."""
+    def _words(self, tokens: list[int], log_probs: Optional[torch.Tensor], start_s: float
+               ) -> Optional[list[WordTime]]:
+        """The words of ``tokens``, timed by their CTC alignment to the segment's frames
+        (``log_probs``; the segment starts at ``start_s``)."""
         b = self.backend
-        if not r.tokens:
+        if not tokens:
             return []
-        if r.encoder_out is None or not b.has_ctc:
+        if log_probs is None:
             return None
-        with torch.inference_mode():
-            log_probs = b.searcher.ctc_log_probs(r.encoder_out)[0].float()
         try:
-            spans = forced_alignment(log_probs, r.tokens, b.blank)
+            spans = forced_alignment(log_probs, tokens, b.blank)
         except AlignmentError:
             return None
-        times = [TokenTime(b.units[s.token], r.segment_start_s + s.start * self.frame_s,
-                           r.segment_start_s + s.end * self.frame_s) for s in spans]
+        times = [TokenTime(b.units[s.token], start_s + s.start * self.frame_s, start_s + s.end * self.frame_s)
+                 for s in spans]
         return group_words(times, b.space_separated)
 
 
@@ -141,7 +152,7 @@ class SegmentSession:
         if not partial:
             return []
         text = self._decode(self.partial_options)[0]
-        return [Event(False, text)] if text else []
+        return [Event(False, [text])] if text else []
 
     def _decode(self, options) -> tuple[str, Optional[list[WordTime]]]:
         try:
@@ -157,4 +168,4 @@ class SegmentSession:
         text, words = self._decode(self.options)
         self.offset_s += self.segment.size / self.rate
         self.segment = self.segment[:0]
-        return Event(True, text, words)
+        return Event(True, [text], [words])

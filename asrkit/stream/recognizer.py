@@ -66,6 +66,9 @@ class Result:
     # first feature frame; encoder frame i starts at segment_start_s + i * subsampling * frame shift
     encoder_out: Optional[torch.Tensor] = dataclasses.field(default=None, compare=False, repr=False)
     segment_start_s: float = 0.0
+    # with nbest=True (CTC searches): the hypotheses, best first (a partial's prefixes; a final's
+    # n-best ranked by the rescoring, ``tokens`` first)
+    nbest: Optional[list[list[int]]] = dataclasses.field(default=None, compare=False, repr=False)
 
 
 class StreamingRecognizer:
@@ -79,7 +82,8 @@ class StreamingRecognizer:
     frames, as WeNet's streaming decoder, and sees no penalties).  ``fusion``: this stream's
     LM and phrases, :func:`asrkit.decode.fusion.build_fusion` of ``options`` and the model's
     tokenizer (each stream may bias towards its own phrases); required when ``options`` ask
-    for an LM or phrases, for a mode that takes them.  ``fbank``
+    for an LM or phrases, for a mode that takes them.  ``nbest``: results carry their
+    hypotheses (:attr:`Result.nbest`).  ``fbank``
     options: the features' ``sample_rate``, ``num_mel_bins``, ``frame_length`` and
     ``frame_shift`` (the training config's), and ``snip_edges``, ``high_freq``,
     ``sample_scale`` (``fbank_conf``'s, :func:`asrkit.data.features.fbank_options`).
@@ -89,12 +93,13 @@ class StreamingRecognizer:
                  frame_length: float = 25.0, frame_shift: float = 10.0, snip_edges: bool = True,
                  high_freq: float = 0.0, sample_scale: float = 32768.0,
                  endpoint_rules: Optional[tuple[EndpointRule, ...]] = DEFAULT_RULES,
-                 blank_threshold: float = 0.8, fusion: Optional[Fusion] = None):
+                 blank_threshold: float = 0.8, fusion: Optional[Fusion] = None, nbest: bool = False):
         if not options.chunked:
             raise DecodingOptionError(f"streaming needs decoding_chunk_size > 0 (encoder frames per chunk), "
                                       f"got {options.decoding_chunk_size}")
         check_stream_fusion(options, fusion)
         self.fusion = fusion
+        self.nbest = nbest
         self.model = model.eval()
         self.searcher = Searcher.of_model(model)
         check_modes(self.searcher, options.modes[:1])
@@ -168,7 +173,8 @@ class StreamingRecognizer:
         self.encoder_out.append(out)
         partial, blank_probs = self.search.feed(out)
         audio_s = (self.frames_consumed + window.size(0)) * self.frame_shift_s
-        results = [Result(partial, False, audio_s, time.perf_counter() - start)]
+        results = [Result(partial, False, audio_s, time.perf_counter() - start,
+                          nbest=getattr(self.search, "partial_nbest", [partial]) if self.nbest else None)]
         if self.endpoint is not None and allow_endpoint:
             self.endpoint.accept(blank_probs)
             if self.endpoint.detected():
@@ -179,9 +185,14 @@ class StreamingRecognizer:
     def _finalise(self, audio_s: float) -> Result:
         start = time.perf_counter()
         encoder_out = torch.cat(self.encoder_out, dim=1) if self.encoder_out else None
-        tokens = self.search.final(encoder_out)
+        if self.nbest and hasattr(self.search, "final_nbest"):
+            nbest = self.search.final_nbest(encoder_out)
+            tokens = nbest[0]
+        else:
+            tokens = self.search.final(encoder_out)
+            nbest = [tokens] if self.nbest else None
         result = Result(tokens, True, audio_s or self.frames_consumed * self.frame_shift_s,
                         time.perf_counter() - start, encoder_out,
-                        (self.segment_start_frame or 0) * self.frame_shift_s)
+                        (self.segment_start_frame or 0) * self.frame_shift_s, nbest)
         self.start_segment()
         return result

@@ -37,10 +37,12 @@ class CtcStreamSearch:
         self.search = PrefixBeamSearch(options.beam_size, searcher.blank, model.vocab_size, 1.0, fusion)
 
     def feed(self, encoder_out: torch.Tensor) -> tuple[list[int], torch.Tensor]:
-        """``(partial tokens, blank probability per frame)`` after ``encoder_out [1, T, D]``."""
+        """``(partial tokens, blank probability per frame)`` after ``encoder_out [1, T, D]``;
+        :attr:`partial_nbest`: the kept prefixes, best first."""
         log_probs = self.searcher.ctc_log_probs(encoder_out)[0]
         self.search.feed(log_probs)
-        return list(self.search.nbest()[0][0]), log_probs[:, self.searcher.blank].exp()
+        self.partial_nbest = [list(h) for h in self.search.nbest()[0]]
+        return self.partial_nbest[0], log_probs[:, self.searcher.blank].exp()
 
     def final(self, encoder_out: Optional[torch.Tensor]) -> list[int]:
         """The segment's result, ``encoder_out [1, T, D]`` all of its frames (None: none)."""
@@ -55,6 +57,19 @@ class CtcStreamSearch:
             decoder_scores = self.searcher.rescoring_scores(encoder_out, lengths, [hyps], self.options.reverse_weight)
             best, _ = pick_rescored([hyps], [ctc_scores], decoder_scores, self.options.ctc_weight, [fusion_scores])
         return list(best[0])
+
+    def final_nbest(self, encoder_out: Optional[torch.Tensor]) -> list[list[int]]:
+        """The segment's hypotheses ranked as :meth:`final` ranks them (its result first; ties:
+        the earlier kept), e.g. for a server's n-best."""
+        hyps, ctc_scores, fusion_scores = self.search.nbest_fused()
+        if encoder_out is None or not self.searcher.has_decoder():
+            return [list(h) for h in hyps] or [[]]
+        lengths = torch.tensor([encoder_out.size(1)])
+        decoder_scores = self.searcher.rescoring_scores(encoder_out, lengths, [hyps], self.options.reverse_weight)[0]
+        totals = [d + self.options.ctc_weight * c + (f if self.fusion is not None else 0.0)
+                  for d, c, f in zip(decoder_scores, ctc_scores, fusion_scores)]
+        order = sorted(range(len(hyps)), key=lambda i: -totals[i])
+        return [list(hyps[i]) for i in order] or [[]]
 
 
 class TransducerStreamSearch:

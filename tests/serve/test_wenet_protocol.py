@@ -63,6 +63,20 @@ def test_a_stream_gives_the_recognizers_text_with_partials_and_word_pieces(chunk
     assert s.close_code == 1000
 
 
+def test_nbest_hypotheses_best_first(chunk_server, full_server, chunk_model, utterances):
+    pcm = with_silence(utterances[11][1])
+    s = asyncio.run(stream(chunk_server.url, pcm.tobytes(), start={"signal": "start", "nbest": 3}))
+    final = s.of_type("final_result")[0]
+    entries = json.loads(final.message["nbest"])
+    assert len(entries) == 3 and entries[0]["sentence"] == alone(chunk_model, pcm)[0]
+    assert len({e["sentence"] for e in entries}) == 3
+    assert all([p["word"] for p in e["word_pieces"]] == e["sentence"].split() for e in entries)
+    assert all(1 <= len(r.sentences()) <= 3 for r in s.of_type("partial_result"))
+    assert max(len(r.sentences()) for r in s.of_type("partial_result")) > 1
+    one = asyncio.run(stream(full_server.url, pcm.tobytes(), start={"signal": "start", "nbest": 3}))
+    assert len(one.of_type("final_result")[0].sentences()) == 1  # (segments: the best only)
+
+
 def test_continuous_decoding_gives_a_final_per_utterance_and_one_shot_ends_at_the_first(
         chunk_server, chunk_model, utterances):
     pcm = np.concatenate([with_silence(utterances[1][1], after_s=1.6), with_silence(utterances[2][1])])
