@@ -82,7 +82,7 @@ class RecognitionServer:
         """Stop accepting, let streams finish for ``grace_s`` (default the limit's), close the rest."""
         if self._server is None:
             return
-        self._server.close(close_connections=False)
+        self._server.server.close()  # (the listening socket only: websockets' close() is once, and closes all)
         deadline = asyncio.get_running_loop().time() + (self.limits.grace_s if grace_s is None else grace_s)
         while self.streams and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.05)
@@ -178,6 +178,9 @@ class RecognitionServer:
                     return await self._end(ws, number)
         except ConnectionClosed:
             log.info("stream %d: the client went away", number)
+        except Exception as e:  # (a fault of this stream's decoding: the others go on)
+            log.exception("stream %d: decoding failed", number)
+            await self._fail(ws, number, f"internal error: {type(e).__name__}")
         finally:
             if session is not None:
                 self.streams -= 1

@@ -194,3 +194,21 @@ def test_sigterm_lets_a_stream_under_way_finish_then_exits_0(server, good):
     assert json.loads(replies[-2]["nbest"])[0]["sentence"] == text
     assert server.proc.wait(30) == 0
     assert "stopped" in server.text()
+
+
+def test_close_ends_streams_that_outlast_the_grace_period(chunk_model, good):
+    from asrkit.serve import ServedModel
+    local = ServerThread(ServedModel(chunk_model))
+    pcm, _ = good
+
+    async def linger():
+        async with connect(local.url) as ws:
+            await ws.send('{"signal": "start", "continuous_decoding": true}')
+            await ws.recv()
+            await ws.send(pcm[:6400])
+            closing = asyncio.get_running_loop().run_in_executor(None, local.close)
+            await _replies_until_closed(ws)
+            await closing
+            return ws.close_code
+    t0 = time.time()
+    assert asyncio.run(linger()) == 1001 and time.time() - t0 < 10  # (ServerThread.close: grace 1 s)
