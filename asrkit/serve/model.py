@@ -122,7 +122,7 @@ class ServedModel:
             except (DecodingOptionError, ContextListError) as e:
                 raise SessionError(f"context: {str(e).splitlines()[0]}") from None
         if self.kind == "chunks":
-            return ChunkSession(self, start.sample_rate, options, fusion)
+            return ChunkSession(self, start.sample_rate, options, fusion, start.nbest)
         return SegmentSession(self, start.sample_rate, options)
 
     def transcribe_bytes(self, data: bytes, filename: str = "") -> dict:

@@ -58,13 +58,14 @@ def pcm_to_float(data: bytes) -> torch.Tensor:
 class ChunkSession:
     """A stream through :class:`StreamingRecognizer` (``served``: the
     :class:`~asrkit.serve.model.ServedModel`; ``options``: this stream's decoding options,
-    ``fusion``: their phrases' context graph, :func:`asrkit.decode.fusion.build_fusion`)."""
+    ``fusion``: their phrases' context graph, :func:`asrkit.decode.fusion.build_fusion`;
+    ``nbest``: hypotheses per result)."""
 
     kind = "chunks"
 
-    def __init__(self, served, sample_rate: int, options, fusion=None):
+    def __init__(self, served, sample_rate: int, options, fusion=None, nbest: int = 1):
         backend = served.transcriber.backend
-        self.backend = backend
+        self.backend, self.n = backend, nbest
         self.recognizer = StreamingRecognizer(backend.model, options, sample_rate=sample_rate,
                                               fusion=fusion, nbest=True, **backend.fbank_options())
         self.frame_s = backend.subsampling * backend.frame_shift / 1000.0
@@ -78,7 +79,7 @@ class ChunkSession:
     def _events(self, results: list[Result]) -> list[Event]:
         events = []
         for r in results:
-            nbest = r.nbest or [r.tokens]
+            nbest = (r.nbest or [r.tokens])[:self.n]  # (the hypotheses the client asked for, no more)
             if r.final:
                 log_probs = None
                 if r.encoder_out is not None and self.backend.has_ctc:
