@@ -13,8 +13,9 @@ Rooms (pyroomacoustics: shoebox rooms, image-source method): dimensions and a ta
 uniform in the kind's ranges, wall absorption from Sabine's formula
 (``pyroomacoustics.inverse_sabine``); one source and one microphone uniform inside the room,
 at least 0.5 m from the walls and 1 m apart.  The RIR is cut where its remaining energy
-falls 60 dB below the total (Schroeder's backward integral) and written as float wav,
-peak 0.9.
+falls 60 dB below the total (Schroeder's backward integral) and written as 24-bit wav,
+peak 0.9.  pyroomacoustics sums the image sources on one thread here: with more, the order of
+the float sums (hence the last bits) would depend on the machine's core count.
 
 Noise (16 kHz, ``--noise_seconds`` long, peak 0.5; the SNR is set when it is mixed):
 
@@ -78,6 +79,7 @@ KIND_IDS = {"train": 0, "test": 1}
 def simulate_rir(rng: np.random.Generator, kind: Kind) -> tuple[np.ndarray, dict]:
     """One room impulse response (module docstring) and its room's description."""
     import pyroomacoustics as pra
+    pra.constants.set("num_threads", 1)  # the sum over image sources in one order: the same bytes on every machine
     while True:
         dims = [float(rng.uniform(lo, hi)) for lo, hi in kind.room]
         rt60 = float(rng.uniform(*kind.rt60))
@@ -178,7 +180,7 @@ def _job(task: tuple) -> tuple[str, str]:
     if what == "rir":
         rng = np.random.default_rng([seed, KIND_IDS[kind_name], 0, index])
         rir, _ = simulate_rir(rng, kind)
-        name, data, subtype = f"{kind_name}-rir{index:04d}", rir, "FLOAT"
+        name, data, subtype = f"{kind_name}-rir{index:04d}", rir, "PCM_24"  # (float wavs carry a time stamp)
     else:
         noise_type = kind.noise_types[index % len(kind.noise_types)]
         rng = np.random.default_rng([seed, KIND_IDS[kind_name], 1, index])

@@ -10,7 +10,8 @@ same functions the training pipeline uses (``asrkit.data.reverb.reverberate``,
 ``--src`` holds ``wav.scp``, ``text`` (and ``utt2spk``); ``--dst`` gets the same keys with new
 16-bit wavs under ``<dst>/wav``.  Each utterance's draws (RIR, noise, SNR, noise offset)
 come from a generator seeded by (``--seed``, key): deterministic, independent of order.
-Idempotent: a finished ``--dst`` made with the same arguments (``<dst>/.done``) is kept.
+Idempotent: a finished ``--dst`` made with the same arguments and inputs (digests of the
+lists, in ``<dst>/.done``) is kept.
 """
 from __future__ import annotations
 
@@ -55,9 +56,10 @@ def main(argv=None) -> int:
     p.add_argument("--snr_range", required=True, type=float, nargs=2, metavar=("LOW", "HIGH"))
     p.add_argument("--seed", type=int, default=3)
     args = p.parse_args(argv)
-    stamp = {"src": str(args.src.resolve()), "rir_scp": str(Path(args.rir_scp).resolve()),
-             "noise_scp": str(Path(args.noise_scp).resolve()), "snr_range": args.snr_range, "seed": args.seed,
-             "version": 1}
+    stamp = {"src": str(args.src.resolve()), "snr_range": args.snr_range, "seed": args.seed, "version": 1,
+             **{name: hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16] for name, path in
+                (("wav.scp", args.src / "wav.scp"), ("text", args.src / "text"), ("rir_scp", args.rir_scp),
+                 ("noise_scp", args.noise_scp)) if Path(path).is_file()}}
     done = args.dst / ".done"
     if done.is_file() and json.loads(done.read_text()) == stamp:
         print(f"{args.dst}: already made", file=sys.stderr)
