@@ -22,17 +22,32 @@ import torch
 from asrkit.data.noise_lists import AudioCache
 
 
+def fft_length(n: int) -> int:
+    """The smallest even length >= ``n`` whose prime factors are 2, 3 and 5 (fast FFTs)."""
+    best = 1 << max(n - 1, 1).bit_length()
+    p5 = 1
+    while p5 < best:
+        p35 = p5
+        while p35 < best:
+            m = p35 * 2
+            while m < n:
+                m *= 2
+            best = min(best, m)
+            p35 *= 3
+        p5 *= 5
+    return best
+
+
 def reverberate(wav: torch.Tensor, rir: torch.Tensor) -> torch.Tensor:
-    """``wav`` ``[1, T]`` convolved with ``rir`` ``[L]`` (module docstring)."""
+    """``wav`` ``[1, T]`` convolved with ``rir`` ``[L]`` (module docstring), by FFT in float32."""
     length = wav.shape[1]
-    rir = rir.double()
+    rir = rir.float()
     direct = int(rir.abs().argmax())
     rir = rir[direct:]  # the taps before the direct path would only fall before the output's start
-    n = length + rir.numel() - 1
-    nfft = 1 << max(n - 1, 1).bit_length()
-    out = torch.fft.irfft(torch.fft.rfft(wav.double(), nfft) * torch.fft.rfft(rir, nfft), nfft)[..., :length]
+    nfft = fft_length(length + rir.numel() - 1)
+    out = torch.fft.irfft(torch.fft.rfft(wav.float(), nfft) * torch.fft.rfft(rir, nfft), nfft)[..., :length]
     power_in = float(wav.double().pow(2).mean())
-    power_out = float(out.pow(2).mean())
+    power_out = float(out.double().pow(2).mean())
     if power_out > 0.0:
         out = out * (power_in / power_out) ** 0.5
     return out.to(wav.dtype)
