@@ -76,3 +76,31 @@ def test_average_model_refuses_ema_of_a_run_without_one(tmp_path, capsys):
     ckpt.save_checkpoint(tmp_path / "epoch_0.pt", {"model": {"w": torch.zeros(2)}}, {"epoch": 0, "step": 1})
     assert average_model.main(["--model_dir", str(tmp_path), "--mode", "ema", "--dst", str(tmp_path / "e.pt")]) == 2
     assert "holds no weight EMA: train with ema_decay" in capsys.readouterr().err
+
+
+def test_only_applied_optimizer_steps_move_the_shadow(tmp_path):
+    """A step skipped for a non-finite loss leaves the shadow (and its count) as it was; an
+    applied step moves it towards the new weights."""
+    from asrkit.models import build_model
+    from asrkit.text.vocabulary import Vocabulary
+    from asrkit.train.dist import DistContext
+    from asrkit.train.executor import Executor, TrainState
+    from asrkit.train.scheduler import build_optimizer, build_scheduler
+    from tests.helpers import random_batch, tiny_config_dict
+    cfg = build(TrainConfig, tiny_config_dict(ema_decay=0.5))
+    torch.manual_seed(0)
+    model = build_model(cfg, 80, Vocabulary.of_size(10))
+    opt = build_optimizer(cfg, model.parameters())
+    ema = WeightEma(model, cfg.ema_decay)
+    ex = Executor(cfg, model, opt, build_scheduler(cfg, opt), DistContext(), tmp_path, progress=False, ema=ema)
+    state, before = TrainState(), {k: v.clone() for k, v in ema.shadow.items()}
+    batch = random_batch(torch.Generator().manual_seed(1), 2)
+    ex._forward(model, batch, (0, -1))["loss"].backward()
+    ex._optimizer_step(2, torch.ones((), dtype=torch.int64), [batch], state)  # one non-finite loss: skipped
+    assert ema.updates == 0 and all(torch.equal(before[k], v) for k, v in ema.shadow.items())
+    ex._forward(model, batch, (0, -1))["loss"].backward()
+    ex._optimizer_step(2, torch.zeros((), dtype=torch.int64), [batch], state)
+    assert ema.updates == 1 and state.step == 1
+    name = "decoder.embed.0.weight" if "decoder.embed.0.weight" in ema.shadow else next(iter(ema.shadow))
+    expected = 0.1 * before[name] + 0.9 * model.state_dict()[name].float()  # d = min(0.5, 1/10)
+    torch.testing.assert_close(ema.shadow[name], expected)
