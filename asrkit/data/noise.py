@@ -28,6 +28,7 @@ resume.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from asrkit.data.noise_lists import AudioCache
@@ -63,8 +64,10 @@ def noise_segment(noise: torch.Tensor, length: int, offset: int) -> torch.Tensor
 
 def mix_at_snr(wav: torch.Tensor, noise: torch.Tensor, snr_db: float) -> torch.Tensor:
     """``wav`` ``[1, T]`` plus ``noise`` ``[T]`` scaled to ``snr_db`` (module docstring)."""
-    speech_power = float(wav.double().pow(2).mean())
-    noise_power = float(noise.double().pow(2).mean())
+    # (numpy's sums: one order whatever torch's thread count, so a worker and the training
+    # process mix the same bits)
+    speech_power = float(np.mean(wav.detach().double().numpy() ** 2))
+    noise_power = float(np.mean(noise.detach().double().numpy() ** 2))
     if speech_power <= 0.0 or noise_power <= 0.0:
         return wav
     scale = (speech_power / (noise_power * 10.0 ** (snr_db / 10.0))) ** 0.5

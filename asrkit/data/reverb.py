@@ -17,6 +17,7 @@ Draws come from the generator of (seed, epoch, key, ``"reverb"``) (see
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from asrkit.data.noise_lists import AudioCache
@@ -39,18 +40,20 @@ def fft_length(n: int) -> int:
 
 
 def reverberate(wav: torch.Tensor, rir: torch.Tensor) -> torch.Tensor:
-    """``wav`` ``[1, T]`` convolved with ``rir`` ``[L]`` (module docstring), by FFT in float32."""
+    """``wav`` ``[1, T]`` convolved with ``rir`` ``[L]`` (module docstring), by FFT in float64
+    with numpy's pocketfft: single-threaded, so the result is the same bits in a DataLoader
+    worker (one torch thread) and in the training process (several)."""
     length = wav.shape[1]
-    rir = rir.float()
-    direct = int(rir.abs().argmax())
-    rir = rir[direct:]  # the taps before the direct path would only fall before the output's start
-    nfft = fft_length(length + rir.numel() - 1)
-    out = torch.fft.irfft(torch.fft.rfft(wav.float(), nfft) * torch.fft.rfft(rir, nfft), nfft)[..., :length]
-    power_in = float(wav.double().pow(2).mean())
-    power_out = float(out.double().pow(2).mean())
+    x = wav.detach().double().numpy()
+    h = rir.detach().double().numpy()
+    direct = int(np.abs(h).argmax())
+    h = h[direct:]  # the taps before the direct path would only fall before the output's start
+    nfft = fft_length(length + h.size - 1)
+    out = np.fft.irfft(np.fft.rfft(x, nfft) * np.fft.rfft(h, nfft), nfft)[..., :length]
+    power_in, power_out = float(np.mean(x ** 2)), float(np.mean(out ** 2))
     if power_out > 0.0:
         out = out * (power_in / power_out) ** 0.5
-    return out.to(wav.dtype)
+    return torch.from_numpy(out).to(wav.dtype)
 
 
 def add_reverb(wav: torch.Tensor, sample_rate: int, generator: torch.Generator, *, rirs: AudioCache,
