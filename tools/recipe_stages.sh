@@ -93,10 +93,9 @@ list_name() { if [ "$1" = shard ]; then echo data.shards.list; else echo data.li
 stage_cmvn() {
   local n=$1 config="" set=train rest; shift
   bind "config set" "$@" && need config || return 2
-  if [ -s "data/$set/global_cmvn" ]; then say "$n: data/$set/global_cmvn exists, skipped"; return; fi
-  say "$n: global CMVN statistics"
+  say "$n: global CMVN statistics (an existing data/$set/global_cmvn of the same features is kept)"
   python tools/compute_cmvn_stats.py --train_config "$config" --in_scp "data/$set/wav.scp" \
-    --out_cmvn "data/$set/global_cmvn" --num_workers "$(nproc)"
+    --out_cmvn "data/$set/global_cmvn" --num_workers "$(nproc)" --keep_existing
 }
 
 # The one rule for "rebuild": UNITS.stamp records the make_units.py options and a digest of

@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
-from asrkit.data.features import CmvnError, load_cmvn
+from asrkit.data.features import CmvnError, feature_record, load_cmvn
 from asrkit.models.asr_model import AsrModel
 from asrkit.models.cmvn import GlobalCMVN
 from asrkit.models.ctc import CTC
@@ -51,7 +51,7 @@ def model_cmvn_stats(cfg, input_dim: int) -> Optional[tuple[torch.Tensor, torch.
         return None
     if not cfg.cmvn_conf.cmvn_file:
         raise CmvnError("cmvn: global_cmvn needs cmvn_conf.cmvn_file (tools/compute_cmvn_stats.py)")
-    return load_cmvn(cfg.cmvn_conf.cmvn_file, input_dim)
+    return load_cmvn(cfg.cmvn_conf.cmvn_file, input_dim, feature_record(cfg.dataset_conf))
 
 
 def build_cmvn(cfg, input_dim: int, load_stats: bool,
