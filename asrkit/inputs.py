@@ -54,7 +54,8 @@ def load_model_inputs(cfg, *, model_cmvn: bool) -> ModelInputs:
     ``ctc_conf.ctc_blank_id`` against the units' ``<blank>`` (when the model has a CTC head)
     and the CMVN files (:class:`CmvnError`, their dimension against
     ``fbank_conf.num_mel_bins``): ``dataset_conf.cmvn_file`` always, ``cmvn_conf.cmvn_file``
-    of the model layer only with ``model_cmvn`` (training)."""
+    of the model layer only with ``model_cmvn`` (training); both against the features they
+    record (:func:`asrkit.data.features.load_cmvn`)."""
     if model_cmvn:
         check_cmvn_placement(cfg)
     tokenizer = build_tokenizer(cfg)
@@ -66,7 +67,7 @@ def load_model_inputs(cfg, *, model_cmvn: bool) -> ModelInputs:
     dim = cfg.dataset_conf.fbank_conf.num_mel_bins
     features = feature_record(cfg.dataset_conf)
     data_stats = load_cmvn(cfg.dataset_conf.cmvn_file, dim, features) if cfg.dataset_conf.cmvn_file else None
-    model_stats = model_cmvn_stats(cfg, dim) if model_cmvn else None
+    model_stats = model_cmvn_stats(cfg, dim, features) if model_cmvn else None
     return ModelInputs(tokenizer, data_stats, model_stats)
 
 

@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
-from asrkit.data.features import CmvnError, feature_record, load_cmvn
+from asrkit.data.features import CmvnError, load_cmvn
 from asrkit.models.asr_model import AsrModel
 from asrkit.models.cmvn import GlobalCMVN
 from asrkit.models.ctc import CTC
@@ -44,14 +44,15 @@ def _lookup(table: dict[str, Any], key: str, name: str) -> Any:
     return table[name]
 
 
-def model_cmvn_stats(cfg, input_dim: int) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+def model_cmvn_stats(cfg, input_dim: int, features: Optional[dict] = None) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
     """``(mean, istd)`` of ``cmvn_conf.cmvn_file`` when ``cmvn: global_cmvn`` (None without a
-    CMVN layer); :class:`CmvnError` when the file is unset, unreadable or of another dimension."""
+    CMVN layer); :class:`CmvnError` when the file is unset, unreadable, of another dimension
+    or (with ``features``: training) records other features."""
     if cfg.cmvn is None:
         return None
     if not cfg.cmvn_conf.cmvn_file:
         raise CmvnError("cmvn: global_cmvn needs cmvn_conf.cmvn_file (tools/compute_cmvn_stats.py)")
-    return load_cmvn(cfg.cmvn_conf.cmvn_file, input_dim, feature_record(cfg.dataset_conf))
+    return load_cmvn(cfg.cmvn_conf.cmvn_file, input_dim, features)
 
 
 def build_cmvn(cfg, input_dim: int, load_stats: bool,
