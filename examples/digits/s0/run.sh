@@ -32,7 +32,6 @@ decode_length_penalty=1.5     # attention mode: chosen on the dev set (bench/dec
 #   | transducer (RNN-T + CTC + attention, stateless embedding predictor:
 #   conf/train_transducer_cpu.yaml -> exp/transducer_cpu)
 model=ctc_attention
-nbpe=60                       # transducer units: sentencepiece pieces (60: every digit word is one piece)
 # streaming: true trains and decodes the U2++ model instead (conf/train_u2pp_conformer_cpu.yaml
 # -> exp/u2pp_cpu; transducer: conf/train_u2pp_transducer_cpu.yaml -> exp/u2pp_transducer_cpu):
 # stage 5 decodes with full context and then in chunks of each of $streaming_chunks encoder
@@ -82,15 +81,7 @@ if run_stage 0; then
 fi
 
 run_stage 1 && stage_cmvn 1 config="$train_config"
-if [ "$model" = transducer ]; then
-  # whole-word pieces for transducers (the configs say why); both file names carry the pieces
-  bpe_model=data/dict/bpe${nbpe}_bpe.model; units=data/dict/bpe${nbpe}_bpe_units.txt
-  run_stage 2 && stage_units 2 what="bpe units ($nbpe pieces), $bpe_model" units="$units" -- \
-    --rules asrkit --bpe "$nbpe" --bpe-type bpe --bpe-model "$bpe_model"
-  train_overrides="tokenizer_conf.bpe_path=$bpe_model tokenizer_conf.symbol_table_path=$units $train_overrides"
-else
-  run_stage 2 && stage_units 2 what="character units" units=data/dict/units.txt
-fi
+run_stage 2 && stage_units 2 what="character units" units=data/dict/units.txt
 
 run_stage 3 && stage_data_lists 3 type="$data_type" per_shard="$num_utts_per_shard" -- train dev test
 run_stage 4 && stage_train 4 "${launch[@]}" config="$train_config" dir="$dir" type="$data_type" \
