@@ -160,7 +160,8 @@ def build_transducer(cfg, input_dim: int, vocabulary: Vocabulary, cmvn: Optional
                       transducer_weight=transducer, ctc_weight=mc.ctc_weight, attention_weight=attention,
                       lsm_weight=mc.lsm_weight,
                       reverse_weight=mc.reverse_weight if decoder is not None and cfg.decoder == "bitransformer"
-                      else 0.0, length_normalized_loss=mc.length_normalized_loss)
+                      else 0.0, length_normalized_loss=mc.length_normalized_loss,
+                      rnnt_type=mc.rnnt_type or "regular")
 
 
 # name -> builder(cfg, input_dim, vocabulary, cmvn) -> nn.Module.  A model family registers
