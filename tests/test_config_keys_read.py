@@ -156,8 +156,9 @@ def _transducer(cfg, exp, tmp_path):
     transducer = dataclasses.replace(
         cfg, model="transducer", predictor="rnn", predictor_conf=rnn, joint="transducer_joint",
         joint_conf=JointConf(enc_output_size=cfg.encoder_conf.output_size, join_dim=8),
-        model_conf=dataclasses.replace(cfg.model_conf, transducer_weight=0.5, attention_weight=0.2))
-    assert build_transducer(transducer, cfg.input_dim, vocabulary, None).predictor.output_size() == 8
+        model_conf=dataclasses.replace(cfg.model_conf, transducer_weight=0.5, attention_weight=0.2,
+                                       rnnt_type="modified"))
+    assert build_transducer(transducer, cfg.input_dim, vocabulary, None).rnnt_type == "modified"
     for kind in ("embedding", "conv"):  # the keys of the stateless kinds
         conf = PredictorConf(embed_size=8, output_size=8, embed_dropout=0.0, n_head=2 if kind == "embedding" else None)
         assert build_predictor(dataclasses.replace(transducer, predictor=kind, predictor_conf=conf), vocabulary)
@@ -186,7 +187,8 @@ _AUGMENT_KEYS = ["DatasetConf.volume_perturb_conf", "ReverbConf.rir_apply_prob",
                  "VolumePerturbConf.volume_apply_prob"]
 
 _TRANSDUCER_KEYS = (["TrainConfig.predictor", "TrainConfig.predictor_conf", "TrainConfig.joint",
-                     "TrainConfig.joint_conf", "ModelConf.transducer_weight", "ModelConf.attention_weight"]
+                     "TrainConfig.joint_conf", "ModelConf.transducer_weight", "ModelConf.attention_weight",
+                     "ModelConf.rnnt_type"]
                     + [f"PredictorConf.{f.name}" for f in dataclasses.fields(PredictorConf)]
                     + [f"JointConf.{f.name}" for f in dataclasses.fields(JointConf)])
 

@@ -7,6 +7,7 @@
 #   bash run.sh --augment true                # + noise, reverberation and volume augmentation (-> <dir>_aug)
 #   bash run.sh --seeds "1 2 3"               # one model per seed (<dir>_seed1 ...), then mean ± sd per mode
 #   bash run.sh --stage 5 --average_mode ema  # decode the weight EMA (trained with ema_decay) into decode_<set>_ema
+#   bash run.sh --stage 7 --stop_stage 8      # word 3-gram of the training transcripts; decode with it
 # Multi-node: run the same command on every node with its own --node_rank, e.g.
 #   bash run.sh --stage 4 --stop_stage 4 --num_nodes 2 --node_rank 0 --master_addr 10.0.0.1
 # Stages are idempotent: a finished stage is skipped; stage 4 resumes (checkpoint=auto).
@@ -52,6 +53,13 @@ augment=false
 # seeds: "1 2 3" trains and decodes one model per seed into <dir>_seed<S> (the data stages run once) and
 # prints mean ± sd per decode and mode (tools/seed_summary.py; also written to <dir>_seeds.md)
 seeds=
+# LM fusion (docs/decoding.md), not in the default run (stop_stage 6): stage 7 estimates a word
+# n-gram of data/train/text (training transcripts only), stage 8 chooses its weights on dev for
+# each of lm_modes (tools/tune_fusion.py) and decodes the test sets with them into
+# $dir/decode_<set>_lm/<mode>; empty lm_modes: the model's beam searches below
+lm_order=3
+lm_prune=""
+lm_modes=
 
 . tools/parse_options.sh || exit 1
 set -euo pipefail
@@ -81,9 +89,11 @@ esac
 if [ "$model" = transducer ]; then
   decode_modes=${decode_modes:-rnnt_greedy_search rnnt_beam_search modified_beam_search rnnt_beam_attn_rescoring ctc_beam_td_attn_rescoring ctc_greedy_search}
   decode_ctc_weight=${decode_ctc_weight:-0.5}
+  lm_modes=${lm_modes:-rnnt_beam_search modified_beam_search}
 else
   decode_modes=${decode_modes:-ctc_greedy_search ctc_prefix_beam_search attention attention_rescoring}
   decode_ctc_weight=${decode_ctc_weight:-0.3}
+  lm_modes=${lm_modes:-ctc_prefix_beam_search attention_rescoring}
 fi
 if [ "$streaming" = true ]; then decode_reverse_weight=${decode_reverse_weight:-0.3}; fi
 decode_reverse_weight=${decode_reverse_weight:-0.0}
@@ -157,4 +167,16 @@ if run_stage 5; then
 fi
 # (a transducer exports too: final.zip with its searches, ONNX in sherpa-onnx's transducer layout)
 run_stage 6 && stage_export 6 config="$dir/train.yaml" checkpoint="$decode_checkpoint" out="$dir/final.zip" onnx_dir="$dir/onnx"
+
+lm=data/lm/${lm_order}gram.arpa
+run_stage 7 && stage_lm 7 out="$lm" order="$lm_order" prune="$lm_prune"
+if run_stage 8; then
+  for mode in $lm_modes; do
+    stage_tune_fusion 8 "${decoding[@]}" dir="$dir" checkpoint="$decode_checkpoint" type="$data_type" lm="$lm" \
+      mode="$mode" -- dev
+    # shellcheck disable=SC2086  # test_sets is a word list
+    stage_average_decode_score 8 "${decoding[@]}" dir="$dir" checkpoint="$decode_checkpoint" type="$data_type" \
+      modes="$mode" name=_lm extra="$(cat "$dir/fusion_$mode.args")" -- $test_sets
+  done
+fi
 exit 0
