@@ -13,7 +13,8 @@ Accepted line formats (one file may mix them; blank lines and ``#`` comments are
 
 A relative path is taken from the list's folder or the nearest folder above it where the
 list's first relative path exists (RIRS_NOISES lists name ``RIRS_NOISES/simulated_rirs/...``
-from the folder that holds ``RIRS_NOISES``), else from the list's folder.  Kaldi's
+from the folder that holds ``RIRS_NOISES``), else from the current directory when it exists
+there (a Kaldi recipe's ``wav.scp``), else from the list's folder.  Kaldi's
 command pipes (``sox ... |``) are refused: convert such entries to files first.
 
 :func:`read_audio_list` raises :class:`AudioListError` (one line: the file, the line number
@@ -76,7 +77,7 @@ def parse_line(line: str) -> tuple[Optional[str], str]:
 
 def _anchor(list_path: Path, relative: str) -> Path:
     """The folder relative paths of ``list_path`` are taken from (module docstring)."""
-    for folder in (list_path.parent, *list_path.parent.parents):
+    for folder in (list_path.parent, *list_path.parent.parents, Path.cwd()):
         if (folder / relative).exists():
             return folder
     return list_path.parent

@@ -152,11 +152,12 @@ class NoiseConf:
     """``noise_conf`` (ESPnet's names): ``noise_scp``, a list of noise recordings (MUSAN's
     ``wav.scp``, RIRS_NOISES' ``noise_list``, or one path per line); with probability
     ``noise_apply_prob`` one is added at an SNR uniform in ``noise_db_range`` dB --
-    ``[low, high]``, or ESPnet's string ``"low_high"`` (``asrkit.data.noise``)."""
+    ``[low, high]``, one number (a fixed SNR), or ESPnet's strings ``"low_high"`` /
+    ``"value"`` (``asrkit.data.noise``)."""
 
     noise_scp: Optional[str] = None
     noise_apply_prob: float = checked(1.0, _probability)
-    noise_db_range: Union[list[float], str] = checked(default_factory=lambda: [5.0, 20.0], check=_db_range_ok)
+    noise_db_range: Union[list[float], str, float] = checked(default_factory=lambda: [5.0, 20.0], check=_db_range_ok)
 
 
 @dataclasses.dataclass

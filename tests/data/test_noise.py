@@ -140,7 +140,9 @@ def test_config_keys_are_checked_at_load(noise_dir):
         build(TrainConfig, {"dataset_conf": aug(noise_dir, noise_db_range=[20, 5])})
     with pytest.raises(ConfigError, match="noise_apply_prob"):
         build(TrainConfig, {"dataset_conf": aug(noise_dir, noise_apply_prob=1.5)})
-    assert build(TrainConfig, {"dataset_conf": aug(noise_dir, noise_db_range="5_20")}).dataset_conf.noise
+    for value, expected in (("5_20", (5.0, 20.0)), (13, (13.0, 13.0)), ([0, 5], (0.0, 5.0))):
+        dc = build(TrainConfig, {"dataset_conf": aug(noise_dir, noise_db_range=value)}).dataset_conf
+        assert db_range(dc.noise_conf.noise_db_range) == expected
 
 
 def test_noise_changes_training_audio_only_and_draws_from_its_own_stream(tiny_units, dev, noise_dir):
