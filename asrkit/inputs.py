@@ -20,7 +20,7 @@ from typing import Optional
 import torch
 
 from asrkit.config import ConfigError
-from asrkit.data.features import CmvnError, load_cmvn
+from asrkit.data.features import CmvnError, feature_record, load_cmvn
 from asrkit.data.lists import ListError
 from asrkit.io.checkpoint import CheckpointError
 from asrkit.io.files import file_digest
@@ -54,7 +54,8 @@ def load_model_inputs(cfg, *, model_cmvn: bool) -> ModelInputs:
     ``ctc_conf.ctc_blank_id`` against the units' ``<blank>`` (when the model has a CTC head)
     and the CMVN files (:class:`CmvnError`, their dimension against
     ``fbank_conf.num_mel_bins``): ``dataset_conf.cmvn_file`` always, ``cmvn_conf.cmvn_file``
-    of the model layer only with ``model_cmvn`` (training)."""
+    of the model layer only with ``model_cmvn`` (training); both against the features they
+    record (:func:`asrkit.data.features.load_cmvn`)."""
     if model_cmvn:
         check_cmvn_placement(cfg)
     tokenizer = build_tokenizer(cfg)
@@ -64,8 +65,9 @@ def load_model_inputs(cfg, *, model_cmvn: bool) -> ModelInputs:
                          f"{cfg.tokenizer_conf.symbol_table_path} has <blank> at id {blank}: "
                          f"set ctc_conf.ctc_blank_id: {blank}")
     dim = cfg.dataset_conf.fbank_conf.num_mel_bins
-    data_stats = load_cmvn(cfg.dataset_conf.cmvn_file, dim) if cfg.dataset_conf.cmvn_file else None
-    model_stats = model_cmvn_stats(cfg, dim) if model_cmvn else None
+    features = feature_record(cfg.dataset_conf)
+    data_stats = load_cmvn(cfg.dataset_conf.cmvn_file, dim, features) if cfg.dataset_conf.cmvn_file else None
+    model_stats = model_cmvn_stats(cfg, dim, features) if model_cmvn else None
     return ModelInputs(tokenizer, data_stats, model_stats)
 
 

@@ -8,18 +8,23 @@ streaming, on one thread, one utterance at a time, plus the file sizes.
 
 ``--exp`` holds ``train.yaml``, ``final.zip`` and ``onnx/`` (stage 6 of a recipe).  RTF =
 wall time per utterance (audio already in memory; features, model and search included)
-/ audio seconds.  The greedy CTC rows are what sherpa-onnx can do; asrkit's
-``attention_rescoring`` is there for what that costs.  sherpa-onnx is driven through its
-public API only (:mod:`asrkit.export.sherpa`: ``from_wenet_ctc``), which computes its own
-filterbank (kaldi-native-fbank: ``snip_edges`` false, top mel edge at Nyquist − 400 Hz);
-for a model trained on other features its rows are marked ``(features differ)`` -- built
-anyway, to measure what the mismatch costs.  "same" counts the utterances whose text
-equals asrkit's greedy CTC search (eager: full context for the offline rows; for
-sherpa-onnx's streaming rows the chunked forward over what its recognizer decodes -- the
-audio with the tail padding, whole windows only -- the row "fed as sherpa-onnx").
-Streaming rows (chunk and left chunks as given) appear for a model with
-``onnx/model-streaming.onnx``; the asrkit row at the same chunk is the masked forward
-over the whole utterance.
+/ audio seconds.  sherpa-onnx is driven through its public API only, and computes its own
+filterbank (kaldi-native-fbank: ``snip_edges`` false, top mel edge at Nyquist − 400 Hz).
+"same" counts the utterances whose text equals the row's reference (marked ``(reference)``).
+
+CTC/attention models: the greedy CTC rows are what sherpa-onnx can do (``from_wenet_ctc``),
+asrkit's ``attention_rescoring`` is there for what that costs; the reference is asrkit's
+greedy CTC search (eager: full context for the offline rows; at the streaming chunk for
+the masked forward over the whole utterance; for sherpa-onnx's streaming rows the chunked
+forward over what its recognizer decodes -- the audio with the tail padding, whole windows
+only -- the row "fed as sherpa-onnx").  For a model trained on other features than the
+runtime computes, sherpa-onnx's rows are marked ``(features differ)`` -- built anyway, to
+measure what the mismatch costs.  Streaming rows (chunk and left chunks as given) appear
+for a model with ``onnx/model-streaming.onnx``.
+
+Transducers (``model: transducer``): :mod:`bench.deploy_transducer` (its docstring says
+which rows and references; sherpa-onnx's ``from_transducer``, one symbol per frame;
+streaming at the chunk the export chose, for ``onnx/encoder-streaming.onnx``).
 """
 from __future__ import annotations
 
@@ -46,6 +51,7 @@ from asrkit.export.sherpa import (TAIL_PADDING_S, FeatureMismatchWarning, check_
                                   decode_streaming, offline_recognizer, online_recognizer, read_metadata)
 from asrkit.inputs import load_text_inputs
 from asrkit.metrics import score
+from bench.deploy_transducer import transducer_engines
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -77,6 +83,78 @@ def timed(fn: Callable[[np.ndarray, int], str], audio, rate: int) -> tuple[dict,
     return texts, seconds
 
 
+def ctc_engines(exp: Path, args, eager, eager_as_sherpa_streams, torchscript, onnxruntime) -> list:
+    """The CTC model's rows, as :func:`bench.deploy_transducer.transducer_engines` describes
+    them; "same" counts against asrkit's greedy CTC search offline, at the streaming chunk,
+    and fed as sherpa-onnx's streaming recognizer decodes."""
+    onnx = exp / "onnx"
+    streaming = (onnx / STREAMING_FILE).is_file()
+    chunk_note = f"chunk {args.chunk}, {args.left_chunks} left"
+    greedy = "ctc_greedy_search"
+    engines = [
+        ("asrkit eager", "attention_rescoring", eager("attention_rescoring"), "final.zip", None),
+        ("=asrkit eager", greedy, eager(greedy), None, "offline"),
+        ("TorchScript final.zip", "attention_rescoring", torchscript("attention_rescoring"), "final.zip", None),
+        ("TorchScript final.zip", greedy, torchscript(greedy), None, "offline"),
+        ("onnxruntime fp32", greedy, onnxruntime(onnx / OFFLINE_FILE), OFFLINE_FILE, "offline"),
+        ("onnxruntime int8", greedy, onnxruntime(int8_name(onnx / OFFLINE_FILE)), int8_name(onnx / OFFLINE_FILE).name,
+         "offline"),
+    ]
+    differ = ""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", FeatureMismatchWarning)
+        check_runtime_features(read_metadata(onnx / OFFLINE_FILE), allow_mismatch=True)
+    if caught:
+        differ = " (features differ)"
+        print(f"warning: {caught[0].message}", file=sys.stderr)
+    for label, model_file in ((f"sherpa-onnx offline fp32{differ}", OFFLINE_FILE),
+                              (f"sherpa-onnx offline int8{differ}", int8_name(onnx / OFFLINE_FILE).name)):
+        rec = offline_recognizer(onnx, model=model_file, allow_feature_mismatch=bool(differ))
+        engines.append((label, greedy, lambda s, r, rec=rec: decode_offline(rec, s, r).text, None, "offline"))
+    if streaming:
+        engines += [(f"=asrkit eager, {chunk_note}", greedy, eager(greedy, args.chunk, args.left_chunks), None, "chunk"),
+                    (f"asrkit eager, {chunk_note}", "attention_rescoring",
+                     eager("attention_rescoring", args.chunk, args.left_chunks), None, None),
+                    (f"=asrkit eager, {chunk_note}, fed as sherpa-onnx", greedy,
+                     eager_as_sherpa_streams(args.chunk, args.left_chunks), None, "fed")]
+        for label, model_file in ((f"fp32{differ}", STREAMING_FILE),
+                                  (f"int8{differ}", int8_name(onnx / STREAMING_FILE).name)):
+            rec = online_recognizer(onnx, model=model_file, chunk_size=args.chunk, num_left_chunks=args.left_chunks,
+                                    allow_feature_mismatch=bool(differ))
+            engines.append((f"sherpa-onnx streaming {label}, {chunk_note}", greedy,
+                            lambda s, r, rec=rec: decode_streaming(rec, s, r), model_file, "fed"))
+    return engines
+
+
+def measure(engines: list, audio, refs: dict, rate: int, exp: Path) -> list:
+    """Run every engine row over ``audio``, print the table; the rows as dicts.  A label
+    starting with ``=`` is the reference its ``reference`` key names (it runs before the
+    rows compared with it); "same" counts the utterances whose text equals it."""
+    audio_s = sum(len(a) for _, a in audio) / rate
+    rows, reference_texts = [], {}
+    print(f"{len(audio)} utterances, {audio_s:.1f} s of audio, 1 thread\n")
+    print("| engine | search | CER % | same as the reference | RTF | file (MB) |\n"
+          "| --- | --- | --- | --- | --- | --- |")
+    for label, search, fn, file, reference in engines:
+        texts, seconds = timed(fn, audio, rate)
+        totals, _ = score(refs, texts, mode="char")
+        size = ((exp / file) if file == "final.zip" else exp / "onnx" / file).stat().st_size / 1e6 if file else None
+        is_reference = label.startswith("=")
+        label = label.lstrip("=")
+        if is_reference:
+            reference_texts[reference] = texts
+        same = (sum(texts[k] == reference_texts[reference][k] for k in texts)
+                if reference in reference_texts else None)
+        row = {"engine": label, "search": search, "cer": 100.0 * totals.rate, "same_as_reference": same,
+               "reference": reference, "is_reference": is_reference, "utterances": len(texts),
+               "rtf": seconds / audio_s, "mb": size}
+        rows.append(row)
+        shown = "(reference)" if is_reference else "" if same is None else f"{same}/{len(texts)}"
+        print(f"| {label} | {search} | {row['cer']:.2f} | {shown} | {row['rtf']:.4f} | "
+              f"{'' if size is None else f'{size:.1f}'} |", flush=True)
+    return rows
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)
@@ -92,7 +170,6 @@ def main(argv=None) -> int:
         entries = entries[:args.max_utts]
     audio = [(e.key, sf.read(e.wav, dtype="float32")[0]) for e in entries]
     refs = {e.key: e.txt for e in entries}
-    audio_s = sum(len(a) for _, a in audio) / rate
 
     def feats_of(samples):
         return compute_fbank(torch.from_numpy(samples).unsqueeze(0), rate, **fbank_options(fb))
@@ -151,63 +228,11 @@ def main(argv=None) -> int:
             return tokenizer.decode(ids)
         return run
 
-    onnx = exp / "onnx"
-    streaming = (onnx / STREAMING_FILE).is_file()
-    chunk_note = f"chunk {args.chunk}, {args.left_chunks} left"
-    engines = [
-        ("asrkit eager", "attention_rescoring", eager("attention_rescoring"), "final.zip"),
-        ("asrkit eager", "ctc_greedy_search", eager("ctc_greedy_search"), None),
-        ("TorchScript final.zip", "attention_rescoring", torchscript("attention_rescoring"), "final.zip"),
-        ("TorchScript final.zip", "ctc_greedy_search", torchscript("ctc_greedy_search"), None),
-        ("onnxruntime fp32", "ctc_greedy_search", onnxruntime(onnx / OFFLINE_FILE), OFFLINE_FILE),
-        ("onnxruntime int8", "ctc_greedy_search", onnxruntime(int8_name(onnx / OFFLINE_FILE)),
-         int8_name(onnx / OFFLINE_FILE).name),
-    ]
-    differ = ""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", FeatureMismatchWarning)
-        check_runtime_features(read_metadata(onnx / OFFLINE_FILE), allow_mismatch=True)
-    if caught:
-        differ = " (features differ)"
-        print(f"warning: {caught[0].message}", file=sys.stderr)
-    for label, model_file in ((f"sherpa-onnx offline fp32{differ}", OFFLINE_FILE),
-                              (f"sherpa-onnx offline int8{differ}", int8_name(onnx / OFFLINE_FILE).name)):
-        rec = offline_recognizer(onnx, model=model_file, allow_feature_mismatch=bool(differ))
-        engines.append((label, "ctc_greedy_search", lambda s, r, rec=rec: decode_offline(rec, s, r).text, None))
-    fed_note = f"{chunk_note}, fed as sherpa-onnx"
-    if streaming:
-        engines.append((f"asrkit eager, {chunk_note}", "ctc_greedy_search",
-                        eager("ctc_greedy_search", args.chunk, args.left_chunks), None))
-        engines.append((f"asrkit eager, {chunk_note}", "attention_rescoring",
-                        eager("attention_rescoring", args.chunk, args.left_chunks), None))
-        engines.append((f"asrkit eager, {fed_note}", "ctc_greedy_search",
-                        eager_as_sherpa_streams(args.chunk, args.left_chunks), None))
-        for label, model_file in ((f"fp32{differ}", STREAMING_FILE),
-                                  (f"int8{differ}", int8_name(onnx / STREAMING_FILE).name)):
-            rec = online_recognizer(onnx, model=model_file, chunk_size=args.chunk, num_left_chunks=args.left_chunks,
-                                    allow_feature_mismatch=bool(differ))
-            engines.append((f"sherpa-onnx streaming {label}, {chunk_note}", "ctc_greedy_search",
-                            lambda s, r, rec=rec: decode_streaming(rec, s, r), model_file))
-    rows = []
-    greedy: dict = {}  # asrkit eager greedy texts: offline, at the streaming chunk, fed as sherpa-onnx
-    print(f"{len(audio)} utterances, {audio_s:.1f} s of audio, 1 thread\n")
-    print("| engine | search | CER % | same as asrkit greedy | RTF | file (MB) |\n"
-          "| --- | --- | --- | --- | --- | --- |")
-    for label, search, fn, file in engines:
-        texts, seconds = timed(fn, audio, rate)
-        totals, _ = score(refs, texts, mode="char")
-        size = ((exp / file) if file == "final.zip" else onnx / file).stat().st_size / 1e6 if file else None
-        reference = ("fed" if "fed as sherpa" in label or label.startswith("sherpa-onnx streaming")
-                     else "chunk" if "chunk" in label else "offline")
-        if label.startswith("asrkit eager") and search == "ctc_greedy_search":
-            greedy[reference] = texts
-        same = (sum(texts[k] == greedy[reference][k] for k in texts) if search == "ctc_greedy_search"
-                and reference in greedy else None)
-        row = {"engine": label, "search": search, "cer": 100.0 * totals.rate, "same_as_greedy": same,
-               "utterances": len(texts), "rtf": seconds / audio_s, "mb": size}
-        rows.append(row)
-        print(f"| {label} | {search} | {row['cer']:.2f} | {'' if same is None else f'{same}/{len(texts)}'} | "
-              f"{row['rtf']:.4f} | {'' if size is None else f'{size:.1f}'} |", flush=True)
+    if cfg.model == "transducer":
+        engines = transducer_engines(model, tokenizer, scripted, exp, args, feats_of)
+    else:
+        engines = ctc_engines(exp, args, eager, eager_as_sherpa_streams, torchscript, onnxruntime)
+    rows = measure(engines, audio, refs, rate, exp)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1), encoding="utf-8")
     return 0

@@ -156,15 +156,39 @@ def _transducer(cfg, exp, tmp_path):
     transducer = dataclasses.replace(
         cfg, model="transducer", predictor="rnn", predictor_conf=rnn, joint="transducer_joint",
         joint_conf=JointConf(enc_output_size=cfg.encoder_conf.output_size, join_dim=8),
-        model_conf=dataclasses.replace(cfg.model_conf, transducer_weight=0.5, attention_weight=0.2))
-    assert build_transducer(transducer, cfg.input_dim, vocabulary, None).predictor.output_size() == 8
+        model_conf=dataclasses.replace(cfg.model_conf, transducer_weight=0.5, attention_weight=0.2,
+                                       rnnt_type="modified"))
+    assert build_transducer(transducer, cfg.input_dim, vocabulary, None).rnnt_type == "modified"
     for kind in ("embedding", "conv"):  # the keys of the stateless kinds
         conf = PredictorConf(embed_size=8, output_size=8, embed_dropout=0.0, n_head=2 if kind == "embedding" else None)
         assert build_predictor(dataclasses.replace(transducer, predictor=kind, predictor_conf=conf), vocabulary)
 
 
+def _waveform_augmentation(cfg, exp, tmp_path):
+    import numpy as np
+    import soundfile
+    from asrkit.data.lists import read_list
+    from asrkit.data.processors import build_sample_processor
+    from asrkit.text import build_tokenizer
+    soundfile.write(str(tmp_path / "n.wav"), np.random.default_rng(0).normal(0, 0.1, 8000).astype(np.float32), 16000)
+    (tmp_path / "n.scp").write_text(f"n {tmp_path / 'n.wav'}\n")
+    dc = cfg.dataset_conf
+    dc = dataclasses.replace(
+        dc, reverb=True, noise=True, volume_perturb=True,
+        reverb_conf=dataclasses.replace(dc.reverb_conf, rir_scp=str(tmp_path / "n.scp")),
+        noise_conf=dataclasses.replace(dc.noise_conf, noise_scp=str(tmp_path / "n.scp")))
+    proc = build_sample_processor(dc, build_tokenizer(cfg), train=True, seed=1)
+    assert "feat" in proc(read_list(exp.corpus.splits["dev"].data_list)[0], 0)
+
+
+# (preflight reads the switches and the lists' paths in every run)
+_AUGMENT_KEYS = ["DatasetConf.volume_perturb_conf", "ReverbConf.rir_apply_prob", "NoiseConf.noise_apply_prob",
+                 "NoiseConf.noise_db_range", "VolumePerturbConf.scale_low", "VolumePerturbConf.scale_high",
+                 "VolumePerturbConf.volume_apply_prob"]
+
 _TRANSDUCER_KEYS = (["TrainConfig.predictor", "TrainConfig.predictor_conf", "TrainConfig.joint",
-                     "TrainConfig.joint_conf", "ModelConf.transducer_weight", "ModelConf.attention_weight"]
+                     "TrainConfig.joint_conf", "ModelConf.transducer_weight", "ModelConf.attention_weight",
+                     "ModelConf.rnnt_type"]
                     + [f"PredictorConf.{f.name}" for f in dataclasses.fields(PredictorConf)]
                     + [f"JointConf.{f.name}" for f in dataclasses.fields(JointConf)])
 
@@ -181,6 +205,8 @@ TARGETED = {
     "DdpConf.powersgd_start_iter": (
         "asrkit.train.dist.comm_hooks.powersgd_state (registered on the DDP model with comm_hook: powersgd)",
         "the tiny run is one process: no DDP model, no hook", _powersgd_state),
+    **{key: ("asrkit.data.processors.waveform_augmentation (reverb, noise, volume_perturb: true)",
+             "the tiny experiment has no noise or RIR list", _waveform_augmentation) for key in _AUGMENT_KEYS},
     **{key: ("asrkit.models.registry.build_transducer and build_predictor (model: transducer)",
              "the tiny run trains model: asr_model", _transducer) for key in _TRANSDUCER_KEYS},
 }

@@ -5,7 +5,13 @@ Features are exactly those of the training pipeline without augmentation: load
 (down-mix), resample to ``resample_conf.resample_rate``, Kaldi fbank with
 ``fbank_conf`` from ``--train_config`` (dither off).  Output::
 
-    {"mean_stat": [sum per dim], "var_stat": [sum of squares per dim], "frame_num": N}
+    {"mean_stat": [sum per dim], "var_stat": [sum of squares per dim], "frame_num": N,
+     "asrkit_features": {the filterbank's settings: asrkit.data.features.feature_record}}
+
+asrkit refuses to train with statistics recorded for other features.  ``--keep_existing``
+(the recipes' stage 1): an existing ``--out_cmvn`` of the same features is kept; one of
+other features, or one that records none, is an error (exit 2) -- a recipe whose configs
+use other features names another CMVN file.
 
 Input: ``--in_scp`` (Kaldi ``wav.scp``) or ``--data_list`` (raw or shard list).
 Unreadable or empty audio is skipped, each logged with its reason and counted.
@@ -29,7 +35,8 @@ import torch
 from asrkit.config import TrainConfig, load_config
 from asrkit.data import processors
 from asrkit.data.audio import DataFault
-from asrkit.data.features import CmvnStats, fbank_options, write_cmvn
+from asrkit.data.features import (CmvnStats, fbank_options, feature_record, features_difference,
+                                  recorded_features, write_cmvn)
 from asrkit.data.lists import ListEntry, read_list, read_wav_scp
 from asrkit.io.files import WriteError
 
@@ -54,6 +61,22 @@ def chunk_stats(job: tuple[list[ListEntry], object]) -> tuple[CmvnStats, list[pr
     return stats, skipped
 
 
+def keep_existing(path: Path, features: dict) -> int:
+    """0 when ``path`` holds statistics of ``features`` (kept), else 2 with one line."""
+    recorded = recorded_features(path)
+    if recorded is None:
+        print(f"error: {path} records no features (written by WeNet or an older asrkit): delete it to "
+              f"recompute it, or point the config's cmvn_file elsewhere", file=sys.stderr)
+        return 2
+    difference = features_difference(recorded, features)
+    if difference:
+        print(f"error: {path} holds statistics of other features ({difference}): delete it to recompute "
+              f"it, or give this config another cmvn_file", file=sys.stderr)
+        return 2
+    logging.info("%s exists, statistics of these features: kept", path)
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     src = p.add_mutually_exclusive_group(required=True)
@@ -63,10 +86,15 @@ def main(argv=None) -> int:
     p.add_argument("--override", action="append", default=[], help="a.b=value edits of the config")
     p.add_argument("--out_cmvn", type=Path, required=True)
     p.add_argument("--num_workers", type=int, default=1)
+    p.add_argument("--keep_existing", action="store_true",
+                   help="keep an existing --out_cmvn of the same features (other features: exit 2)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
 
     cfg = load_config(args.train_config, args.override) if args.train_config else TrainConfig()
+    features = feature_record(cfg.dataset_conf)
+    if args.keep_existing and args.out_cmvn.exists():
+        return keep_existing(args.out_cmvn, features)
     if args.in_scp:
         entries = [ListEntry(key=k, txt="", duration=0.0, wav=w) for k, w in read_wav_scp(args.in_scp).items()]
     else:
@@ -83,7 +111,7 @@ def main(argv=None) -> int:
         logging.error("no usable audio in the input (%s)", skips.summary())
         return 1
     try:
-        write_cmvn(args.out_cmvn, total)
+        write_cmvn(args.out_cmvn, total, features)
     except WriteError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

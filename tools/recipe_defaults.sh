@@ -26,7 +26,7 @@ HOST_NODE_ADDR=${HOST_NODE_ADDR:-}   # host:port for c10d rendezvous (instead of
 rdzv_timeout=900              # seconds a node waits for the others: for the master's port first, then torchrun's rendezvous
 # averaging, decoding, scoring
 average_num=10
-average_mode=best             # best (lowest CV loss) | last
+average_mode=best             # best (lowest CV loss) | last | ema (the weight EMA of a run trained with ema_decay)
 decode_checkpoint=            # default: $dir/avg_${average_num}.pt
 decode_modes="ctc_greedy_search ctc_prefix_beam_search attention attention_rescoring"
 beam_size=10

@@ -95,10 +95,9 @@ list_name() { if [ "$1" = shard ]; then echo data.shards.list; else echo data.li
 stage_cmvn() {
   local n=$1 config="" set=train rest; shift
   bind "config set" "$@" && need config || return 2
-  if [ -s "data/$set/global_cmvn" ]; then say "$n: data/$set/global_cmvn exists, skipped"; return; fi
-  say "$n: global CMVN statistics"
+  say "$n: global CMVN statistics (an existing data/$set/global_cmvn of the same features is kept)"
   python tools/compute_cmvn_stats.py --train_config "$config" --in_scp "data/$set/wav.scp" \
-    --out_cmvn "data/$set/global_cmvn" --num_workers "$(nproc)"
+    --out_cmvn "data/$set/global_cmvn" --num_workers "$(nproc)" --keep_existing
 }
 
 # The one rule for "rebuild": UNITS.stamp records the make_units.py options and a digest of
@@ -131,6 +130,22 @@ stage_data_lists() {
   done
 }
 
+# PORT when nothing on this host listens on it, else the next port that is free, said on
+# stderr: a second single-node training on the same machine (another recipe, another
+# experiment) must not die in torchrun's EADDRINUSE traceback.  Bash's /dev/tcp: no python start.
+free_local_port() {
+  local port=$1 tries=0
+  while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
+    tries=$((tries + 1))
+    if [ "$tries" -ge 100 ]; then
+      echo "stage_train: ports $1..$port on 127.0.0.1 are all in use: give --master_port" >&2; return 2
+    fi
+    port=$((port + 1))
+  done
+  [ "$port" = "$1" ] || echo "[$(date +%H:%M:%S)] master_port $1 is in use on this host (another training?): using $port" >&2
+  echo "$port"
+}
+
 # torchrun on this node: nproc defaults to one process per visible GPU (nvidia-smi sees one and
 # CUDA_VISIBLE_DEVICES is not empty), else to cpu_nproc capped at the CPU count; host_node_addr=host:port selects c10d rendezvous instead of master_addr/master_port.
 # rdzv_timeout=S: a node that is not the master first waits up to S seconds for the master's
@@ -159,6 +174,7 @@ stage_train() {
         "${host_node_addr%:*}" "${host_node_addr##*:}" || return 2
     fi
   else
+    if [ "$nodes" = 1 ]; then master_port=$(free_local_port "$master_port") || return 2; fi
     rendezvous=(--node_rank "$node_rank" --master_addr "$master_addr" --master_port "$master_port"
                 --rdzv_conf "timeout=$rdzv_timeout")
     if [ "$nodes" -gt 1 ] && [ "$node_rank" != 0 ]; then

@@ -11,6 +11,12 @@ model weights (``{"model": state_dict}``) with the config and the units digests
 ``recognize`` and ``export`` load it like any checkpoint.  Fewer than ``--num``
 checkpoints to average: a warning with the requested and found counts, and the found ones
 are averaged; with ``--strict`` an error, exit status 2, nothing written.
+
+``--mode ema``: no averaging -- the weight EMA (``asrkit.train.ema``) that the newest epoch
+checkpoint (up to ``--max_epoch``) holds, written the same way (``--num`` is not used); a
+run trained without ``ema_decay`` has none: exit status 2.
+
+    python -m asrkit.bin.average_model --model_dir exp/conformer --mode ema --dst exp/conformer/avg_ema.pt
 """
 from __future__ import annotations
 
@@ -20,8 +26,10 @@ import sys
 from pathlib import Path
 
 from asrkit.inputs import INPUT_DIGESTS
-from asrkit.io.checkpoint_names import CheckpointSelectionError, checkpoints_to_average
+from asrkit.io.checkpoint_names import (EPOCH, CheckpointSelectionError, checkpoints_to_average, parse_name,
+                                        training_checkpoints)
 from asrkit.train import checkpoint as ckpt
+from asrkit.train.ema import ema_weights
 
 log = logging.getLogger("asrkit.train")
 
@@ -31,7 +39,8 @@ def main(argv=None) -> int:
     p.add_argument("--model_dir", required=True, type=Path)
     p.add_argument("--dst", required=True, type=Path, help="output checkpoint")
     p.add_argument("--num", type=int, default=5, help="how many checkpoints to average")
-    p.add_argument("--mode", choices=["last", "best"], default="best")
+    p.add_argument("--mode", choices=["last", "best", "ema"], default="best",
+                   help="ema: the weight EMA of the newest epoch checkpoint instead of an average")
     p.add_argument("--min_epoch", type=int, default=0)
     p.add_argument("--max_epoch", type=int, default=10**9)
     p.add_argument("--strict", action="store_true",
@@ -39,6 +48,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
+        if args.mode == "ema":
+            return _write_ema(args)
         paths = checkpoints_to_average(args.model_dir, args.num, args.mode, args.min_epoch, args.max_epoch)
         if len(paths) < args.num:
             found = (f"--num {args.num} asked for {args.num} checkpoints, {args.model_dir} has {len(paths)} to "
@@ -48,12 +59,7 @@ def main(argv=None) -> int:
                 return 2
             print(f"warning: {found}: averaging those {len(paths)}", file=sys.stderr)
         averaged = ckpt.average_state_dicts(paths)
-        out = {"model": averaged, "averaged_from": [p.name for p in paths]}
-        last = ckpt.load_checkpoint(paths[-1])
-        for key in ("config", INPUT_DIGESTS):  # what the weights mean (config_version, units) travels with them
-            if last.get(key) is not None:
-                out[key] = last[key]
-        ckpt.save_checkpoint(args.dst, out)
+        _save(args.dst, {"model": averaged, "averaged_from": [p.name for p in paths]}, ckpt.load_checkpoint(paths[-1]))
     except (CheckpointSelectionError, ckpt.CheckpointError) as e:  # nothing to average, or one does not load: status 2
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -62,6 +68,30 @@ def main(argv=None) -> int:
         return 1
     print(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) into {args.dst}",
           file=sys.stderr)
+    return 0
+
+
+def _save(dst: Path, out: dict, source: dict) -> None:
+    for key in ("config", INPUT_DIGESTS):  # what the weights mean (config_version, units) travels with them
+        if source.get(key) is not None:
+            out[key] = source[key]
+    ckpt.save_checkpoint(dst, out)
+
+
+def _write_ema(args) -> int:
+    """``--mode ema`` (module docstring)."""
+    epochs = [p for p in training_checkpoints(args.model_dir, EPOCH)
+              if args.min_epoch <= parse_name(p).number <= args.max_epoch]
+    if not epochs:
+        raise CheckpointSelectionError(f"{args.model_dir}: no epoch checkpoint (epoch_<E>.pt) in "
+                                       f"[{args.min_epoch}, {args.max_epoch}] to take the EMA from")
+    state = ckpt.load_checkpoint(epochs[-1])
+    if state.get("ema") is None:
+        raise CheckpointSelectionError(f"{epochs[-1]} holds no weight EMA: train with ema_decay (e.g. "
+                                       f"--override ema_decay=0.999) to decode one")
+    _save(args.dst, {"model": ema_weights(state["ema"], state["model"]), "ema_of": epochs[-1].name}, state)
+    print(f"wrote the weight EMA of {epochs[-1].name} ({state['ema']['updates']} updates, decay "
+          f"{state['ema']['decay']:g}) into {args.dst}", file=sys.stderr)
     return 0
 
 

@@ -27,7 +27,10 @@ analysis, drawn from the caller's generator, so a sample's dither is reproducibl
 adds it per frame from a global RNG: same level, not reproducible).
 
 Global CMVN file (WeNet JSON): ``{"mean_stat": [sum of each dim over all frames],
-"var_stat": [sum of squares of each dim], "frame_num": N}``.
+"var_stat": [sum of squares of each dim], "frame_num": N}``; asrkit adds
+``"asrkit_features"``, the filterbank the statistics are of (:func:`feature_record`; WeNet
+ignores the key), so statistics of other features are refused instead of silently
+normalising wrongly (files without the key, e.g. WeNet's, are taken as they are).
 """
 from __future__ import annotations
 
@@ -148,25 +151,54 @@ class CmvnStats:
         return {"mean_stat": self.sum.tolist(), "var_stat": self.sum_sq.tolist(), "frame_num": self.frames}
 
 
-def write_cmvn(path: str | Path, stats: CmvnStats) -> None:
+FEATURES_KEY = "asrkit_features"
+
+
+def feature_record(dataset_conf) -> dict:
+    """What decides the filterbank's values (dither aside) for ``dataset_conf``: the sample
+    rate after resampling and the ``fbank_conf`` options of :func:`fbank_options`."""
+    return {"sample_rate": int(dataset_conf.resample_conf.resample_rate), **fbank_options(dataset_conf.fbank_conf)}
+
+
+def recorded_features(path: str | Path) -> Optional[dict]:
+    """The :func:`feature_record` a CMVN file was computed for (None when it records none)."""
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8")).get(FEATURES_KEY)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def features_difference(recorded: dict, wanted: dict) -> str:
+    """``""`` when equal, else ``"snip_edges true here, false in the file; ..."``."""
+    def shown(v):
+        return ("true" if v else "false") if isinstance(v, bool) else f"{v:g}" if isinstance(v, (int, float)) else str(v)
+    return "; ".join(f"{k} {shown(wanted[k])} here, {shown(recorded.get(k))} in the file"
+                     for k in wanted if recorded.get(k) != wanted[k])
+
+
+def write_cmvn(path: str | Path, stats: CmvnStats, features: Optional[dict] = None) -> None:
     """Write ``stats`` as a WeNet global CMVN JSON file, atomically
-    (:class:`asrkit.io.files.WriteError` on failure, the old file kept)."""
+    (:class:`asrkit.io.files.WriteError` on failure, the old file kept), recording
+    ``features`` (:func:`feature_record`) when given."""
     if stats.frames == 0:
         raise ValueError("no frames accumulated: refusing to write empty CMVN statistics")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(stats.to_json()))
+    atomic_write_text(path, json.dumps({**stats.to_json(), **({FEATURES_KEY: features} if features else {})}))
 
 
 class CmvnError(ValueError):
     """A global CMVN file is missing or malformed; the one-line message names the file."""
 
 
-def load_cmvn(path: str | Path, dim: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
+def load_cmvn(path: str | Path, dim: Optional[int] = None,
+              features: Optional[dict] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(mean, istd)`` float32 ``[F]`` from a WeNet global CMVN JSON file:
     ``mean = mean_stat / N``, ``var = max(var_stat / N - mean², 1e-20)``,
     ``istd = 1 / sqrt(var)``.  Raises :class:`CmvnError` when the file is missing, not
-    such a JSON file, or (with ``dim``) of another dimension than the features."""
+    such a JSON file, (with ``dim``) of another dimension than the features, or (with
+    ``features``, a :func:`feature_record`) records other features than those."""
     path = Path(path)
     if not path.is_file():
         raise CmvnError(f"CMVN file not found: {path}")
@@ -186,6 +218,10 @@ def load_cmvn(path: str | Path, dim: Optional[int] = None) -> tuple[torch.Tensor
     if dim is not None and mean_stat.numel() != dim:
         raise CmvnError(f"{path}: CMVN statistics of dimension {mean_stat.numel()}, the features have {dim} "
                         f"(dataset_conf.fbank_conf.num_mel_bins)")
+    recorded = recorded_features(path) if features is not None else None
+    if recorded is not None and features_difference(recorded, features):
+        raise CmvnError(f"{path}: CMVN statistics of other features ({features_difference(recorded, features)}): "
+                        f"recompute them for this config (tools/compute_cmvn_stats.py) into another file")
     mean = mean_stat / frames
     var = torch.clamp(var_stat / frames - mean * mean, min=VARIANCE_FLOOR)
     return mean.float(), var.rsqrt().float()

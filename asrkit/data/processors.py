@@ -8,7 +8,8 @@ pure function ``step(sample, generator) -> sample`` configured with
 them once:
 
     load -> tokenize -> resample (+ down-mix at load) -> filter -> speed perturb
-    -> fbank (dither) -> CMVN (optional) -> SpecAugment -> spec_sub -> spec_trim
+    -> reverberation -> additive noise -> volume -> fbank (dither) -> CMVN (optional)
+    -> SpecAugment -> spec_sub -> spec_trim
 
 **Skips.**  A step that meets a data fault raises :class:`asrkit.data.audio.DataFault`;
 :class:`SampleProcessor` turns it into a :class:`Skip` (key, reason, detail) -- the one
@@ -19,7 +20,10 @@ per reason and logs each skipped key once (logger ``asrkit.data``).
 **Randomness.**  With ``train=True`` the speed, the dither noise and the masks are drawn,
 in that order, from :func:`sample_generator` (seed, epoch, key): the same utterance is
 augmented identically in the same epoch from a raw list or a shard, in any worker,
-before or after a resume.  ``train=False`` draws nothing and augments nothing.
+before or after a resume.  Reverberation, noise and volume (``asrkit.data.reverb``,
+``asrkit.data.noise``) draw from generators of their own, (seed, epoch, key, step name):
+switching one on or off changes no other draw.  ``train=False`` draws nothing and
+augments nothing.
 """
 from __future__ import annotations
 
@@ -32,9 +36,10 @@ from typing import Callable, Optional, Sequence, Union
 
 import torch
 
-from asrkit.data import audio, augment, features
+from asrkit.data import audio, augment, features, noise, reverb
 from asrkit.data.audio import DataFault
 from asrkit.data.lists import ListEntry
+from asrkit.data.noise_lists import AudioCache, read_audio_list
 
 logger = logging.getLogger("asrkit.data")
 
@@ -91,10 +96,12 @@ class SkipStats:
         return f"{self.total} skipped: {parts}"
 
 
-def sample_generator(seed: int, epoch: int, key: str) -> torch.Generator:
+def sample_generator(seed: int, epoch: int, key: str, stream: str = "") -> torch.Generator:
     """A CPU generator seeded from (seed, epoch, key) through BLAKE2b, identical in every
-    process and Python run (Python's ``hash()`` is salted per process)."""
-    digest = hashlib.blake2b(f"{seed}\x1f{epoch}\x1f{key}".encode("utf-8"), digest_size=8).digest()
+    process and Python run (Python's ``hash()`` is salted per process); a ``stream`` name
+    gives a step a sequence of its own."""
+    text = f"{seed}\x1f{epoch}\x1f{key}" + (f"\x1f{stream}" if stream else "")
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
     gen = torch.Generator()
     gen.manual_seed(int.from_bytes(digest, "little") & ((1 << 63) - 1))
     return gen
@@ -169,6 +176,31 @@ def speed_perturb(sample: Sample, generator, *, speeds: Sequence[float], seed: i
     return sample
 
 
+def add_reverb(sample: Sample, generator, *, rirs: AudioCache, prob: float, seed: int) -> Sample:
+    """Convolves ``wav`` with a drawn room impulse response (``asrkit.data.reverb``)."""
+    gen = sample_generator(seed, sample["epoch"], sample["key"], "reverb")
+    sample["wav"] = reverb.add_reverb(sample["wav"], sample["sample_rate"], gen, rirs=rirs, prob=prob)
+    return sample
+
+
+def add_noise(sample: Sample, generator, *, noises: AudioCache, prob: float, snr_range: tuple[float, float],
+              seed: int) -> Sample:
+    """Adds a drawn noise at a drawn SNR (``asrkit.data.noise``)."""
+    gen = sample_generator(seed, sample["epoch"], sample["key"], "noise")
+    sample["wav"] = noise.add_noise(sample["wav"], sample["sample_rate"], gen, noises=noises, prob=prob,
+                                    snr_range=snr_range)
+    return sample
+
+
+def perturb_volume(sample: Sample, generator, *, prob: float, scale_low: float, scale_high: float,
+                   seed: int) -> Sample:
+    """Scales ``wav`` by a drawn factor (``asrkit.data.noise``)."""
+    gen = sample_generator(seed, sample["epoch"], sample["key"], "volume")
+    sample["wav"] = noise.perturb_volume(sample["wav"], gen, prob=prob, scale_low=scale_low,
+                                         scale_high=scale_high)
+    return sample
+
+
 def fbank(sample: Sample, generator, *, num_mel_bins: int, frame_length: float, frame_shift: float,
           dither: float, **options) -> Sample:
     """Adds ``feat`` (see :func:`asrkit.data.features.compute_fbank`; ``options``: its
@@ -238,8 +270,8 @@ def build_sample_processor(dataset_conf, tokenizer, *, train: bool, seed: int,
     """The chain ``dataset_conf`` (a :class:`asrkit.data.schema.ProcessorKeys`, e.g. the
     ``dataset_conf`` of the root config) describes.
 
-    ``train=False`` (CV, decoding): no speed perturbation, no dither, no SpecAugment /
-    spec_sub / spec_trim.  ``apply_filter=False`` (decoding: every test utterance must be
+    ``train=False`` (CV, decoding): no speed perturbation, reverberation, noise or volume
+    change, no dither, no SpecAugment / spec_sub / spec_trim.  ``apply_filter=False`` (decoding: every test utterance must be
     scored) drops the length filter; empty or unreadable input is still skipped.
     When ``cmvn_file`` is set, its statistics are ``cmvn_stats`` (``(mean, istd)``, as
     ``asrkit.inputs.ModelInputs.data_cmvn`` holds them) or, without them, loaded here once.
@@ -257,6 +289,8 @@ def build_sample_processor(dataset_conf, tokenizer, *, train: bool, seed: int,
             max_output_input_ratio=fc.max_output_input_ratio))
     if train and conf.speed_perturb:
         steps.append(functools.partial(speed_perturb, speeds=tuple(conf.speeds), seed=seed))
+    if train:
+        steps += waveform_augmentation(conf, seed)
     steps.append(functools.partial(fbank, **features.fbank_options(fb), dither=fb.dither if train else 0.0))
     if conf.cmvn_file:
         mean, istd = cmvn_stats if cmvn_stats is not None else features.load_cmvn(conf.cmvn_file, fb.num_mel_bins)
@@ -272,6 +306,26 @@ def build_sample_processor(dataset_conf, tokenizer, *, train: bool, seed: int,
         if conf.spec_trim:
             steps.append(functools.partial(spec_trim, max_t=conf.spec_trim_conf.max_t))
     return SampleProcessor(steps, train=train, seed=seed, feat_dim=fb.num_mel_bins)
+
+
+def waveform_augmentation(conf, seed: int) -> list[Step]:
+    """The reverberation, noise and volume steps ``conf`` switches on, their lists read
+    here (``asrkit.data.noise_lists.AudioListError`` for a list that cannot be used)."""
+    steps: list[Step] = []
+    if conf.reverb:
+        rc = conf.reverb_conf
+        rirs = AudioCache(read_audio_list(rc.rir_scp, "dataset_conf.reverb_conf.rir_scp"), "unreadable_rir")
+        steps.append(functools.partial(add_reverb, rirs=rirs, prob=rc.rir_apply_prob, seed=seed))
+    if conf.noise:
+        nc = conf.noise_conf
+        noises = AudioCache(read_audio_list(nc.noise_scp, "dataset_conf.noise_conf.noise_scp"), "unreadable_noise")
+        steps.append(functools.partial(add_noise, noises=noises, prob=nc.noise_apply_prob,
+                                       snr_range=noise.db_range(nc.noise_db_range), seed=seed))
+    if conf.volume_perturb:
+        vc = conf.volume_perturb_conf
+        steps.append(functools.partial(perturb_volume, prob=vc.volume_apply_prob, scale_low=vc.scale_low,
+                                       scale_high=vc.scale_high, seed=seed))
+    return steps
 
 
 # ----------------------------------------------------------------------------- collate

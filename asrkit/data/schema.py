@@ -5,10 +5,11 @@ Key names and defaults follow WeNet's ``dataset_conf``.
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Optional
+from typing import ClassVar, Optional, Union
 
 from asrkit.data.features import LOW_FREQ, SAMPLE_SCALES
 from asrkit.data.loader_schema import LoaderKeys
+from asrkit.data.noise import db_range
 from asrkit.schema import WenetKey, any_value, between, checked, merged_wenet_keys, non_negative, only, positive
 
 
@@ -123,12 +124,65 @@ def _speeds_ok(speeds) -> Optional[str]:
     return f"speeds must lie in [0.5, 2.0], got {bad}" if bad else None
 
 
+def _probability(value) -> Optional[str]:
+    return between(0.0, 1.0)(value)
+
+
+def _db_range_ok(value) -> Optional[str]:
+    try:
+        db_range(value)
+    except (ValueError, TypeError) as e:
+        return str(e)
+    return None
+
+
+@dataclasses.dataclass
+class ReverbConf:
+    """``reverb_conf`` (ESPnet's names): ``rir_scp``, a list of room impulse responses
+    (Kaldi's RIRS_NOISES ``rir_list``, a ``wav.scp`` or one path per line:
+    ``asrkit.data.noise_lists``); each training utterance is convolved with one drawn from
+    it with probability ``rir_apply_prob`` (``asrkit.data.reverb``)."""
+
+    rir_scp: Optional[str] = None
+    rir_apply_prob: float = checked(1.0, _probability)
+
+
+@dataclasses.dataclass
+class NoiseConf:
+    """``noise_conf`` (ESPnet's names): ``noise_scp``, a list of noise recordings (MUSAN's
+    ``wav.scp``, RIRS_NOISES' ``noise_list``, or one path per line); with probability
+    ``noise_apply_prob`` one is added at an SNR uniform in ``noise_db_range`` dB --
+    ``[low, high]``, one number (a fixed SNR), or ESPnet's strings ``"low_high"`` /
+    ``"value"`` (``asrkit.data.noise``)."""
+
+    noise_scp: Optional[str] = None
+    noise_apply_prob: float = checked(1.0, _probability)
+    noise_db_range: Union[list[float], str, float] = checked(default_factory=lambda: [5.0, 20.0], check=_db_range_ok)
+
+
+@dataclasses.dataclass
+class VolumePerturbConf:
+    """``volume_perturb_conf`` (Kaldi's ``perturb_data_dir_volume.sh`` scales): with
+    probability ``volume_apply_prob`` the waveform is multiplied by a factor uniform in
+    [``scale_low``, ``scale_high``]."""
+
+    scale_low: float = checked(0.125, positive)
+    scale_high: float = checked(2.0, positive)
+    volume_apply_prob: float = checked(1.0, _probability)
+
+    def validate(self) -> list[str]:
+        return [f"scale_low {self.scale_low} > scale_high {self.scale_high}"] if self.scale_low > self.scale_high else []
+
+
 @dataclasses.dataclass
 class ProcessorKeys:
     """Per-sample processing keys of ``dataset_conf`` (``asrkit.data.processors``).
 
-    Training-time augmentation (speed perturbation, dither, SpecAugment, spec_sub,
-    spec_trim) applies only to a pipeline built with ``train=True``.  ``cmvn_file``
+    Training-time augmentation (speed perturbation, reverberation, additive noise, volume
+    perturbation, dither, SpecAugment, spec_sub, spec_trim) applies only to a pipeline built
+    with ``train=True``; ``reverb``, ``noise`` and ``volume_perturb`` switch the three
+    waveform augmentations of ``asrkit.data.reverb`` and ``asrkit.data.noise`` on
+    (docs/data.md).  ``cmvn_file``
     (asrkit addition): apply global CMVN in the data pipeline; leave it null when the
     model applies CMVN (WeNet's ``cmvn_conf``), or it is applied twice.
     """
@@ -139,6 +193,12 @@ class ProcessorKeys:
     speeds: list[float] = checked(default_factory=lambda: [0.9, 1.0, 1.1], check=_speeds_ok)
     fbank_conf: FbankConf = dataclasses.field(default_factory=FbankConf)
     cmvn_file: Optional[str] = None
+    reverb: bool = False
+    reverb_conf: ReverbConf = dataclasses.field(default_factory=ReverbConf)
+    noise: bool = False
+    noise_conf: NoiseConf = dataclasses.field(default_factory=NoiseConf)
+    volume_perturb: bool = False
+    volume_perturb_conf: VolumePerturbConf = dataclasses.field(default_factory=VolumePerturbConf)
     spec_aug: bool = True
     spec_aug_conf: SpecAugConf = dataclasses.field(default_factory=SpecAugConf)
     spec_sub: bool = False
@@ -170,13 +230,21 @@ class DataSections:
 
     def validate(self) -> list[str]:
         """``fbank_conf.high_freq`` against the sample rate: the mel filters' top edge must
-        lie above their bottom edge (20 Hz) and at most at Nyquist."""
+        lie above their bottom edge (20 Hz) and at most at Nyquist; ``noise``/``reverb``
+        need their list (its content is checked by training's preflight)."""
         dc = self.dataset_conf
+        errors = []
         nyquist = dc.resample_conf.resample_rate / 2
         high = dc.fbank_conf.high_freq
         top = high if high > 0 else nyquist + high
         if not LOW_FREQ < top <= nyquist:
-            return [f"dataset_conf.fbank_conf.high_freq: {high:g} puts the top mel edge at {top:g} Hz; at "
-                    f"{dc.resample_conf.resample_rate} Hz it must lie in ({LOW_FREQ:g}, {nyquist:g}] Hz "
-                    f"(<= 0: an offset from Nyquist)"]
-        return []
+            errors.append(f"dataset_conf.fbank_conf.high_freq: {high:g} puts the top mel edge at {top:g} Hz; at "
+                          f"{dc.resample_conf.resample_rate} Hz it must lie in ({LOW_FREQ:g}, {nyquist:g}] Hz "
+                          f"(<= 0: an offset from Nyquist)")
+        if dc.noise and not dc.noise_conf.noise_scp:
+            errors.append("dataset_conf.noise: true needs noise_conf.noise_scp (a noise list: wav.scp, "
+                          "RIRS_NOISES noise_list or one path per line)")
+        if dc.reverb and not dc.reverb_conf.rir_scp:
+            errors.append("dataset_conf.reverb: true needs reverb_conf.rir_scp (a room impulse response list: "
+                          "RIRS_NOISES rir_list, wav.scp or one path per line)")
+        return errors

@@ -106,16 +106,20 @@ class TransducerSearcher(nn.Module):
     each a method feeding encoder frames ``[T, E]`` to the state it is given (a hypothesis
     or a beam, updated or returned) and returning each frame's blank probability."""
 
-    def __init__(self, predictor: nn.Module, joint: nn.Module, blank: int):
+    def __init__(self, predictor: nn.Module, joint: nn.Module, blank: int, one_symbol_per_frame: bool = False):
         super().__init__()
         self.predictor = predictor
         self.joint = joint
         self.blank = int(blank)
+        # a model trained in the modified lattice (one output per frame) is searched so: the
+        # greedy search's symbols per frame are capped at 1 whatever the caller asks
+        self.max_symbols = 1 if one_symbol_per_frame else 1 << 30
 
     @classmethod
     def of_model(cls, model: nn.Module) -> "TransducerSearcher":
-        """The searcher of a transducer (shares its predictor and joint)."""
-        return cls(model.predictor, model.joint, model.blank_id)
+        """The searcher of a transducer (shares its predictor and joint; one symbol per frame
+        for ``rnnt_type: modified``)."""
+        return cls(model.predictor, model.joint, model.blank_id, getattr(model, "rnnt_type", "regular") == "modified")
 
     def forward(self, encoder_out: torch.Tensor) -> List[int]:
         """Greedy search (64 symbols per frame at most) over one utterance's ``[T, E]``."""
@@ -146,9 +150,11 @@ class TransducerSearcher(nn.Module):
     def greedy_feed(self, hyp: TransducerHypothesis, encoder_out: torch.Tensor, frames_fed: int,
                     max_symbols: int) -> List[float]:
         """WeNet's greedy search over the next frames (``frames_fed`` fed before), extending
-        ``hyp`` in place; each frame's blank probability after its last symbol."""
+        ``hyp`` in place, at most ``max_symbols`` symbols a frame (1 for a model trained one
+        output per frame); each frame's blank probability after its last symbol."""
         blank_probs: List[float] = []
         device = encoder_out.device
+        max_symbols = min(max_symbols, self.max_symbols)
         for t in range(encoder_out.size(0)):
             frame = encoder_out[t].view(1, 1, -1)
             blank_prob = 0.0

@@ -163,6 +163,28 @@ def _trace_to_onnx(graph: nn.Module, args: Tuple[torch.Tensor, ...], path: Path,
         raw.unlink(missing_ok=True)
 
 
+def keep_checked(path: Path, meta: Dict[str, str], check: Optional[Callable[[Path], float]], int8: bool,
+                 summary: Dict[str, object], tolerance: Optional[float] = None) -> None:
+    """An exported file's last steps: ``check(path)`` (its largest difference from eager
+    asrkit; None: not verified) -- the file deleted when the check raises or, with
+    ``tolerance``, exceeds it (:class:`~asrkit.export.archive.ExportCheckError`) --, then its
+    size and difference into ``summary["files"]`` / ``summary["max_abs_diff"]``, and with
+    ``int8`` its int8 copy (:func:`quantize_int8`)."""
+    if check is not None:
+        try:
+            diff = check(path)
+            if tolerance is not None and diff > tolerance:
+                raise ExportCheckError(f"{path.name}: differs from eager asrkit by {diff:.3g} (> {tolerance})")
+            summary["max_abs_diff"][path.name] = diff
+        except Exception:
+            path.unlink(missing_ok=True)
+            raise
+    summary["files"][path.name] = path.stat().st_size
+    if int8:
+        quantize_int8(path, int8_name(path), meta)
+        summary["files"][int8_name(path).name] = int8_name(path).stat().st_size
+
+
 def quantize_int8(src: Path, dst: Path, meta: Dict[str, str]) -> None:
     """Dynamic int8 quantization of the MatMul weights (onnxruntime's
     ``quantize_dynamic``, as sherpa-onnx's own WeNet export does); metadata kept."""
@@ -335,16 +357,7 @@ def export_onnx(model: nn.Module, units: Sequence[str], output_dir: Path | str, 
                            {"x": {0: "N", 1: "T"}, "x_lens": {0: "N"}, "log_probs": {0: "N", 1: "T_out"},
                             "log_probs_lens": {0: "N"}}, meta)
             check = (lambda p, g=graph: _check_offline(p, g, num_mel_bins, tolerance))
-        if verify:
-            try:
-                summary["max_abs_diff"][path.name] = check(path)
-            except Exception:
-                path.unlink(missing_ok=True)
-                raise
-        summary["files"][path.name] = path.stat().st_size
-        if int8:
-            quantize_int8(path, int8_name(path), meta)
-            summary["files"][int8_name(path).name] = int8_name(path).stat().st_size
+        keep_checked(path, meta, check if verify else None, int8, summary)
     write_tokens(units, int(model.blank_id), out / TOKENS_FILE)
     summary["seconds"] = time.perf_counter() - started
     return summary

@@ -38,9 +38,9 @@ from torch import nn
 
 from asrkit.data.features import INT16_SCALE
 from asrkit.export.archive import ExportCheckError, inference_copy
-from asrkit.export.onnx import (CHECK_TOLERANCE, _trace_to_onnx, int8_name, ort_session, quantize_int8,
+from asrkit.export.onnx import (CHECK_TOLERANCE, _trace_to_onnx, keep_checked, ort_session,
                                 session_runner, write_tokens)
-from asrkit.export.onnx_transducer_graphs import (Decoder, Joiner, OfflineEncoder, StreamingEncoder, graphs,
+from asrkit.export.onnx_transducer_graphs import (OfflineEncoder, StreamingEncoder, graphs,
                                                   log_shift, refuse_stateful_predictor)
 
 ENCODER_FILE = "encoder.onnx"
@@ -366,19 +366,7 @@ def export_transducer_onnx(model: nn.Module, units: Sequence[str], output_dir: P
                                                         num_left_chunks)))
     for graph, path, example, inputs, outputs, axes, meta, check in jobs:
         _trace_to_onnx(graph, example, path, inputs, outputs, axes, meta)
-        if verify:
-            try:
-                diff = check(path)
-                if diff > tolerance:
-                    raise ExportCheckError(f"{path.name}: differs from eager asrkit by {diff:.3g} (> {tolerance})")
-                summary["max_abs_diff"][path.name] = diff
-            except Exception:
-                path.unlink(missing_ok=True)
-                raise
-        summary["files"][path.name] = path.stat().st_size
-        if int8:
-            quantize_int8(path, int8_name(path), meta)
-            summary["files"][int8_name(path).name] = int8_name(path).stat().st_size
+        keep_checked(path, meta, check if verify else None, int8, summary, tolerance)
     write_tokens(units, int(model.blank_id), out / TOKENS_FILE)
     summary["seconds"] = time.perf_counter() - started
     return summary

@@ -44,14 +44,15 @@ def _lookup(table: dict[str, Any], key: str, name: str) -> Any:
     return table[name]
 
 
-def model_cmvn_stats(cfg, input_dim: int) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+def model_cmvn_stats(cfg, input_dim: int, features: Optional[dict] = None) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
     """``(mean, istd)`` of ``cmvn_conf.cmvn_file`` when ``cmvn: global_cmvn`` (None without a
-    CMVN layer); :class:`CmvnError` when the file is unset, unreadable or of another dimension."""
+    CMVN layer); :class:`CmvnError` when the file is unset, unreadable, of another dimension
+    or (with ``features``: training) records other features."""
     if cfg.cmvn is None:
         return None
     if not cfg.cmvn_conf.cmvn_file:
         raise CmvnError("cmvn: global_cmvn needs cmvn_conf.cmvn_file (tools/compute_cmvn_stats.py)")
-    return load_cmvn(cfg.cmvn_conf.cmvn_file, input_dim)
+    return load_cmvn(cfg.cmvn_conf.cmvn_file, input_dim, features)
 
 
 def build_cmvn(cfg, input_dim: int, load_stats: bool,
@@ -159,7 +160,8 @@ def build_transducer(cfg, input_dim: int, vocabulary: Vocabulary, cmvn: Optional
                       transducer_weight=transducer, ctc_weight=mc.ctc_weight, attention_weight=attention,
                       lsm_weight=mc.lsm_weight,
                       reverse_weight=mc.reverse_weight if decoder is not None and cfg.decoder == "bitransformer"
-                      else 0.0, length_normalized_loss=mc.length_normalized_loss)
+                      else 0.0, length_normalized_loss=mc.length_normalized_loss,
+                      rnnt_type=mc.rnnt_type or "regular")
 
 
 # name -> builder(cfg, input_dim, vocabulary, cmvn) -> nn.Module.  A model family registers

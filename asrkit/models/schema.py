@@ -152,7 +152,9 @@ class ModelConf:
     right-to-left.  ``model: transducer``: loss = transducer_weight · RNN-T + ctc_weight ·
     CTC + attention_weight · ATT, the three weights summing to 1 (WeNet asserts it);
     ``transducer_weight`` and ``attention_weight`` are keys of the transducer only (``None``:
-    not given; WeNet's defaults 1.0 and 0.0).  ``length_normalized_loss`` selects the
+    not given; WeNet's defaults 1.0 and 0.0), as is asrkit's ``rnnt_type`` (``None``: WeNet's
+    ``regular`` lattice; ``modified``: one output per frame, k2's name --
+    :mod:`asrkit.models.transducer.loss`).  ``length_normalized_loss`` selects the
     trainer's normaliser (tokens instead of utterances).
     """
 
@@ -162,6 +164,7 @@ class ModelConf:
     reverse_weight: float = checked(0.0, between(0.0, 1.0))
     transducer_weight: Optional[float] = checked(None, _weight_or_none)
     attention_weight: Optional[float] = checked(None, _weight_or_none)
+    rnnt_type: Optional[Literal["regular", "modified"]] = None
 
     WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
         "ignore_id": only(-1, reason="asrkit pads targets with -1"),
@@ -236,7 +239,8 @@ class ModelSections:
         if self.model != "transducer":
             given = {"predictor": self.predictor, "predictor_conf": self.predictor_conf, "joint": self.joint,
                      "joint_conf": self.joint_conf, "model_conf.transducer_weight": self.model_conf.transducer_weight,
-                     "model_conf.attention_weight": self.model_conf.attention_weight}
+                     "model_conf.attention_weight": self.model_conf.attention_weight,
+                     "model_conf.rnnt_type": self.model_conf.rnnt_type}
             return [f"{key}: read only by model: transducer (model is {self.model})"
                     for key, value in given.items() if value is not None]
         missing = [key for key in ("predictor_conf", "joint_conf") if getattr(self, key) is None]

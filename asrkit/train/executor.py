@@ -115,7 +115,7 @@ class Executor:
 
     def __init__(self, cfg, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler,
                  ctx: DistContext, model_dir: Path, *, scaler: Optional[torch.amp.GradScaler] = None,
-                 writer=None, progress: Optional[bool] = None, preemption=None):
+                 writer=None, progress: Optional[bool] = None, preemption=None, ema=None):
         self.cfg = cfg
         self.model = model
         self.optimizer = optimizer
@@ -129,6 +129,7 @@ class Executor:
         self.progress = sys.stderr.isatty() and ctx.is_main if progress is None else progress
         self.autocast_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg.dtype)
         self.preemption = preemption  # asrkit.train.preemption.Preemption (or None)
+        self.ema = ema                # asrkit.train.ema.WeightEma (or None): updated after each applied step
         self.stop_requests = 0        # ranks asking to stop, from the last step's all-reduce
         self.all_ranks_have_next = True  # from the last step's all-reduce: every rank has a next batch
         self.trained_utts = 0         # this rank's utterances in applied steps, this epoch
@@ -293,6 +294,8 @@ class Executor:
             self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.ema is not None:
+            self.ema.update(unwrap(self.model))
         state.step += 1
         state.nonfinite_in_row = 0
         self.trained_utts += sum(int(b["feats_lengths"].numel()) for b in group)

@@ -11,6 +11,7 @@ from typing import Optional
 import torch
 
 from asrkit.config import TrainConfig
+from asrkit.data.noise_lists import AudioListError, read_audio_list
 from asrkit.train.dist import check_sync_batchnorm, comm_hook_problem, resolve_backend
 from asrkit.train.job import TrainJob
 from asrkit.train.problems import Problem, ProblemKind, missing_file
@@ -23,7 +24,7 @@ def preflight(cfg: TrainConfig, job: TrainJob, backend: Optional[str] = None) ->
     device = torch.device(job.device)
     backend = backend or resolve_backend(cfg.launch.dist_backend)
     return [*data_list_problems(job), *model_dir_problems(job), *config_file_problems(cfg),
-            *setting_problems(cfg, device, backend), *option_problems(job)]
+            *augmentation_list_problems(cfg), *setting_problems(cfg, device, backend), *option_problems(job)]
 
 
 def data_list_problems(job: TrainJob) -> list[Problem]:
@@ -85,6 +86,25 @@ def config_file_problems(cfg: TrainConfig) -> list[Problem]:
     cmvn_file = cfg.cmvn_conf.cmvn_file if cfg.cmvn else None
     if cmvn_file and not Path(cmvn_file).is_file():
         problems.append(missing_file("cmvn_conf.cmvn_file", cmvn_file))
+    return problems
+
+
+def augmentation_list_problems(cfg: TrainConfig) -> list[Problem]:
+    """The noise and RIR lists of the augmentations switched on: each must be a readable,
+    non-empty list whose every line is in a layout ``asrkit.data.noise_lists`` reads (the
+    files they name are read when drawn; an unreadable one is a counted skip then)."""
+    dc = cfg.dataset_conf
+    lists = [("dataset_conf.noise_conf.noise_scp", dc.noise_conf.noise_scp, dc.noise),
+             ("dataset_conf.reverb_conf.rir_scp", dc.reverb_conf.rir_scp, dc.reverb)]
+    problems = []
+    for label, path, used in lists:
+        if not used or not path:
+            continue
+        try:
+            read_audio_list(path, label)
+        except AudioListError as e:
+            kind = ProblemKind.MISSING_FILE if not Path(path).is_file() else ProblemKind.UNUSABLE_PATH
+            problems.append(Problem(kind, str(e)))
     return problems
 
 

@@ -88,6 +88,10 @@ class TrainerSections:
     cv_interval: int = checked(0, non_negative)
     early_stop_patience: int = checked(0, non_negative)
     keep_checkpoint_max: int = checked(3, positive)
+    # Weight EMA (asrkit.train.ema): the decay of the shadow updated after each optimizer
+    # step; 0 or null: off.  Decoded with `average_model --mode ema` (docs/training.md).
+    ema_decay: Optional[float] = checked(None, lambda v: None if v is None or 0.0 <= v < 1.0 else
+                                         f"must be in [0, 1) (0 or null: no EMA), got {v!r}")
     max_nonfinite_steps: int = checked(10, positive)
     # World-size scaling: the world size this config was tuned on (0: not stated) and
     # whether to scale accum_grad so the global batch stays the reference's.

@@ -45,6 +45,7 @@ from asrkit.text.tokenizer import BpeModelError
 from asrkit.text.units import UnitsError
 from asrkit.train import checkpoint as ckpt
 from asrkit.train.dist import DistContext, unwrap
+from asrkit.train.ema import WeightEma
 from asrkit.train.executor import Executor, TrainState, consumed_position
 
 log = logging.getLogger("asrkit.train")
@@ -85,13 +86,17 @@ class Trainer:
         self.preemption = preemption  # asrkit.train.preemption.Preemption (or None)
         self.preempted = False        # fit() stopped on a signal, after saving a checkpoint
         self.comm_hook = parts.comm_hook  # asrkit.train.dist.comm_hooks.CommHook (or None): told of a resume
+        # weight EMA (asrkit.train.ema): the shadow of the unwrapped model, the same on every rank
+        self.ema = WeightEma(unwrap(self.model), self.cfg.ema_decay) if self.cfg.ema_decay else None
         self.executor = Executor(self.cfg, self.model, self.optimizer, self.scheduler, ctx, self.model_dir,
-                                 scaler=self.scaler, writer=writer, progress=progress, preemption=preemption)
+                                 scaler=self.scaler, writer=writer, progress=progress, preemption=preemption,
+                                 ema=self.ema)
 
     # ------------------------------------------------------------------ checkpoints
 
     def _full_state(self, sampler_state: Optional[dict], rng_ranks: list) -> dict:
-        return {
+        ema = {"ema": self.ema.state_dict()} if self.ema is not None else {}
+        return {**ema,
             "model": unwrap(self.model).state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
@@ -164,6 +169,7 @@ class Trainer:
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.state = TrainState.from_dict(state["train_state"])
+        self._resume_ema(state, path)
         if self.comm_hook is not None:  # (PowerSGD's memory is not in the checkpoint: comm_hooks says what it does)
             self.comm_hook.resumed_at(self.state.step)
         rng_ranks = state.get("rng_ranks") or [state["rng"]]
@@ -179,6 +185,17 @@ class Trainer:
             self.resumed_mid_epoch = True
         log.info("resumed from %s: epoch %d, step %d%s", path, self.state.epoch, self.state.step,
                  " (mid-epoch)" if self.resumed_mid_epoch else "")
+
+    def _resume_ema(self, state: dict, path) -> None:
+        """Restore the EMA shadow, or start it at the resumed weights when the checkpoint has none."""
+        if self.ema is None:
+            return
+        if state.get("ema") is not None:
+            self.ema.load_state_dict(state["ema"])
+        else:
+            self.ema.reset(unwrap(self.model))
+            log.info("%s holds no weight EMA: ema_decay %g starts its shadow at the resumed weights", path,
+                     self.ema.decay)
 
     # ------------------------------------------------------------------ loop
 

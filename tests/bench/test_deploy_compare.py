@@ -45,7 +45,7 @@ def test_deploy_compare_reports_every_engine(tiny_experiment, tmp_path, capsys):
     engines = [(r["engine"], r["search"]) for r in rows]
     assert ("sherpa-onnx streaming fp32, chunk 4, 2 left", "ctc_greedy_search") in engines
     assert len(engines) == 13 and all(f"| {r['engine']} | {r['search']} |" in printed for r in rows)
-    same = {(r["engine"], r["search"]): r["same_as_greedy"] for r in rows}
+    same = {(r["engine"], r["search"]): r["same_as_reference"] for r in rows}
     assert same[("onnxruntime fp32", "ctc_greedy_search")] == 4 and same[("asrkit eager", "attention_rescoring")] is None
     assert same[("asrkit eager, chunk 4, 2 left, fed as sherpa-onnx", "ctc_greedy_search")] == 4  # (its own reference)
     assert same[("sherpa-onnx streaming fp32, chunk 4, 2 left", "ctc_greedy_search")] is not None
@@ -88,3 +88,43 @@ def test_a_model_on_other_features_gets_marked_rows(tiny_experiment, tmp_path, c
     engines = [r["engine"] for r in json.loads((tmp_path / "rows.json").read_text())]
     assert "sherpa-onnx offline fp32 (features differ)" in engines
     assert "warning: the model's features are not what sherpa-onnx computes" in captured.err
+
+
+def test_deploy_compare_transducer_rows(tmp_path, monkeypatch, capsys):
+    """A transducer (WeNet's U2++ transducer fixture, exported as stage 6 does: final.zip and
+    sherpa-onnx's layout, offline + streaming): eager, TorchScript, onnxruntime and
+    sherpa-onnx rows; onnxruntime fp32 runs the reference's search over the graphs, so it
+    gives its transcripts exactly; sherpa-onnx's are counted against the reference."""
+    import shutil
+
+    import soundfile as sf
+
+    from asrkit.export.archive import export_model
+    from asrkit.export.onnx_transducer import Fbank, export_transducer_onnx
+    from tests.models.transducer.wenet_transducer import FIXTURES, load_wenet_transducer
+    exp = tmp_path / "exp"
+    shutil.copytree(FIXTURES / "rnnt_stateless_u2pp", exp)
+    monkeypatch.chdir(exp)  # (WeNet's config names its files relative to the experiment)
+    model = load_wenet_transducer("rnnt_stateless_u2pp")
+    units = [line.split()[0] for line in (exp / "units.txt").read_text().splitlines()]
+    export_model(model, units, exp / "final.zip", sample_rate=16000, num_mel_bins=80, frame_length=25.0,
+                 frame_shift=10.0, config_text=(exp / "train.yaml").read_text())
+    export_transducer_onnx(model, units, exp / "onnx", fbank=Fbank.from_config(load_config(exp / "train.yaml")),
+                           streaming=True, chunk_size=4, num_left_chunks=2)
+    wavs = sorted((FIXTURES.parent / "wavs").glob("*.wav"))
+    rows = [{"key": w.stem, "wav": str(w), "txt": "one two", "duration": sf.info(str(w)).duration} for w in wavs]
+    (tmp_path / "data.list").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert bench.main(["--exp", str(exp), "--checkpoint", str(exp / "epoch_5.pt"), "--data", str(tmp_path / "data.list"),
+                       "--beam_size", "3", "--json", str(tmp_path / "rows.json")]) == 0
+    printed = capsys.readouterr().out
+    got = {(r["engine"], r["search"]): r for r in json.loads((tmp_path / "rows.json").read_text())}
+    one = "greedy, 1 symbol/frame"
+    assert got[("asrkit eager, runtime features", one)]["is_reference"]
+    assert got[("onnxruntime fp32", one)]["same_as_reference"] == 3
+    for engine in ("onnxruntime int8", "sherpa-onnx offline fp32", "sherpa-onnx offline int8",
+                   "sherpa-onnx streaming fp32, chunk 4, 2 left"):
+        assert got[(engine, one)]["same_as_reference"] is not None, engine
+    assert got[("sherpa-onnx offline fp32", one)]["same_as_reference"] >= 2  # (one dither flip allowed)
+    assert (got[("TorchScript final.zip", "rnnt_greedy_search")]["cer"]
+            == got[("asrkit eager", "rnnt_greedy_search")]["cer"])
+    assert "| sherpa-onnx streaming int8, chunk 4, 2 left | greedy, 1 symbol/frame |" in printed

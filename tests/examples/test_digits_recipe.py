@@ -13,7 +13,9 @@ from tests.helpers import free_port
 
 pytestmark = pytest.mark.slow
 TOY = ["--train_utts", "60", "--dev_utts", "12", "--test_utts", "12", "--train_config", "conf/train_toy.yaml",
-       "--dir", "exp/toy run", "--average_num", "2", "--num_workers", "0"]
+       "--dir", "exp/toy run", "--average_num", "2", "--num_workers", "0",
+       # (a few training rooms and noises; the hard test, test_noisy, is not built: tests/tools/test_make_noise_rooms.py)
+       "--train_rirs", "2", "--train_noises", "4", "--test_sets", "test"]
 PORT = ["--master_port", str(free_port())]
 
 

@@ -5,6 +5,7 @@ old average) and units rebuilt when their options or the training text change.""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -236,6 +237,25 @@ def test_lm_stage_rebuilds_on_new_options_or_text_and_the_lm_decode_goes_apart(t
     assert len(recognize) == 1 and recognize[0].endswith(
         f"--num_decoding_left_chunks -1 --lm_path {lm} --lm_weight 0.4 --word_bonus 2 --device cpu "
         "--result_dir exp/decode_test_lm"), recognize
+
+
+def test_stage_train_single_node_moves_off_a_port_in_use(tmp_path):
+    """One node: a master_port something on this host listens on (another training) is
+    replaced by the next free port, said on stderr, instead of torchrun's EADDRINUSE."""
+    import socket
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        body = (f'num_nodes=1; master_port={port}\n. "$ASRKIT_STAGES"\n'
+                'stage_train 4 "${launch[@]}" config=c.yaml dir=exp/x type=raw')
+        proc = subprocess.run(["bash", "-c", f". '{REPO}/tools/recipe_defaults.sh'\n{STUB}\n{body}"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "ASRKIT_STAGES": str(REPO / "tools" / "recipe_stages.sh")})
+    assert proc.returncode == 0, proc.stderr
+    moved = re.search(rf"master_port {port} is in use on this host \(another training\?\): using (\d+)", proc.stderr)
+    assert moved and int(moved.group(1)) > port, proc.stderr
+    assert f"--master_port {moved.group(1)} " in calls(tmp_path)[0]
 
 
 def test_serve_hint_prints_the_command_that_serves_the_model(tmp_path):

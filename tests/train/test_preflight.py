@@ -66,3 +66,23 @@ def test_an_empty_list_and_a_file_as_model_dir_are_unusable_paths(tiny_experimen
     assert [r.line() for r in results if r.failed] == [
         f"FAIL files: --cv_data {tmp_path}/empty.list: the data list is empty (no entry line) -> write the list "
         f"again (run.sh stage 3) or pass the right one"]
+
+
+def test_a_malformed_noise_list_stops_training_in_one_line_with_status_2(tiny_experiment, tmp_path):
+    """The list is read before anything is built: the trainer prints one line naming the
+    key, the file and the line, and exits 2; a missing RIR list is a missing file."""
+    from tests.helpers import train_here
+    (tmp_path / "noise.scp").write_text("n1 /noise/a.wav\nn2 /noise/b.wav extra\n")
+    config = tiny_experiment.config(tmp_path / "c.yaml", dataset_conf={
+        "noise": True, "noise_conf": {"noise_scp": str(tmp_path / "noise.scp")}})
+    run = train_here(tiny_experiment, tmp_path / "exp", config, check=False)
+    assert run.returncode == 2
+    lines = [line for line in run.stderr.splitlines() if line.startswith("error")]
+    assert lines == [f"error: cannot start training: dataset_conf.noise_conf.noise_scp {tmp_path}/noise.scp "
+                     f"line 2: 3 fields; expected 'path', 'id path' (wav.scp) or '--rir-id ID --room-id ID ... "
+                     f"path' (RIRS_NOISES): 'n2 /noise/b.wav extra'"], run.stderr
+    config = tiny_experiment.config(tmp_path / "r.yaml", dataset_conf={
+        "reverb": True, "reverb_conf": {"rir_scp": str(tmp_path / "rir_list")}})
+    problems = preflight(load_config(config), _job(tiny_experiment, tmp_path, config), "gloo")
+    assert [(p.kind, str(p)) for p in problems] == [
+        (ProblemKind.MISSING_FILE, f"dataset_conf.reverb_conf.rir_scp {tmp_path}/rir_list: file not found")]

@@ -11,7 +11,7 @@ from asrkit.models.asr_model import AsrModel
 from asrkit.models.cmvn import GlobalCMVN
 from asrkit.models.ctc import CTC
 from asrkit.models.transducer.joint import TransducerJoint
-from asrkit.models.transducer.loss import add_blank, rnnt_loss
+from asrkit.models.transducer.loss import RNNT_TYPES, add_blank, rnnt_loss
 from asrkit.models.transducer.predictor import Predictor
 from asrkit.text.vocabulary import Vocabulary
 
@@ -32,7 +32,7 @@ class Transducer(AsrModel):
 
     * ``loss`` = ``transducer_weight · loss_rnnt + ctc_weight · loss_ctc + attention_weight · loss_att``
     * ``loss_rnnt`` = Σ_u RNN-T NLL of utterance u (:func:`~asrkit.models.transducer.loss.rnnt_loss`,
-      fp32); with ``length_normalized_loss`` times ``num_tokens / num_utts``
+      fp32, in the ``rnnt_type`` topology: ``regular``, WeNet's, or ``modified``); with ``length_normalized_loss`` times ``num_tokens / num_utts``
     * ``loss_ctc``, ``loss_att``, ``acc_correct``, ``acc_total``, ``num_utts`` = B,
       ``num_tokens`` = Σ_u (L_u + 1): as :class:`~asrkit.models.asr_model.AsrModel`'s (None
       for a head the model does not have)
@@ -52,7 +52,8 @@ class Transducer(AsrModel):
     def __init__(self, vocabulary: Vocabulary, encoder: nn.Module, predictor: Predictor, joint: TransducerJoint,
                  decoder: Optional[nn.Module], ctc: Optional[CTC], cmvn: Optional[GlobalCMVN], *,
                  transducer_weight: float = 1.0, ctc_weight: float = 0.0, attention_weight: float = 0.0,
-                 lsm_weight: float = 0.0, reverse_weight: float = 0.0, length_normalized_loss: bool = False):
+                 lsm_weight: float = 0.0, reverse_weight: float = 0.0, length_normalized_loss: bool = False,
+                 rnnt_type: str = "regular"):
         if abs(transducer_weight + ctc_weight + attention_weight - 1.0) > 1e-6:
             raise ValueError(f"transducer_weight + ctc_weight + attention_weight must be 1, got "
                              f"{transducer_weight} + {ctc_weight} + {attention_weight}")
@@ -65,6 +66,9 @@ class Transducer(AsrModel):
         self.predictor = predictor
         self.joint = joint
         self.transducer_weight = transducer_weight
+        if rnnt_type not in RNNT_TYPES:
+            raise ValueError(f"rnnt_type must be one of {', '.join(RNNT_TYPES)}, got {rnnt_type!r}")
+        self.rnnt_type = rnnt_type  # (the searches read it: asrkit.decode.transducer_search)
 
     def _zero_loss(self, device: torch.device) -> dict:
         out = super()._zero_loss(device)
@@ -81,7 +85,7 @@ class Transducer(AsrModel):
         target = target[:, :tokens]
         pred_out = self.predictor(add_blank(target, self.blank_id))
         logits = self.joint(enc_out[:, :frames], pred_out)
-        return rnnt_loss(logits, target, enc_lengths, target_lengths, self.blank_id)
+        return rnnt_loss(logits, target, enc_lengths, target_lengths, self.blank_id, self.rnnt_type)
 
     @torch.jit.unused
     def forward(self, feats: torch.Tensor, feats_lengths: torch.Tensor, target: torch.Tensor,

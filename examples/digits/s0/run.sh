@@ -4,11 +4,16 @@
 #   bash run.sh --stage 4 --stop_stage 5      # train, then average + decode + score
 #   bash run.sh --model transducer            # the transducer (RNN-T + CTC + attention) instead
 #   bash run.sh --streaming true              # the U2++ model (with --model transducer: U2++ transducer)
+#   bash run.sh --augment true                # + noise, reverberation and volume augmentation (-> <dir>_aug)
+#   bash run.sh --seeds "1 2 3"               # one model per seed (<dir>_seed1 ...), then mean ± sd per mode
+#   bash run.sh --stage 5 --average_mode ema  # decode the weight EMA (trained with ema_decay) into decode_<set>_ema
+#   bash run.sh --stage 7 --stop_stage 8      # word 3-gram of the training transcripts; decode with it
 # Multi-node: run the same command on every node with its own --node_rank, e.g.
 #   bash run.sh --stage 4 --stop_stage 4 --num_nodes 2 --node_rank 0 --master_addr 10.0.0.1
 # Stages are idempotent: a finished stage is skipped; stage 4 resumes (checkpoint=auto).
 cd "$(dirname "${BASH_SOURCE[0]}")" || exit 1
 . ./path.sh || exit 1
+recipe_args=("$@")            # (--seeds runs this script again per seed with them)
 
 . tools/recipe_defaults.sh   # the shared variables and their defaults; this recipe's own values follow
 # data
@@ -37,9 +42,34 @@ model=ctc_attention
 # frames (decode_test_chunkN)
 streaming=false
 streaming_chunks="16 8 4"
+# the recipe's own hard test: unheard voices in rooms and noise training never meets (stage 0; docs/recipes.md)
+# (stage 0 builds test_noisy when it is one of test_sets)
+test_sets="test test_noisy"
+noise_dir=corpus/noise
+train_rirs=48; train_noises=48   # the training set of simulated rooms and noise recordings
+# augment: true switches on the config's noise, reverberation and volume augmentation (lists from stage 0)
+# and trains into <dir>_aug unless --dir is given
+augment=false
+# seeds: "1 2 3" trains and decodes one model per seed into <dir>_seed<S> (the data stages run once) and
+# prints mean ± sd per decode and mode (tools/seed_summary.py; also written to <dir>_seeds.md)
+seeds=
+# LM fusion (docs/decoding.md), not in the default run (stop_stage 6): stage 7 estimates a word
+# n-gram of data/train/text (training transcripts only), stage 8 chooses its weights on dev for
+# each of lm_modes (tools/tune_fusion.py) and decodes the test sets with them into
+# $dir/decode_<set>_lm/<mode>; empty lm_modes: the model's beam searches below
+lm_order=3
+lm_prune=""
+lm_modes=
 
 . tools/parse_options.sh || exit 1
 set -euo pipefail
+# The hard test's settings, fixed before any tuning (not options): RIRs and noise of
+# tools/make_noise_rooms.py --kind test (RT60 0.7-1.1 s, chords and brown noise) at 2-5 dB SNR.
+# Training never uses them (its noise_db_range is 6-30 dB, its RT60 0.15-0.6 s, its noise types
+# babble, tone, white and pink).
+noisy_test_snr="2 5"
+noisy_test_seed=3
+noisy_test_rooms=16; noisy_test_noises=16
 case "$model/$streaming" in
   ctc_attention/false) config=conf/train_conformer_cpu.yaml; exp=exp/conformer_cpu ;;
   ctc_attention/true) config=conf/train_u2pp_conformer_cpu.yaml; exp=exp/u2pp_cpu ;;
@@ -48,49 +78,106 @@ case "$model/$streaming" in
   *) echo "$0: --model ctc_attention|transducer and --streaming true|false, not '$model' and '$streaming'" >&2
      exit 1 ;;
 esac
+aug_overrides=""
+case "$augment" in
+  true) aug_overrides="dataset_conf.reverb=true dataset_conf.noise=true dataset_conf.volume_perturb=true"; exp=${exp}_aug ;;
+  false) ;;
+  *) echo "$0: --augment true|false, not '$augment'" >&2; exit 1 ;;
+esac
 [ "$train_config" != conf/train_conformer_cpu.yaml ] || train_config=$config
 [ "$dir" != exp/conformer_cpu ] || dir=$exp
 if [ "$model" = transducer ]; then
   decode_modes=${decode_modes:-rnnt_greedy_search rnnt_beam_search modified_beam_search rnnt_beam_attn_rescoring ctc_beam_td_attn_rescoring ctc_greedy_search}
   decode_ctc_weight=${decode_ctc_weight:-0.5}
+  lm_modes=${lm_modes:-rnnt_beam_search modified_beam_search}
 else
   decode_modes=${decode_modes:-ctc_greedy_search ctc_prefix_beam_search attention attention_rescoring}
   decode_ctc_weight=${decode_ctc_weight:-0.3}
+  lm_modes=${lm_modes:-ctc_prefix_beam_search attention_rescoring}
 fi
 if [ "$streaming" = true ]; then decode_reverse_weight=${decode_reverse_weight:-0.3}; fi
 decode_reverse_weight=${decode_reverse_weight:-0.0}
 . tools/recipe_stages.sh
 
+if [ -n "$seeds" ]; then  # the data stages once, then training, decoding (and export) per seed
+  again=(bash "./$(basename "${BASH_SOURCE[0]}")" "${recipe_args[@]}" --seeds "")
+  if [ "$stage" -le 3 ]; then "${again[@]}" --stop_stage $(( stop_stage < 3 ? stop_stage : 3 )); fi
+  runs=()
+  for s in $seeds; do
+    [[ $s =~ ^[0-9]+$ ]] || { echo "$0: --seeds takes whole numbers, not '$s'" >&2; exit 1; }
+    runs+=("${dir}_seed$s")
+    if [ "$stop_stage" -ge 4 ]; then
+      say "seed $s: train and decode -> ${dir}_seed$s"
+      "${again[@]}" --stage $(( stage > 4 ? stage : 4 )) --dir "${dir}_seed$s" --train_overrides "$train_overrides seed=$s"
+    fi
+  done
+  [ "$stop_stage" -lt 5 ] || python tools/seed_summary.py "${runs[@]}" --out "${dir}_seeds.md"
+  exit 0
+fi
+
 if run_stage 0; then
   say "0: synthesize the corpus into $corpus_dir and prepare data/{train,dev,test}"
   python tools/synthesize_corpus.py --out "$corpus_dir" --train "$train_utts" --dev "$dev_utts" --test "$test_utts"
-  for s in train dev test; do
+  say "0: noise and simulated rooms for training -> $noise_dir/train, data/noise/train"
+  python tools/make_noise_rooms.py --out "$noise_dir/train" --kind train --seed 1 --rirs "$train_rirs" \
+    --noises "$train_noises"
+  sets="train dev test"
+  if [[ " $test_sets " == *" test_noisy "* ]]; then
+    say "0: the hard test: $corpus_dir/test in the rooms and noise of $noise_dir/test -> data/test_noisy"
+    python tools/make_noise_rooms.py --out "$noise_dir/test" --kind test --seed 2 --rirs "$noisy_test_rooms" \
+      --noises "$noisy_test_noises"
+    # shellcheck disable=SC2086  # noisy_test_snr is two numbers
+    python tools/make_noisy_set.py --src "$corpus_dir/test" --dst "$corpus_dir/test_noisy" \
+      --rir_scp "$noise_dir/test/rir.scp" --noise_scp "$noise_dir/test/noise.scp" --snr_range $noisy_test_snr \
+      --seed "$noisy_test_seed"
+    sets="$sets test_noisy"
+  fi
+  for s in $sets; do
     mkdir -p "data/$s"
     for f in wav.scp text utt2spk; do cmp -s "$corpus_dir/$s/$f" "data/$s/$f" || cp "$corpus_dir/$s/$f" "data/$s/$f"; done
   done
+  mkdir -p data/noise/train
+  for f in rir.scp noise.scp; do cmp -s "$noise_dir/train/$f" "data/noise/train/$f" || cp "$noise_dir/train/$f" "data/noise/train/$f"; done
 fi
 
 run_stage 1 && stage_cmvn 1 config="$train_config"
 run_stage 2 && stage_units 2 what="character units" units=data/dict/units.txt
 
-run_stage 3 && stage_data_lists 3 type="$data_type" per_shard="$num_utts_per_shard" -- train dev test
+# shellcheck disable=SC2086  # test_sets is a word list
+run_stage 3 && stage_data_lists 3 type="$data_type" per_shard="$num_utts_per_shard" -- train dev $test_sets
 run_stage 4 && stage_train 4 "${launch[@]}" config="$train_config" dir="$dir" type="$data_type" \
-  checkpoint="$checkpoint" workers="$num_workers" threads="$num_threads" overrides="$train_overrides"
+  checkpoint="$checkpoint" workers="$num_workers" threads="$num_threads" overrides="$aug_overrides $train_overrides"
 
+# average_mode ema: the weight EMA of the last epoch (a run trained with ema_decay) into avg_ema.pt,
+# its scores in decode_<set>_ema beside the average's
+decode_name=
+if [ "$average_mode" = ema ]; then decode_name=_ema; decode_checkpoint=${decode_checkpoint:-$dir/avg_ema.pt}; fi
 decode_checkpoint=${decode_checkpoint:-$dir/avg_${average_num}.pt}
 
 # shellcheck disable=SC2086  # test_sets and streaming_chunks are word lists
 if run_stage 5; then
   stage_average_decode_score 5 "${decoding[@]}" dir="$dir" checkpoint="$decode_checkpoint" type="$data_type" \
-    -- $test_sets
+    name="$decode_name" -- $test_sets
   if [ "$streaming" = true ]; then
     for chunk in $streaming_chunks; do
       stage_average_decode_score 5 "${decoding[@]}" dir="$dir" checkpoint="$decode_checkpoint" \
-        type="$data_type" chunk="$chunk" -- $test_sets
+        type="$data_type" chunk="$chunk" name="$decode_name" -- $test_sets
     done
   fi
 fi
 # (a transducer exports too: final.zip with its searches, ONNX in sherpa-onnx's transducer layout)
 run_stage 6 && stage_export 6 config="$dir/train.yaml" checkpoint="$decode_checkpoint" out="$dir/final.zip" onnx_dir="$dir/onnx"
-run_stage 6 && serve_hint 6 dir="$dir" checkpoint="$decode_checkpoint"
+
+lm=data/lm/${lm_order}gram.arpa
+run_stage 7 && stage_lm 7 out="$lm" order="$lm_order" prune="$lm_prune"
+if run_stage 8; then
+  for mode in $lm_modes; do
+    stage_tune_fusion 8 "${decoding[@]}" dir="$dir" checkpoint="$decode_checkpoint" type="$data_type" lm="$lm" \
+      mode="$mode" -- dev
+    # shellcheck disable=SC2086  # test_sets is a word list
+    stage_average_decode_score 8 "${decoding[@]}" dir="$dir" checkpoint="$decode_checkpoint" type="$data_type" \
+      modes="$mode" name=_lm extra="$(cat "$dir/fusion_$mode.args")" -- $test_sets
+  done
+  serve_hint 8 dir="$dir" checkpoint="$decode_checkpoint"
+fi
 exit 0

@@ -48,8 +48,8 @@ PLAN_IN_LIST_ORDER = {"shuffle": False, "list_shuffle": False, "sort": False}
 def setup(tiny_experiment, tmp_path_factory):
     root = tmp_path_factory.mktemp("ddp")
     distinct = distinct_utterance_list(tiny_experiment.corpus.splits["train"].data_list, root / "distinct.list", UTTS)
-    cfg = lambda name, batch, accum: tiny_experiment.config(
-        root / name, accum_grad=accum, grad_clip=1e9, optim_conf={"lr": 0.002, "eps": 1e-3},
+    cfg = lambda name, batch, accum: tiny_experiment.config(  # (with a weight EMA: it never feeds back)
+        root / name, accum_grad=accum, grad_clip=1e9, optim_conf={"lr": 0.002, "eps": 1e-3}, ema_decay=0.9,
         dataset_conf={**PLAN_IN_LIST_ORDER, "batch_conf": {"batch_size": batch}})
     return {"exp": tiny_experiment, "root": root, "list": distinct, "cfg": cfg}
 
@@ -60,6 +60,10 @@ def args(setup, model_dir, config):
 
 def final(model_dir):
     return ckpt.load_checkpoint(model_dir / "epoch_0.pt")["model"]
+
+
+def final_ema(model_dir):
+    return ckpt.load_checkpoint(model_dir / "epoch_0.pt")["ema"]["shadow"]
 
 
 def grad_norms(model_dir) -> list:
@@ -90,11 +94,13 @@ def reference(setup):
     """1 rank x batch 2B."""
     out = setup["root"] / "ref"
     proc = run_checked([sys.executable, "-m", "asrkit.bin.train", *args(setup, out, setup["cfg"]("ref.yaml", 2 * B, 1))])
-    return final(out), cv_loss(proc.stderr), grad_norms(out)
+    return final(out), cv_loss(proc.stderr), grad_norms(out), final_ema(out)
 
 
 def test_two_ranks_equal_one_rank_double_batch_and_accumulation(setup, reference):
-    ref_w, ref_cv, ref_norms = reference
+    """... and the weight EMA of the 2-rank run (rank 0's shadow of the unwrapped module,
+    saved with the unwrapped names) equals the 1-rank run's."""
+    ref_w, ref_cv, ref_norms, ref_ema = reference
     acc = setup["root"] / "accum"
     run_checked([sys.executable, "-m", "asrkit.bin.train", *args(setup, acc, setup["cfg"]("acc.yaml", B, 2))])
     assert_same_grad_norms(grad_norms(acc), ref_norms)
@@ -109,6 +115,7 @@ def test_two_ranks_equal_one_rank_double_batch_and_accumulation(setup, reference
     assert "effective global batch per optimizer step: 2 x that" in log0
     assert_same_grad_norms(grad_norms(ddp), ref_norms)
     assert_same_weights(final(ddp), ref_w)
+    assert_same_weights(final_ema(ddp), ref_ema)
     # sharded CV: the dev set split over 2 ranks gives the 1-rank CV loss
     assert cv_loss(log0) == pytest.approx(ref_cv, rel=1e-4)
     assert "step 4 " in log0 and "step 4 " in (ddp / "log" / "rank1.log").read_text()
@@ -117,7 +124,7 @@ def test_two_ranks_equal_one_rank_double_batch_and_accumulation(setup, reference
 def test_two_ranks_half_batch_with_accumulation_equal_one_rank_double_batch(setup, reference):
     """DDP and accumulation together: 2 ranks x B/2 x accum_grad 2 (the gradient all-reduce
     runs on the second micro-batch of each group only, under ``no_sync`` on the first)."""
-    ref_w, ref_cv, ref_norms = reference
+    ref_w, ref_cv, ref_norms, _ = reference
     out = setup["root"] / "ddp_accum"
     proc = run_checked([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                         "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
