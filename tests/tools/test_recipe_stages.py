@@ -261,7 +261,8 @@ def test_stage_train_single_node_moves_off_a_port_in_use(tmp_path):
 def test_serve_hint_prints_the_command_that_serves_the_model(tmp_path):
     proc = run_stages(tmp_path, "serve_hint 6 dir=exp/u2pp checkpoint=exp/u2pp/avg_3.pt")
     assert "asrkit serve --model exp/u2pp --checkpoint exp/u2pp/avg_3.pt" in proc.stderr
-    for recipe in ("digits", "sentences"):  # (the last stage of each recipe ends with it)
+    for recipe in ("digits", "sentences"):  # (a run ends with it, after its last stage)
         text = (REPO / "examples" / recipe / "s0" / "run.sh").read_text()
         last = text[text.rindex("run_stage "):]
-        assert 'serve_hint' in last and 'dir="$dir" checkpoint="$decode_checkpoint"' in last, recipe
+        hint = 'serve_hint "$stop_stage" dir="$dir" checkpoint="$decode_checkpoint"'
+        assert hint in last and last.rstrip().endswith("exit 0"), recipe

@@ -178,6 +178,7 @@ if run_stage 8; then
     stage_average_decode_score 8 "${decoding[@]}" dir="$dir" checkpoint="$decode_checkpoint" type="$data_type" \
       modes="$mode" name=_lm extra="$(cat "$dir/fusion_$mode.args")" -- $test_sets
   done
-  serve_hint 8 dir="$dir" checkpoint="$decode_checkpoint"
 fi
+# the run ends with the command that serves the model it trained (once stage 5 has averaged it)
+if [ "$stop_stage" -ge 5 ]; then serve_hint "$stop_stage" dir="$dir" checkpoint="$decode_checkpoint"; fi
 exit 0
