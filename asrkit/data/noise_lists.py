@@ -4,7 +4,8 @@ cache of their audio (``asrkit.data.noise`` and ``asrkit.data.reverb`` draw from
 Accepted line formats (one file may mix them; blank lines and ``#`` comments are skipped):
 
 * **path per line** -- ``/data/musan/noise/free-sound/noise-free-sound-0000.wav``;
-* **Kaldi / ESPnet ``wav.scp``** -- ``<id> <path>`` (what ESPnet's ``noise_scp`` and
+* **Kaldi / ESPnet ``wav.scp``** -- ``<id> <path>``, the path to the line's end (spaces
+  kept, as asrkit's ``wav.scp``; a path-per-line list cannot hold spaces) (what ESPnet's ``noise_scp`` and
   ``rir_scp`` are, and the ``wav.scp`` Kaldi's ``make_musan.sh`` writes for MUSAN);
 * **Kaldi RIRS_NOISES** -- ``--rir-id <id> --room-id <id> [...] <path>`` (``rir_list`` of
   ``simulated_rirs/*`` and ``real_rirs_isotropic_noises``) and ``--noise-id <id>
@@ -69,10 +70,8 @@ def parse_line(line: str) -> tuple[Optional[str], str]:
         return (ids[0] if ids else None), path
     if len(fields) == 1:
         return None, fields[0]
-    if len(fields) == 2:
-        return fields[0], fields[1]
-    raise ValueError(f"{len(fields)} fields; expected 'path', 'id path' (wav.scp) or "
-                     f"'--rir-id ID --room-id ID ... path' (RIRS_NOISES)")
+    key, rest = line.strip().split(maxsplit=1)  # wav.scp: the id, then the path to the line's end (spaces kept)
+    return key, rest
 
 
 def _anchor(list_path: Path, relative: str) -> Path:

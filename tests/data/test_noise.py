@@ -101,13 +101,14 @@ def test_lists_in_kaldi_musan_and_rirs_noises_layouts(tmp_path):
     (tmp_path / "noise_list").write_text(
         "--noise-id noise-free-sound-0000 --noise-type point-source --bg-fg-type foreground /n/0000.wav\n")
     assert read_audio_list(tmp_path / "noise_list")[0].id == "noise-free-sound-0000"
-    (tmp_path / "wav.scp").write_text("# MUSAN\nnoise-free-sound-0001 /musan/noise/a.wav\n\n/musan/noise/b.wav\n")
+    (tmp_path / "wav.scp").write_text("# MUSAN\nnoise-free-sound-0001 /musan/noise/a.wav\n\n/musan/noise/b.wav\n"
+                                      "n2 /my disk/noise c.wav\n")  # (a wav.scp path runs to the line's end)
     assert [(i.id, i.path) for i in read_audio_list(tmp_path / "wav.scp")] == [
-        ("noise-free-sound-0001", "/musan/noise/a.wav"), ("/musan/noise/b.wav", "/musan/noise/b.wav")]
+        ("noise-free-sound-0001", "/musan/noise/a.wav"), ("/musan/noise/b.wav", "/musan/noise/b.wav"),
+        ("n2", "/my disk/noise c.wav")]
 
 
 @pytest.mark.parametrize("text, what", [
-    ("a b c\n", "3 fields"),
     ("--rir-id x --room-id\n", "'--option value' pairs"),
     ("sp1 sox a.wav -t wav - |\n", "a command pipe"),
     ("", "the list is empty")])

@@ -50,7 +50,7 @@ def test_stages_0_to_6_then_idempotent_reruns(recipe):
     before = digest(prepared)
     rerun = run_recipe(recipe, *TOY, *PORT, "--stop_stage", "4")
     assert digest(prepared) == before
-    assert "already synthesized" in rerun.stderr and "exists, skipped" in rerun.stderr
+    assert "already synthesized" in rerun.stderr and "global_cmvn exists, statistics of these features: kept" in rerun.stderr
     assert "resumed from" in rerun.stderr  # stage 4 resumes (and finds nothing left to train)
     assert "epoch 2:" not in rerun.stderr
 
@@ -64,7 +64,7 @@ def test_streaming_path_trains_u2pp_and_decodes_full_context_and_in_chunks(recip
     run_recipe(recipe, "--streaming", "true", "--stage", "4", "--num_workers", "0", "--average_num", "1",
                "--train_overrides", "max_epoch=1 encoder_conf.num_blocks=2 decoder_conf.num_blocks=1 "
                "dataset_conf.fbank_conf.num_mel_bins=40",  # (the toy run above made 40-bin CMVN)
-               *PORT)
+               "--test_sets", "test", *PORT)
     exp = recipe / "exp" / "u2pp_cpu"
     saved = (exp / "train.yaml").read_text()
     assert "use_dynamic_chunk: true" in saved and "causal: true" in saved
@@ -88,7 +88,7 @@ def test_model_transducer_trains_decodes_in_the_transducer_modes_and_exports(rec
     transducer searches) and the sherpa-onnx transducer files."""
     proc = run_recipe(recipe, "--model", "transducer", "--stage", "4", "--num_workers", "0", "--average_num", "1",
                       "--train_overrides", "max_epoch=1 encoder_conf.num_blocks=2 decoder_conf.num_blocks=1 "
-                      "dataset_conf.fbank_conf.num_mel_bins=40", *PORT)
+                      "dataset_conf.fbank_conf.num_mel_bins=40", "--test_sets", "test", *PORT)
     exp = recipe / "exp" / "transducer_cpu"
     saved = (exp / "train.yaml").read_text()
     assert "model: transducer" in saved and "predictor: embedding" in saved

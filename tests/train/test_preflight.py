@@ -72,15 +72,15 @@ def test_a_malformed_noise_list_stops_training_in_one_line_with_status_2(tiny_ex
     """The list is read before anything is built: the trainer prints one line naming the
     key, the file and the line, and exits 2; a missing RIR list is a missing file."""
     from tests.helpers import train_here
-    (tmp_path / "noise.scp").write_text("n1 /noise/a.wav\nn2 /noise/b.wav extra\n")
+    (tmp_path / "noise.scp").write_text("n1 /noise/a.wav\n--noise-id n2 --noise-type /noise/b.wav\n")
     config = tiny_experiment.config(tmp_path / "c.yaml", dataset_conf={
         "noise": True, "noise_conf": {"noise_scp": str(tmp_path / "noise.scp")}})
     run = train_here(tiny_experiment, tmp_path / "exp", config, check=False)
     assert run.returncode == 2
     lines = [line for line in run.stderr.splitlines() if line.startswith("error")]
     assert lines == [f"error: cannot start training: dataset_conf.noise_conf.noise_scp {tmp_path}/noise.scp "
-                     f"line 2: 3 fields; expected 'path', 'id path' (wav.scp) or '--rir-id ID --room-id ID ... "
-                     f"path' (RIRS_NOISES): 'n2 /noise/b.wav extra'"], run.stderr
+                     f"line 2: a Kaldi RIRS_NOISES line needs '--option value' pairs followed by the path: "
+                     f"'--noise-id n2 --noise-type /noise/b.wav'"], run.stderr
     config = tiny_experiment.config(tmp_path / "r.yaml", dataset_conf={
         "reverb": True, "reverb_conf": {"rir_scp": str(tmp_path / "rir_list")}})
     problems = preflight(load_config(config), _job(tiny_experiment, tmp_path, config), "gloo")
