@@ -125,7 +125,7 @@ def test_guide_slurm_script_resumes_and_restarts(recipe, two_nodes, tmp_path):
     assert "scontrol show hostnames localhost,127.0.0.1" in calls
     assert re.search(r"^srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c ", calls, re.M), calls
     assert f"2 node(s) (localhost 127.0.0.1), master localhost:{port}" in err
-    assert "stage 1: data/train/global_cmvn exists, skipped" in err  # prepare=once, idempotent
+    assert "data/train/global_cmvn exists, statistics of these features: kept" in err  # prepare=once, idempotent
     new0, new1 = log0.new(), log1.new()
     assert "rank 1 kills itself with SIGKILL now" in new1
     assert re.search(r"rank 0 \(host \S+\): a collective failed after [\d.]+ s while .* of epoch 1 .*"
