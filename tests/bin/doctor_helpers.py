@@ -6,7 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
-from tests.helpers import REPO
+from tests.helpers import REPO, run_tool
 
 SOCKET_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 # the job the toy recipe trains, as its stage 4 passes it
@@ -37,9 +37,11 @@ def make_recipe(root: Path, corpus, experiment) -> Path:
         shutil.copy(corpus.splits[split].data_list, root / "data" / folder / "data.list")
     (root / "data" / "dict").mkdir()
     shutil.copy(experiment.units, root / "data" / "dict" / "units.txt")
-    shutil.copy(experiment.cmvn, root / "data" / "train" / "global_cmvn")
     (root / "conf").mkdir()
     shutil.copy(REPO / "examples" / "digits" / "s0" / "conf" / "train_toy.yaml", root / "conf" / "train_toy.yaml")
+    # stage 1: the statistics of the toy config's own filterbank (training refuses others')
+    run_tool("compute_cmvn_stats.py", "--train_config", root / "conf" / "train_toy.yaml", "--data_list",
+             root / "data" / "train" / "data.list", "--out_cmvn", root / "data" / "train" / "global_cmvn")
     (root / "run.sh").write_text(RUN_SH)
     return root
 
