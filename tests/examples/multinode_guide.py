@@ -21,7 +21,9 @@ EXP = "exp/two nodes"
 # use (the recipe's default is a process per core up to 2, threads filling the cores): the job
 # the tests assert, and two nodes that share 2 cores without stalling each other.
 TOY = ["--train_utts", "60", "--dev_utts", "12", "--test_utts", "12", "--train_config", "conf/train_toy.yaml",
-       "--num_workers", "0", "--cpu_nproc_per_node", "1", "--num_threads", "1", "--dir", EXP]
+       "--num_workers", "0", "--cpu_nproc_per_node", "1", "--num_threads", "1", "--dir", EXP,
+       # (a few training rooms and noises, no hard test: stage 0's noise is tests/tools/test_make_noise_rooms.py's)
+       "--train_rirs", "2", "--train_noises", "4", "--test_sets", "test"]
 TIMEOUT = 300
 
 
