@@ -66,9 +66,9 @@ class Stage:
 
 STAGES = (
     Stage("gpu_tests", "bench.gpu_stages.gpu_tests", 110, 30, lambda a, w: ["--corpus", str(a.corpus.resolve())]),
-    Stage("digits", "bench.gpu_stages.digits", 70, 20, lambda a, w: ["--digits", str(w / "corpus" / "digits")]),
-    Stage("aishell", "bench.gpu_stages.aishell", 100, 30, lambda a, w: []),
-    Stage("compile", "bench.gpu_stages.compile_check", 60, 25, lambda a, w: []),
+    Stage("digits", "bench.gpu_stages.digits", 100, 20, lambda a, w: ["--digits", str(w / "corpus" / "digits")]),
+    Stage("aishell", "bench.gpu_stages.aishell", 180, 30, lambda a, w: []),
+    Stage("compile", "bench.gpu_stages.compile_check", 80, 25, lambda a, w: []),
 )
 
 

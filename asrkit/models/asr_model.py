@@ -133,7 +133,7 @@ class AsrModel(nn.Module):
         and the optional entries at None; ValueError for a ``target`` that is not ``[B, L]``."""
         if target.dim() != 2 or target.size(0) != feats.size(0):
             raise ValueError(f"target must be [B, L] with B={feats.size(0)}, got {tuple(target.shape)}")
-        return {"num_utts": torch.tensor(feats.size(0), dtype=torch.long, device=feats.device),
+        return {"num_utts": torch.full((), feats.size(0), dtype=torch.long, device=feats.device),  # (no host copy)
                 "num_tokens": (target_lengths + 1).sum(),
                 "loss_ctc": None, "loss_att": None, "acc_correct": None, "acc_total": None}
 

@@ -93,6 +93,14 @@ class BaseEncoder(nn.Module):
         """Shortest input (frames) that yields at least one output frame."""
         return self.embed.min_input_length
 
+    def check_input_lengths(self, feats_lengths: torch.Tensor) -> None:
+        """ValueError when an utterance of ``feats_lengths`` is shorter than the subsampling
+        needs (``min_input_length`` frames)."""
+        if feats_lengths.numel() > 0 and int(feats_lengths.min()) < self.embed.min_input_length:
+            raise ValueError(f"an utterance has {int(feats_lengths.min())} frames; the "
+                             f"{self.embed.rate}x subsampling needs at least "
+                             f"{self.embed.min_input_length} (filter short utterances)")
+
     def forward(self, feats: torch.Tensor, feats_lengths: torch.Tensor, chunk_size: int = 0,
                 num_left_chunks: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
         """``feats [B, T, F]`` (after CMVN), ``feats_lengths [B]`` -> ``(out [B, T', D],
@@ -103,10 +111,8 @@ class BaseEncoder(nn.Module):
         ``encoder(feats, lens, decoding_chunk_size, num_decoding_left_chunks)``."""
         if feats.dim() != 3:
             raise ValueError(f"encoder input must be [B, T, F], got shape {feats.shape}")
-        if feats.size(0) > 0 and int(feats_lengths.min()) < self.embed.min_input_length:
-            raise ValueError(f"an utterance has {int(feats_lengths.min())} frames; the "
-                             f"{self.embed.rate}x subsampling needs at least "
-                             f"{self.embed.min_input_length} (filter short utterances)")
+        if feats_lengths.device.type == "cpu":  # (on a GPU the trainer checks the host's copy: no sync)
+            self.check_input_lengths(feats_lengths)
         x, pos_emb, lengths = self.embed(feats, feats_lengths)
         valid = valid_mask(lengths, x.size(1)).unsqueeze(1)  # [B, 1, T']
         mask = chunk_attention_mask(valid, chunk_size, num_left_chunks)  # [B, 1|T', T']

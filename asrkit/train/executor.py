@@ -79,6 +79,7 @@ import torch
 
 from asrkit.models.chunks import ChunkTraining, micro_batch_index
 from asrkit.train.dist import DistContext, no_sync_if, unwrap
+from asrkit.train.grads import clip_coefficient, gradient_norm, scale_gradients, to_device_async
 from asrkit.train.loss_sums import Window, merge_names, report, summed_names
 from asrkit.train.reading import consumed_position, mark_consumed, read_ahead
 
@@ -145,6 +146,8 @@ class Executor:
     def _to_device(self, batch: dict) -> dict:
         dev = self.ctx.device
         nb = dev.type == "cuda"
+        if dev.type != "cpu":  # the encoder checks lengths on the host only (a device check would sync)
+            unwrap(self.model).encoder.check_input_lengths(batch["feats_lengths"])
         return {k: (v.to(dev, non_blocking=nb) if torch.is_tensor(v) else v) for k, v in batch.items()}
 
     @staticmethod
@@ -249,51 +252,51 @@ class Executor:
         """Agree with the other ranks (one all-reduce: count, stop requests, non-finite
         losses, ranks with a next batch, micro-batches and their square), then normalise,
         clip and apply the accumulated gradients; returns the grad norm, or None when the
-        step was skipped."""
+        step was skipped.  The host reads the device once: the all-reduced sums together
+        with the gradient norm (``asrkit.train.grads``)."""
+        # (unscaling records the scaler's inf check on the device, no sync; a group whose
+        # backward made no gradient has nothing for the scaler to check or update)
+        scaler = self.scaler if any(p.grad is not None for p in self.params) else None
+        if scaler:
+            scaler.unscale_(self.optimizer)
+        raw_norm = gradient_norm(self.params, self.ctx.device)  # identical on every rank after DDP
         flag = self.preemption.flag() if self.preemption is not None else 0.0
         n = float(len(group))
-        local = torch.cat([torch.tensor([float(local_count), flag], dtype=torch.float64, device=self.ctx.device),
-                           local_nonfinite.reshape(1).to(device=self.ctx.device, dtype=torch.float64),
-                           torch.tensor([float(has_next), n, n * n], dtype=torch.float64, device=self.ctx.device)])
-        global_count, stop_requests, nonfinite_losses, with_next, micro, micro_sq = \
-            self.ctx.all_reduce_sum(local).tolist()
+        local = to_device_async([local_count, flag, 0.0, float(has_next), n, n * n], self.ctx.device)
+        local[2:3].add_(local_nonfinite.reshape(1).to(torch.float64))
+        summed = self.ctx.all_reduce_sum(local)
+        global_count, stop_requests, nonfinite_losses, with_next, micro, micro_sq, raw = \
+            torch.cat([summed, raw_norm.reshape(1).to(summed)]).tolist()  # the step's one host sync
         self.stop_requests = int(stop_requests)
         self._agree_on_the_end(has_next, int(with_next), micro, micro_sq, state)
-        if global_count == 0:
-            self.optimizer.zero_grad(set_to_none=True)
-            state.empty_groups += 1
-            log.warning("step %d: no utterance left in this accumulation group on any rank "
-                        "(all skipped as bad data); no optimizer step", state.step)
-            return None
-        if nonfinite_losses:
-            self.optimizer.zero_grad(set_to_none=True)
-            return self._count_fault(group, state, f"the loss of {int(nonfinite_losses)} micro-batch(es) "
-                                                   f"(over all ranks) is not finite")
-        if self.scaler:
-            self.scaler.unscale_(self.optimizer)
-        # DDP averaged the per-rank gradient sums over world_size; undo that and divide
-        # by the global count: grad = (sum over ranks and micro-batches) / global_count.
-        factor = self.ctx.world_size / global_count
-        for p in self.params:
-            if p.grad is not None:
-                p.grad.mul_(factor)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip))
-        if not math.isfinite(grad_norm):
-            if self.scaler:  # fp16 calibration: the scaler skips the step and lowers its scale
-                self.scaler.step(self.optimizer)
-                self.scaler.update()
-                self.optimizer.zero_grad(set_to_none=True)
-                state.scaler_skips += 1
+        try:
+            if global_count == 0:
+                state.empty_groups += 1
+                log.warning("step %d: no utterance left in this accumulation group on any rank "
+                            "(all skipped as bad data); no optimizer step", state.step)
                 return None
-            self.optimizer.zero_grad(set_to_none=True)
-            return self._count_fault(group, state, f"gradient norm is {grad_norm}")
-        if self.scaler:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
+            if nonfinite_losses:
+                return self._count_fault(group, state, f"the loss of {int(nonfinite_losses)} micro-batch(es) "
+                                                       f"(over all ranks) is not finite")
+            # DDP averaged the per-rank gradient sums over world_size; undo that and divide
+            # by the global count: grad = (sum over ranks and micro-batches) / global_count.
+            factor = self.ctx.world_size / global_count
+            grad_norm = factor * raw
+            if not math.isfinite(grad_norm):
+                if self.scaler:  # fp16 calibration: no step; the scaler's update lowers its scale
+                    state.scaler_skips += 1
+                    return None
+                return self._count_fault(group, state, f"gradient norm is {grad_norm}")
+            scale_gradients(self.params, factor * clip_coefficient(grad_norm, self.cfg.grad_clip))
+            # (with fp16 the gradients are unscaled and finite -- the scaler's inf check is
+            # clear -- so the optimizer steps directly; GradScaler.step would read that check
+            # back to the host)
             self.optimizer.step()
+        finally:
+            if scaler:  # every step, applied or not, ends with the scaler's update
+                scaler.update()
+            self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
         if self.ema is not None:
             self.ema.update(unwrap(self.model))
         state.step += 1

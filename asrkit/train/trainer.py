@@ -256,10 +256,13 @@ class Trainer:
                      sum(skipped.values()), _reasons(skipped), self.ctx.world_size)
         return trained, skipped
 
-    def _check_some_data_used(self, epoch: int, trained: int, skipped: dict[str, int], partial: bool) -> None:
-        """Raise :class:`NoUsableDataError` when the finished epoch trained nothing: every
-        sample it read was skipped (a resumed epoch whose rest was empty is fine)."""
-        if trained or (partial and not skipped):
+    def _check_some_data_used(self, epoch: int, trained: int, skipped: dict[str, int]) -> None:
+        """Raise :class:`NoUsableDataError` when the finished epoch trained nothing because
+        every sample it read was skipped as bad data.  An epoch that skipped none is not a
+        data problem: a resumed epoch whose rest was empty, or one whose every step was an
+        fp16 calibration skip (a short epoch while the GradScaler finds its scale) or a
+        counted non-finite step (``max_nonfinite_steps`` governs those)."""
+        if trained or not skipped:
             return
         raise NoUsableDataError(
             f"epoch {epoch}: no utterance could be used: {sum(skipped.values())} skipped ({_reasons(skipped)}) "
@@ -289,7 +292,7 @@ class Trainer:
             trained, skipped = self._report_data(epoch, partial=partial or not finished)
             if not finished:
                 return self.state
-            self._check_some_data_used(epoch, trained, skipped, partial)
+            self._check_some_data_used(epoch, trained, skipped)
             cv = self.run_cv(f"epoch {epoch}")
             stop = self._early_stop(cv["loss"])
             self.state.epoch = epoch + 1

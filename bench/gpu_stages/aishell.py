@@ -15,10 +15,11 @@ the same shapes (``aishell_profile``).
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
-import os
 import time
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -32,24 +33,49 @@ from bench.gpu_stages.common import (PRECISIONS, MeasuredLoader, StageRecord, St
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "examples/aishell/s0/conf/train_conformer.yaml"
 ORDER = ("bf16", "fp16", "tf32", "fp32")
-DRY_RUN_ORDER = ("bf16", "fp32")  # (the same code for every precision; fp16's scaler runs in the digits stage)
 # the dry run's model: the recipe's config made tiny (the 4,233 units stay), one micro-batch a step
 DRY_RUN_OVERRIDES = ["accum_grad=1", "encoder_conf.output_size=32", "encoder_conf.attention_heads=2", "encoder_conf.linear_units=64",
                      "encoder_conf.num_blocks=1", "decoder_conf.attention_heads=2", "decoder_conf.linear_units=64",
                      "decoder_conf.num_blocks=1"]
 
 
-def default_workers() -> int:
-    """Loader workers for the GPU machine's cores: all but two (the trainer and the system)."""
-    return min(14, max(1, (os.cpu_count() or 2) - 2))
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One measured setting: precision, frames per micro-batch, ``accum_grad``, loader
+    workers and the trainer's intra-op threads (None: torch's default)."""
+
+    name: str
+    precision: str
+    max_frames: int
+    accum: int
+    workers: int
+    threads: Optional[int] = None
 
 
-def config_overrides(data, max_frames: int, workers: int, dry_run: bool) -> list[str]:
+def plan(max_frames: int, recipe_frames: int, workers: int, sweep: list[int], dry: bool) -> list[Variant]:
+    """What is measured, most wanted first.  The headline per precision uses ``max_frames``
+    per micro-batch and ``accum_grad`` chosen so that an optimizer step sees what the recipe's
+    does (``recipe_frames`` x the recipe's ``accum_grad``); then the recipe's own micro-batch,
+    other loader worker counts and two trainer threads, in bf16."""
+    recipe_accum = load_cfg(CONFIG, []).accum_grad
+    if dry:
+        return [Variant("bf16", "bf16", 800, 1, 0), Variant("fp32", "fp32", 800, 1, 0),
+                Variant("bf16_workers1", "bf16", 800, 1, 1, threads=1)]
+    accum = max(1, round(recipe_frames * recipe_accum / max_frames))
+    out = [Variant(name, name, max_frames, accum, workers) for name in ORDER]
+    out += [Variant("bf16_recipe_batch", "bf16", recipe_frames, recipe_accum, workers),
+            Variant("fp32_recipe_batch", "fp32", recipe_frames, recipe_accum, workers)]
+    out += [Variant(f"bf16_workers{n}", "bf16", max_frames, accum, n) for n in sweep if n != workers]
+    out.append(Variant("bf16_threads2", "bf16", max_frames, accum, workers, threads=2))
+    return out
+
+
+def config_overrides(data, v: Variant, dry_run: bool) -> list[str]:
     return [f"tokenizer_conf.symbol_table_path={data.units}", f"cmvn_conf.cmvn_file={data.cmvn}",
-            "dataset_conf.batch_conf.batch_type=dynamic", f"dataset_conf.batch_conf.max_frames_in_batch={max_frames}",
-            f"dataset_conf.num_workers={workers}", "dataset_conf.shuffle_conf.shuffle_size=200",
+            "dataset_conf.batch_conf.batch_type=dynamic", f"dataset_conf.batch_conf.max_frames_in_batch={v.max_frames}",
+            f"dataset_conf.num_workers={v.workers}", "dataset_conf.shuffle_conf.shuffle_size=200",
             "dataset_conf.sort_conf.sort_size=100", "log_interval=1000",
-            *(DRY_RUN_OVERRIDES if dry_run else [])]
+            *(DRY_RUN_OVERRIDES if dry_run else [f"accum_grad={v.accum}"])]
 
 
 def build(data, overrides: list[str], precision_name: str, device: torch.device, work: Path):
@@ -107,12 +133,15 @@ def release(result: dict, device: torch.device) -> dict:
 
 def main(argv=None) -> int:
     p = stage_args(__doc__.splitlines()[0])
-    p.add_argument("--utterances", type=int, default=600)
-    p.add_argument("--max_frames", type=int, default=32000, help="dataset_conf.batch_conf.max_frames_in_batch")
-    p.add_argument("--workers", type=int, default=default_workers())
-    p.add_argument("--worker_sweep", default="2,4,8", help="other loader worker counts to time in bf16")
+    p.add_argument("--utterances", type=int, default=2400)
+    p.add_argument("--distinct_audio", type=int, default=600, help="audio files written (the utterances cycle over them)")
+    p.add_argument("--max_frames", type=int, default=128000, help="frames per micro-batch of the headline rates")
+    p.add_argument("--recipe_frames", type=int, default=32000, help="the recipe-sized micro-batch compared")
+    p.add_argument("--workers", type=int, default=8)
+    p.add_argument("--worker_sweep", default="4,14", help="other loader worker counts to time in bf16")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--each_s", type=float, default=16.0, help="at most this long per measurement after the first")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     dry = args.cpu_dry_run
@@ -122,53 +151,54 @@ def main(argv=None) -> int:
     work = args.out / "aishell_work"
     t0 = time.perf_counter()
     data = make_set(work / "data", 24 if dry else args.utterances, duration_scale=0.25 if dry else 1.0,
-                    config=CONFIG)
-    workers = 0 if dry else args.workers
-    max_frames = 800 if dry else args.max_frames
+                    config=CONFIG, distinct=None if dry else args.distinct_audio)
     warmup, steps = (1, 2) if dry else (args.warmup, args.steps)
-    record.record("setup", {"config": str(CONFIG), "data": data.describe(), "max_frames_in_batch": max_frames,
-                            "workers": workers, "warmup_steps": warmup, "timed_steps": steps,
-                            "accum_grad": load_cfg(CONFIG, []).accum_grad, "device": str(device),
+    variants = plan(args.max_frames, args.recipe_frames, args.workers,
+                    [int(x) for x in args.worker_sweep.split(",") if x], dry)
+    record.record("setup", {"config": str(CONFIG), "data": data.describe(), "warmup_steps": warmup,
+                            "timed_steps": steps, "recipe_accum_grad": load_cfg(CONFIG, []).accum_grad,
+                            "variants": [dataclasses.asdict(v) for v in variants], "device": str(device),
                             "data_seconds": round(time.perf_counter() - t0, 2)})
-    overrides = config_overrides(data, max_frames, workers, dry)
     rates = {}
-    for i, name in enumerate(DRY_RUN_ORDER if dry else ORDER):
-        share = (end - time.perf_counter()) * (0.5 if i == 0 else 0.3) if not dry else 60
-        result = measure(data, overrides, name, device, warmup, steps, time.perf_counter() + share, work)
-        if name == "bf16":
+    default_threads = torch.get_num_threads()
+    for i, v in enumerate(variants):
+        left = end - time.perf_counter()
+        if left < 8 and not dry:
+            rates[v.name] = {"skipped": "stage time budget"}
+            record.record(v.name, rates[v.name])
+            continue
+        share = 60 if dry else min(left, left * 0.4 if i == 0 else args.each_s)
+        torch.set_num_threads(v.threads or default_threads)
+        result = measure(data, config_overrides(data, v, dry), v.precision, device, warmup, steps,
+                         time.perf_counter() + share, work)
+        result.update(variant=dataclasses.asdict(v), trainer_threads=torch.get_num_threads())
+        torch.set_num_threads(default_threads)
+        if i == 0:
             parts, loader, executor = result["sample"]
             try:
                 record.record("profile", aishell_profile.run(executor, loader, parts, device, args.out, dry))
             except Exception as e:  # a profiler failure must not lose the rates
                 record.record("profile", {"error": f"{type(e).__name__}: {e}"})
             del parts, loader, executor  # (its model and loader workers must not outlive the run)
-        rates[name] = release(result, device)
-        record.record(name, rates[name])
-    sweep = {}
-    for n in ([1] if dry else [int(x) for x in args.worker_sweep.split(",") if x and int(x) != workers]):
-        if end - time.perf_counter() < 10 and not dry:
-            sweep[n] = {"skipped": "stage time budget"}
-            continue
-        o = config_overrides(data, max_frames, n, dry)
-        sweep[n] = release(measure(data, o, "bf16", device, warmup, steps, min(end, time.perf_counter() + 30), work),
-                           device)
-        record.record("bf16_workers", sweep)
-    record.summary(summary_line(rates, workers))
+        rates[v.name] = release(result, device)
+        record.record(v.name, rates[v.name])
+    record.summary(summary_line(rates, variants))
     record.finish()
     return 0
 
 
-def summary_line(rates: dict, workers: int) -> str:
+def summary_line(rates: dict, variants: list[Variant]) -> str:
     parts = []
-    for name in [n for n in ORDER if n in rates]:
-        r = rates[name]
+    for v in variants:
+        r = rates.get(v.name, {})
+        setting = f"{v.max_frames // 1000}k x{v.accum} w{v.workers}" + (f" t{v.threads}" if v.threads else "")
         if "real_frames_per_s" in r:
             mem = f", {r['peak_memory_GiB']} GiB" if "peak_memory_GiB" in r else ""
-            parts.append(f"{name} {r['real_frames_per_s']:.0f} fr/s ({r['utts_per_s']:.1f} utt/s, "
-                         f"wait {100 * r['data_wait_share']:.0f} %{mem})")
+            parts.append(f"{v.name} [{setting}] {r['real_frames_per_s']:.0f} fr/s "
+                         f"(wait {100 * r['data_wait_share']:.0f} %{mem})")
         else:
-            parts.append(f"{name} {r.get('error', 'not measured')}")
-    return f"aishell  {workers} workers: " + " | ".join(parts)
+            parts.append(f"{v.name} [{setting}] {r.get('error') or r.get('skipped') or 'not measured'}")
+    return "aishell  " + " | ".join(parts)
 
 
 if __name__ == "__main__":

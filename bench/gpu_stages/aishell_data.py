@@ -74,20 +74,25 @@ def existing_set(work: Path) -> SyntheticSet | None:
 
 
 def make_set(work: Path, count: int, seed: int = 0, duration_scale: float = 1.0, cmvn_utts: int = 64,
-             config: Path | None = None) -> SyntheticSet:
+             config: Path | None = None, distinct: int | None = None) -> SyntheticSet:
     """Write ``count`` utterances, ``wav.scp``/``text``, the raw ``data.list`` (by
     ``tools/make_raw_list.py``), ``units.txt`` and a global CMVN of the first ``cmvn_utts``
-    utterances (by ``tools/compute_cmvn_stats.py`` with ``config``'s fbank) into ``work``."""
+    utterances (by ``tools/compute_cmvn_stats.py`` with ``config``'s fbank) into ``work``.
+    With ``distinct``, only that many audio files are written and the utterances cycle
+    over them (each its own key and transcript): the loader's work per utterance is the
+    same, the files take a fraction of the time to write."""
     rng = np.random.default_rng(seed)
     wav_dir = work / "wav"
     wav_dir.mkdir(parents=True, exist_ok=True)
     chars = write_units(work / "units.txt")
-    lengths = durations(count, rng, duration_scale)
+    files = min(count, distinct or count)
+    lengths = np.resize(durations(files, rng, duration_scale), count)
     scp, text = [], []
     for i, seconds in enumerate(lengths):
         key = f"synth{i:05d}"
-        path = wav_dir / f"{key}.wav"
-        sf.write(str(path), audio(float(seconds), rng), SAMPLE_RATE, subtype="PCM_16")
+        path = wav_dir / f"synth{i % files:05d}.wav"
+        if i < files:
+            sf.write(str(path), audio(float(seconds), rng), SAMPLE_RATE, subtype="PCM_16")
         n_chars = max(1, int(round(seconds / duration_scale * CHARS_PER_S * rng.uniform(0.8, 1.2))))
         scp.append(f"{key} {path}\n")
         text.append(f"{key} {''.join(chars[j] for j in rng.integers(0, len(chars), n_chars))}\n")

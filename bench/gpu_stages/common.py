@@ -9,6 +9,7 @@ import dataclasses
 import gc
 import json
 import time
+import traceback
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
@@ -169,37 +170,53 @@ class StepMarks:
 
 class SyncCount:
     """Host syncs of CUDA work, from ``torch.cuda.set_sync_debug_mode("warn")``: between
-    :meth:`start` and :meth:`stop`, every synchronizing CUDA call warns; ``sites`` counts them
-    by the Python line that made them.  Used inside :func:`recording_warnings`."""
+    :meth:`start` and :meth:`stop` (given the optimizer step at each), every synchronizing
+    CUDA call warns; ``sites`` counts them by the torch line that synced and the innermost
+    asrkit line that called it (the stack at the warning).  Other warnings go to ``caught``.
+    Used inside :func:`recording_warnings`."""
 
     def __init__(self, caught: list, device: torch.device):
         self.caught, self.device = caught, device
+        self.sites: dict[str, int] = {}
         self.first = self.last = None
+        self._previous = None
 
-    def start(self) -> None:
+    def _hook(self, message, category, filename, lineno, file=None, line=None) -> None:
+        if SYNC_WARNING not in str(message):
+            self.caught.append(warnings.WarningMessage(message, category, filename, lineno, file, line))
+            return
+        ours = [f for f in traceback.extract_stack()[:-1] if "/asrkit/" in f.filename.replace("\\", "/")]
+        caller = (f"{Path(ours[-1].filename).parent.name}/{Path(ours[-1].filename).name}:{ours[-1].lineno} "
+                  f"{ours[-1].name}" if ours else "(no asrkit frame)")
+        site = f"{Path(filename).name}:{lineno} <- {caller}"
+        self.sites[site] = self.sites.get(site, 0) + 1
+
+    def start(self, step: int) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
+            self._previous = warnings.showwarning
+            warnings.showwarning = self._hook
             torch.cuda.set_sync_debug_mode("warn")
-        self.first = len(self.caught)
+        self.first = step
 
-    def stop(self) -> None:
+    def stop(self, step: int) -> None:
+        if self.first is None or self.last is not None:
+            return
         if self.device.type == "cuda":
             torch.cuda.set_sync_debug_mode(0)
-        self.last = len(self.caught)
+            warnings.showwarning = self._previous
+        self.last = step
 
-    def report(self, steps: int) -> dict:
+    def report(self) -> dict:
         if self.device.type != "cuda":
             return {"syncs_per_step": None, "why": "no CUDA: host syncs are counted on a GPU only"}
-        if self.first is None or self.last is None:
+        if self.first is None or self.last is None or self.last <= self.first:
             return {"syncs_per_step": None, "why": "the counted steps were not reached"}
-        sites: dict[str, int] = {}
-        for w in self.caught[self.first:self.last]:
-            if SYNC_WARNING in str(w.message):
-                site = f"{Path(w.filename).name}:{w.lineno}"
-                sites[site] = sites.get(site, 0) + 1
-        total = sum(sites.values())
-        return {"syncs_per_step": round(total / max(steps, 1), 2), "syncs": total, "steps": steps,
-                "sites": dict(sorted(sites.items(), key=lambda kv: -kv[1]))}
+        steps = self.last - self.first
+        total = sum(self.sites.values())
+        return {"syncs_per_step": round(total / steps, 2), "syncs": total, "steps": steps,
+                "sites": {k: round(v / steps, 2) for k, v in sorted(self.sites.items(), key=lambda kv: -kv[1])},
+                "sites_are": "syncs per optimizer step at each torch line <- asrkit caller"}
 
 
 @contextlib.contextmanager

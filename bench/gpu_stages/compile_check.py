@@ -31,8 +31,9 @@ def compiled_encoder(backend: str):
 
 def main(argv=None) -> int:
     p = stage_args(__doc__.splitlines()[0])
-    p.add_argument("--max_frames", type=int, default=32000)
-    p.add_argument("--workers", type=int, default=aishell.default_workers())
+    p.add_argument("--max_frames", type=int, default=128000)
+    p.add_argument("--accum_grad", type=int, default=1)
+    p.add_argument("--workers", type=int, default=8)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=4)
     args = p.parse_args(argv)
@@ -44,10 +45,13 @@ def main(argv=None) -> int:
     work = args.out / "aishell_work"
     data = existing_set(work / "data") or make_set(work / "data", 24 if dry else 600,
                                                    duration_scale=0.25 if dry else 1.0, config=aishell.CONFIG)
-    overrides = aishell.config_overrides(data, 800 if dry else args.max_frames, 0 if dry else args.workers, dry)
+    variant = (aishell.Variant("bf16", "bf16", 800, 1, 0) if dry else
+               aishell.Variant("bf16", "bf16", args.max_frames, args.accum_grad, args.workers))
+    overrides = aishell.config_overrides(data, variant, dry)
     warmup, steps = (1, 1) if dry else (args.warmup, args.steps)
     backend = "eager" if dry else "inductor"
     record.record("setup", {"compiled": "encoder", "backend": backend, "dynamic": True, "precision": "bf16",
+                            "max_frames": variant.max_frames, "accum_grad": variant.accum, "workers": variant.workers,
                             "warmup_steps": warmup, "timed_steps": steps})
     results = {}
     for name, wrapper in (("compiled", compiled_encoder(backend)), ("eager", None)):

@@ -74,21 +74,20 @@ def run_precision(name: str, files: dict, overrides: list[str], device: torch.de
         def on_step(state):
             if state.step == sync_from:
                 mark(marks, state.step, loader, device)
-                syncs.start()
+                syncs.start(state.step)
             if state.step == steps:
-                syncs.stop()
+                syncs.stop(state.step)
                 mark(marks, state.step, loader, device)
 
         state = train_steps(executor, loader, steps, deadline, on_step)
-        if syncs.last is None:
-            syncs.stop()
+        syncs.stop(state.step)
     train_seconds = time.perf_counter() - start
     parts.cv_loader.set_epoch(0)
     cv = executor.cv(parts.cv_loader)
     result = {"steps": state.step, "steps_wanted": steps, "epochs": state.epoch,
               "nonfinite_steps": state.nonfinite_total, "scaler_skips": state.scaler_skips,
               "cv_loss": round(cv["loss"], 5), "train_seconds": round(train_seconds, 2),
-              "host_syncs": syncs.report(steps - sync_from), "other_warnings": other_warnings(caught)}
+              "host_syncs": syncs.report(), "other_warnings": other_warnings(caught)}
     if sync_from in marks.at and steps in marks.at:
         result["steady"] = marks.span(sync_from, steps)
     del parts, executor, loader
@@ -111,6 +110,7 @@ def main(argv=None) -> int:
     files = prepare(args.digits, args.out / "digits_work")
     overrides = [f"tokenizer_conf.symbol_table_path={files['units']}", f"cmvn_conf.cmvn_file={files['cmvn']}",
                  f"dataset_conf.num_workers={0 if args.cpu_dry_run else args.workers}", "log_interval=100",
+                 "max_epoch=1000",  # (the steps decide, not the recipe's epochs)
                  *(DRY_RUN_OVERRIDES if args.cpu_dry_run else [])]
     record.record("setup", {"config": str(CONFIG), "overrides": overrides, "device": str(device),
                             "prepare_seconds": round(time.perf_counter() - start, 2)})

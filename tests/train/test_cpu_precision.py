@@ -43,7 +43,7 @@ class Recorder:
     backward pass of the autocast matmuls: a real fp16 overflow, a pure function of the batch,
     so a resumed run meets it where an uninterrupted one does."""
 
-    def __init__(self, monkeypatch, overflow=frozenset()):
+    def __init__(self, monkeypatch, overflow=frozenset(), overflow_all=False):
         self.first_keys, self.seen, self.overflow, self.overflowed = [], [], set(overflow), []
         original = Executor._forward
 
@@ -59,7 +59,7 @@ class Recorder:
             if model.training:
                 self.first_keys.append(batch["keys"][0])
                 self.seen.append((*inside[0], out["loss_ctc"].dtype))
-                if batch["keys"][0] in self.overflow:
+                if overflow_all or batch["keys"][0] in self.overflow:
                     self.overflowed.append(batch["keys"][0])
                     out = {**out, "loss": out["loss"] * 1e4}
             return out
@@ -104,6 +104,20 @@ def test_fp16_overflow_steps_are_calibration_skips_and_a_resume_continues_exactl
     assert [a["train_state"][k] for k in counters] == [b["train_state"][k] for k in counters]
     assert a["scaler"] == b["scaler"]
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+
+
+def test_an_epoch_of_only_fp16_calibration_skips_is_not_a_data_error(tiny_experiment, tmp_path, monkeypatch):
+    """An epoch whose every step overflows fp16 (a short epoch while the GradScaler finds its
+    scale: the tiny GPU tests' first epoch) applies no step, but no sample was bad: training
+    goes on (exit 0) and the epoch's checkpoint records the skips -- "no utterance could be
+    used" is for epochs whose samples were all skipped as bad data."""
+    cfg = tiny_experiment.config(tmp_path / "c.yaml", dtype="fp16", max_epoch=1)
+    rec = Recorder(monkeypatch, overflow_all=True)
+    err = train_here(tiny_experiment, tmp_path / "exp", cfg).stderr
+    assert "0 utterances trained, 0 skipped as bad data" in err and "no utterance could be used" not in err
+    state = ckpt.load_checkpoint(tmp_path / "exp" / "epoch_0.pt")["train_state"]
+    assert state["step"] == 0 and state["nonfinite_total"] == 0
+    assert state["scaler_skips"] == len(rec.overflowed) > 0
 
 
 def test_bf16_trains_under_autocast_with_ctc_in_fp32_close_to_fp32(tiny_experiment, tmp_path, monkeypatch):
