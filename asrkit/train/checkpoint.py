@@ -131,12 +131,15 @@ def capture_rng_state() -> dict:
 
 
 def restore_rng_state(state: dict) -> None:
+    """Set the RNG states :func:`capture_rng_state` took.  The torch states are byte tensors
+    that torch accepts only on the CPU; a checkpoint loaded with ``map_location`` on a GPU
+    brings them there, so they are moved back first."""
     random.setstate(_as_tuple(state["python"]))
     name, keys, pos, has_gauss, cached = state["numpy"]
     np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(state["torch"])
+    torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
 
 
 def _as_tuple(x):
