@@ -1,15 +1,18 @@
 """Stage c of the GPU check: the AISHELL-size conformer (the AISHELL recipe's
 ``examples/aishell/s0/conf/train_conformer.yaml``: 46.2 M parameters, 4,233 units) on
 synthetic utterances with AISHELL-1's durations (``aishell_data``), through the recipe's
-feature pipeline (speed perturbation, fbank, SpecAugment) and dynamic batches
-(``--max_frames`` per batch), built by ``build_training`` and stepped by the executor.
+feature pipeline (speed perturbation, fbank, SpecAugment) and its shuffle and sort
+windows, in dynamic batches, built by ``build_training`` and stepped by the executor.
 
-Per precision (bf16, fp16, tf32, fp32; most wanted first): steady-state real frames/s and
-utterances/s (after ``--warmup`` optimizer steps, over ``--steps`` more), the share of that
-time spent waiting for the loader, the rate without those waits, and the peak GPU memory.
-Then the bf16 rate and data-wait share with other loader worker counts, one profiler
-summary table of bf16 training steps, and the encoder's matmuls against ``torch.matmul`` on
-the same shapes (``aishell_profile``).
+Measured (``plan``), most wanted first: per precision (bf16, fp16, tf32, fp32) with
+``--max_frames`` per micro-batch and ``accum_grad`` set so that an optimizer step sees what
+the recipe's does; then the recipe's own micro-batch (``--recipe_frames`` x its
+``accum_grad``) in bf16 and fp32, other loader worker counts, and the trainer on two
+intra-op threads.  Each: steady-state real frames/s and utterances/s (after ``--warmup``
+optimizer steps, over ``--steps`` more), the padding share, the share of the time spent
+waiting for the loader, the rate without those waits, and the peak GPU memory.  After the
+first: one profiler summary table and the encoder's matmuls against ``torch.matmul`` on the
+same shapes (``aishell_profile``).
 
     python -m bench.gpu_stages.aishell --out DIR --seconds 100 [--cpu_dry_run]
 """
@@ -73,8 +76,7 @@ def plan(max_frames: int, recipe_frames: int, workers: int, sweep: list[int], dr
 def config_overrides(data, v: Variant, dry_run: bool) -> list[str]:
     return [f"tokenizer_conf.symbol_table_path={data.units}", f"cmvn_conf.cmvn_file={data.cmvn}",
             "dataset_conf.batch_conf.batch_type=dynamic", f"dataset_conf.batch_conf.max_frames_in_batch={v.max_frames}",
-            f"dataset_conf.num_workers={v.workers}", "dataset_conf.shuffle_conf.shuffle_size=200",
-            "dataset_conf.sort_conf.sort_size=100", "log_interval=1000",
+            f"dataset_conf.num_workers={v.workers}", "log_interval=1000",
             *(DRY_RUN_OVERRIDES if dry_run else [f"accum_grad={v.accum}"])]
 
 
@@ -133,14 +135,14 @@ def release(result: dict, device: torch.device) -> dict:
 
 def main(argv=None) -> int:
     p = stage_args(__doc__.splitlines()[0])
-    p.add_argument("--utterances", type=int, default=2400)
+    p.add_argument("--utterances", type=int, default=3000)
     p.add_argument("--distinct_audio", type=int, default=600, help="audio files written (the utterances cycle over them)")
     p.add_argument("--max_frames", type=int, default=128000, help="frames per micro-batch of the headline rates")
     p.add_argument("--recipe_frames", type=int, default=32000, help="the recipe-sized micro-batch compared")
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--worker_sweep", default="4,14", help="other loader worker counts to time in bf16")
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--steps", type=int, default=6)
     p.add_argument("--each_s", type=float, default=16.0, help="at most this long per measurement after the first")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

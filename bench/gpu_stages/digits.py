@@ -6,8 +6,9 @@ Per precision: the non-finite steps (faults) and fp16's GradScaler calibration s
 CV loss after training (against fp32's: the target is within 2 %), the host syncs per
 optimizer step in steady state (``torch.cuda.set_sync_debug_mode("warn")`` from step
 ``--sync_from`` on; the target is none beyond the step's one collective) and the
-steady-state rates.  Every precision starts from the same seed (the same initial weights
-and batches).
+steady-state rates, and on a GPU a profiler table of 3 more steps
+(``profile_digits_<precision>.txt``).  Every precision starts from the same seed (the same
+initial weights and batches).
 
     python -m bench.gpu_stages.digits --out DIR --seconds 70 --digits CORPUS_DIR [--cpu_dry_run]
 """
@@ -23,6 +24,7 @@ import torch
 
 from asrkit.train.build import build_training
 from asrkit.train.dist import DistContext
+from bench.gpu_stages.aishell_profile import summary_table
 from bench.gpu_stages.common import (PRECISIONS, MeasuredLoader, StageRecord, StepMarks, SyncCount, device_for,
                                      free_memory, load_cfg, make_executor, mark, other_warnings, recording_warnings, stage_args,
                                      train_steps)
@@ -82,12 +84,18 @@ def run_precision(name: str, files: dict, overrides: list[str], device: torch.de
         state = train_steps(executor, loader, steps, deadline, on_step)
         syncs.stop(state.step)
     train_seconds = time.perf_counter() - start
+    profile = None
+    if device.type == "cuda":  # where the steps' time goes (a few more steps, profiled)
+        try:
+            profile = summary_table(executor, loader, device, 3, work.parent / f"profile_digits_{name}.txt")
+        except Exception as e:  # a profiler failure must not lose the results
+            profile = {"error": f"{type(e).__name__}: {e}"}
     parts.cv_loader.set_epoch(0)
     cv = executor.cv(parts.cv_loader)
     result = {"steps": state.step, "steps_wanted": steps, "epochs": state.epoch,
               "nonfinite_steps": state.nonfinite_total, "scaler_skips": state.scaler_skips,
               "cv_loss": round(cv["loss"], 5), "train_seconds": round(train_seconds, 2),
-              "host_syncs": syncs.report(), "other_warnings": other_warnings(caught)}
+              "host_syncs": syncs.report(), "other_warnings": other_warnings(caught), "profile": profile}
     if sync_from in marks.at and steps in marks.at:
         result["steady"] = marks.span(sync_from, steps)
     del parts, executor, loader
