@@ -14,7 +14,9 @@
   so the final results do not depend on how the client cuts its messages.
 
 Both take 16-bit PCM bytes and give :class:`Event` lists; neither is thread-safe (the server
-runs one call of a stream at a time).  State is bounded: a chunk session keeps one segment's
+runs one call of a stream at a time).  A chunk session also runs in steps, for the server's
+batcher (:mod:`asrkit.serve.batcher`) to run several streams' chunks through the encoder
+together.  State is bounded: a chunk session keeps one segment's
 encoder frames, a segment session one segment's samples (at most ``max_segment_s``, the
 endpoint rules' 20 s, plus one interval).
 """
@@ -75,6 +77,25 @@ class ChunkSession:
 
     def finish(self) -> list[Event]:
         return self._events(self.recognizer.finish())
+
+    # accept and finish in steps, the encoder of full chunks run by the server's batcher
+    # (asrkit.serve.batcher): feed (or end_input at the end); while next_window() gives a window,
+    # the batcher's encode, then advance; at the end finish_chunks.
+
+    def feed(self, data: bytes) -> None:
+        self.recognizer.add_waveform(pcm_to_float(data))
+
+    def end_input(self) -> None:
+        self.recognizer.end_input()
+
+    def next_window(self) -> Optional[torch.Tensor]:
+        return self.recognizer.next_window()
+
+    def advance(self, window: torch.Tensor, out: torch.Tensor, encoder_s: float) -> list[Event]:
+        return self._events(self.recognizer.advance(window, out, encoder_s))
+
+    def finish_chunks(self) -> list[Event]:
+        return self._events(self.recognizer.finish_chunks())
 
     def _events(self, results: list[Result]) -> list[Event]:
         events = []
