@@ -5,9 +5,11 @@ it has to :meth:`ChunkBatcher.encode` and waits.  The first chunk to arrive when
 waiting opens a window of ``window_s``; at its end a batch job goes to the decoding pool, and
 when a worker starts it, the job takes every chunk waiting by then (up to ``max_batch``, of one
 length) and runs them in one encoder forward (:func:`asrkit.stream.batch.encode_chunks`: each
-stream its own start, attention and convolution caches).  So a chunk arriving alone waits
-the window and runs alone, and chunks that queue while the workers are busy -- when batching
-pays -- run together.  Chunks left over (more than ``max_batch``) get the next job at once.
+stream its own start, attention and convolution caches).  The window closes early when every
+stream under way has a chunk waiting (one stream alone never waits) or ``max_batch`` are.  So
+a chunk arriving alone waits at most the window and runs alone, and chunks that queue while
+the workers are busy -- when batching pays -- run together.  Chunks left over (more than
+``max_batch``) get the next job at once.
 The search and the rest of each stream's decoding stay per stream (the session's
 :meth:`~asrkit.serve.session.ChunkSession.advance`, its own pool call); a stream's last,
 shorter chunk runs alone (:meth:`~asrkit.serve.session.ChunkSession.finish_chunks`).
@@ -48,7 +50,9 @@ class BatchStats:
 
 class ChunkBatcher:
     """Batches of at most ``max_batch`` chunks, collected for ``window_s`` seconds, run in
-    ``pool`` (the server's decoding pool; module docstring)."""
+    ``pool`` (the server's decoding pool; module docstring).  :attr:`streams`: the streams
+    under way that send it chunks (when all of them have a chunk waiting, the batch goes at
+    once: none is left to wait for)."""
 
     def __init__(self, pool, max_batch: int, window_s: float):
         if max_batch < 2:
@@ -60,6 +64,8 @@ class ChunkBatcher:
         self._lock = threading.Lock()  # (the pool's threads take chunks; the loop adds them)
         self._waiting: list[_Chunk] = []
         self._job_waiting = False      # a job is on its way that will take the chunks waiting
+        self._window = None            # the window open (a timer), while no job is on its way
+        self.streams = 0               # streams that may send chunks (the server counts them)
 
     async def encode(self, recognizer, window: torch.Tensor) -> tuple[torch.Tensor, float]:
         """``recognizer``'s chunk ``window`` (:meth:`StreamingRecognizer.next_window`) through
@@ -69,14 +75,27 @@ class ChunkBatcher:
         chunk = _Chunk(recognizer, window, loop.create_future())
         with self._lock:
             self._waiting.append(chunk)
-            open_window = not self._job_waiting
-            self._job_waiting = True
-        if open_window:
-            if self.window_s > 0:
-                loop.call_later(self.window_s, self._submit, loop)
-            else:
-                self._submit(loop)
+            taken = self._job_waiting  # (the job on its way takes this chunk too when it starts)
+            # no one else to wait for: every stream's chunk is here, or a batch's worth
+            now = not taken and (len(self._waiting) >= min(self.max_batch, max(self.streams, 1))
+                                 or self.window_s == 0)
+            self._job_waiting = taken or now
+        if now:
+            if self._window is not None:
+                self._window.cancel()
+                self._window = None
+            self._submit(loop)
+        elif not taken and self._window is None:
+            self._window = loop.call_later(self.window_s, self._window_ends, loop)
         return await chunk.future
+
+    def _window_ends(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._window = None
+        with self._lock:
+            if self._job_waiting or not self._waiting:
+                return
+            self._job_waiting = True
+        self._submit(loop)
 
     def _submit(self, loop: asyncio.AbstractEventLoop) -> None:
         try:

@@ -73,6 +73,7 @@ class RecognitionServer:
                         if max_batch > 1 and served.kind == "chunks" else None)
         self.gate = Gate(limits.max_connections, limits.idle_timeout_s, limits.max_upload_bytes)
         self.streams = 0  # streams under way
+        self.chunks, self.chunks_s, self.encoder_s = 0, 0.0, 0.0  # chunk sessions ended: chunks, compute, encoder
         self._ids = itertools.count(1)
         self._server = None
 
@@ -102,6 +103,9 @@ class RecognitionServer:
         await self._server.wait_closed()
         self.pool.shutdown(wait=True, cancel_futures=True)
         self._server = None
+        if self.chunks:
+            log.info("chunks: %d run, %.2f ms a chunk (encoder %.2f ms, the rest of the decoding per stream)",
+                     self.chunks, 1000 * self.chunks_s / self.chunks, 1000 * self.encoder_s / self.chunks)
         if self.batcher is not None:
             log.info("batching: %s", self.batcher.stats.describe())
 
@@ -120,16 +124,21 @@ class RecognitionServer:
     async def _decode(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
+    def _batched(self, session) -> bool:
+        """Whether ``session``'s chunks go through the batcher: batching, a chunk session, and
+        another such stream under way (alone, the session runs its chunks itself: one pool call)."""
+        return self.batcher is not None and session.kind == "chunks" and self.batcher.streams > 1
+
     async def _accept(self, session, data: bytes) -> list:
         """``session.accept(data)``, its full chunks' encoder through the batcher when batching."""
-        if self.batcher is None or session.kind != "chunks":
+        if not self._batched(session):
             return await self._decode(session.accept, data)
         await self._decode(session.feed, data)
         return await self._chunks(session)
 
     async def _finish(self, session) -> list:
         """``session.finish()``, likewise."""
-        if self.batcher is None or session.kind != "chunks":
+        if not self._batched(session):
             return await self._decode(session.finish)
         await self._decode(session.end_input)
         return await self._chunks(session) + await self._decode(session.finish_chunks)
@@ -194,6 +203,8 @@ class RecognitionServer:
                             return await self._fail(ws, number, str(e))
                         start = signal_
                         self.streams += 1
+                        if self.batcher is not None and session.kind == "chunks":
+                            self.batcher.streams += 1
                         await ws.send(wenet.server_ready())
                         log.info("stream %d: server_ready (%s, %s)", number, session.kind,
                                  "continuous" if start.continuous_decoding else "one utterance")
@@ -219,6 +230,12 @@ class RecognitionServer:
         finally:
             if session is not None:
                 self.streams -= 1
+                if self.batcher is not None and session.kind == "chunks":
+                    self.batcher.streams -= 1
+                if session.kind == "chunks":
+                    self.chunks += session.chunks
+                    self.chunks_s += session.chunks_s
+                    self.encoder_s += session.encoder_s
 
     async def _send(self, ws, events, start: wenet.Start, final_ends: bool) -> bool:
         """Send ``events``; True when a final result ends the stream (not continuous)."""

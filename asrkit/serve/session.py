@@ -71,6 +71,7 @@ class ChunkSession:
         self.recognizer = StreamingRecognizer(backend.model, options, sample_rate=sample_rate,
                                               fusion=fusion, nbest=True, **backend.fbank_options())
         self.frame_s = backend.subsampling * backend.frame_shift / 1000.0
+        self.chunks, self.chunks_s, self.encoder_s = 0, 0.0, 0.0  # chunks run, their compute, its encoder part
 
     def accept(self, data: bytes) -> list[Event]:
         return self._events(self.recognizer.accept_waveform(pcm_to_float(data)))
@@ -100,6 +101,9 @@ class ChunkSession:
     def _events(self, results: list[Result]) -> list[Event]:
         events = []
         for r in results:
+            if not r.final:
+                self.chunks, self.chunks_s, self.encoder_s = (self.chunks + 1, self.chunks_s + r.compute_s,
+                                                              self.encoder_s + r.encoder_s)
             nbest = (r.nbest or [r.tokens])[:self.n]  # (the hypotheses the client asked for, no more)
             if r.final:
                 log_probs = None

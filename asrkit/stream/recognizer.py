@@ -69,6 +69,8 @@ class Result:
     # with nbest=True (CTC searches): the hypotheses, best first (a partial's prefixes; a final's
     # n-best ranked by the rescoring, ``tokens`` first)
     nbest: Optional[list[list[int]]] = dataclasses.field(default=None, compare=False, repr=False)
+    # partials: the encoder's part of compute_s (a batch's time shared among its chunks)
+    encoder_s: float = dataclasses.field(default=0.0, compare=False)
 
 
 class StreamingRecognizer:
@@ -225,7 +227,8 @@ class StreamingRecognizer:
         self.feats = self.feats[consumed:]
         self.frames_consumed += consumed
         results = [Result(partial, False, audio_s, encoder_s + time.perf_counter() - start,
-                          nbest=getattr(self.search, "partial_nbest", [partial]) if self.nbest else None)]
+                          nbest=getattr(self.search, "partial_nbest", [partial]) if self.nbest else None,
+                          encoder_s=encoder_s)]
         if self.endpoint is not None and not last:
             self.endpoint.accept(blank_probs)
             if self.endpoint.detected():
