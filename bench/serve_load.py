@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """``asrkit serve`` under load: many concurrent streams sent in real time.
 
-    python bench/serve_load.py --model exp/u2pp [--wav_scp data/test/wav.scp] [--streams 16]
+    python -m bench.serve_load --model exp/u2pp [--wav_scp data/test/wav.scp] [--streams 16]
         [--utterances 32] [--workers 2] [--threads_per_worker 1] [--piece_ms 100] [--json out.json]
-    python bench/serve_load.py --model exp/u2pp [--max_batch 8] [--batch_window_ms 5]
-    python bench/serve_load.py --model exp/u2pp --batching [--batch 16]
+    python -m bench.serve_load --model exp/u2pp [--max_batch 8] [--batch_window_ms 5]
+    python -m bench.serve_load --model exp/u2pp --batching [--batch 16]
 
 Starts ``asrkit serve`` (the command, a process on a free port) without batching and streams
 each utterance alone once (its reference text), then another with the options measured, and
