@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """``asrkit serve`` under load: many concurrent streams sent in real time.
 
-    python bench/serve_load.py --model exp/u2pp [--wav_scp data/test/wav.scp] [--streams 16]
+    python -m bench.serve_load --model exp/u2pp [--wav_scp data/test/wav.scp] [--streams 16]
         [--utterances 32] [--workers 2] [--threads_per_worker 1] [--piece_ms 100] [--json out.json]
-    python bench/serve_load.py --model exp/u2pp --batching [--batch 16]
+    python -m bench.serve_load --model exp/u2pp [--max_batch 8] [--batch_window_ms 5]
+    python -m bench.serve_load --model exp/u2pp --batching [--batch 16]
 
-Starts ``asrkit serve`` (the command, a process on a free port), streams each utterance alone
-once (its reference text), then keeps ``--streams`` streams going at once until
-``--utterances`` have been sent, each paced in real time in ``--piece_ms`` pieces with 0.3 s of
-silence around it (a WeNet-protocol client, ``continuous_decoding`` false). Reported:
+Starts ``asrkit serve`` (the command, a process on a free port) without batching and streams
+each utterance alone once (its reference text), then another with the options measured, and
+keeps ``--streams`` streams going at once until ``--utterances`` have been sent, each paced in
+real time in ``--piece_ms`` pieces with 0.3 s of silence around it (a WeNet-protocol client,
+``continuous_decoding`` false). Reported:
 
 * **first partial**: seconds from the stream's first audio to its first partial result
   (p50/p95; it includes the chunk of audio the partial needs: 640 ms at chunk 16);
@@ -17,9 +19,15 @@ silence around it (a WeNet-protocol client, ``continuous_decoding`` false). Repo
   core busy), and the machine's load average;
 * **mismatches**: streams whose final text differs from the same utterance streamed alone.
 
-``--batching``: whether decoding a chunk of several streams in one batch would pay -- the
-encoder on ``--batch`` one-chunk inputs one at a time against one batched call (the same
-chunk mask), at the server's thread count.
+``--max_batch`` / ``--batch_window_ms``: the server's batching (``--max_batch 1``: off).  Also
+reported, from the server's log at its end: chunks run, compute per chunk (encoder + search,
+wall) and its encoder part, the batches; and the server's CPU seconds per chunk.
+
+``--batching``: the batched encoder step itself, no server: ``--batch`` streams of the model at
+different positions (0 to 5 chunks into an utterance of the test set), their next chunks
+through the encoder one stream at a time (``StreamingRecognizer.encode``) against one batched
+call (``asrkit.stream.batch.encode_chunks``), at ``--threads_per_worker`` torch threads, and
+the largest difference between the two.
 """
 from __future__ import annotations
 
@@ -120,8 +128,16 @@ async def load(url: str, utterances: list[tuple[str, bytes]], streams: int, piec
     return rows
 
 
-def measure(url: str, pid: int, utterances, streams: int, piece_ms: float) -> dict:
-    alone = {key: asyncio.run(stream(url, pcm)).final_text() for key, pcm in utterances}
+def references(server_args: list[str], utterances) -> dict[str, str]:
+    """Each utterance's final text streamed alone, by a server of its own without batching."""
+    server = ServeProcess(*server_args, "--max_batch", "1")
+    try:
+        return {key: asyncio.run(stream(server.url, pcm)).final_text() for key, pcm in utterances}
+    finally:
+        server.stop()
+
+
+def measure(url: str, pid: int, utterances, streams: int, piece_ms: float, alone: dict[str, str]) -> dict:
     cpu0, t0 = cpu_seconds(pid), time.perf_counter()
     rows = asyncio.run(load(url, utterances, streams, piece_ms))
     wall = time.perf_counter() - t0
@@ -132,33 +148,75 @@ def measure(url: str, pid: int, utterances, streams: int, piece_ms: float) -> di
             "first_partial_p50_s": round(percentile(first, 50), 3), "first_partial_p95_s": round(percentile(first, 95), 3),
             "final_after_end_p50_s": round(percentile(final, 50), 3),
             "final_after_end_p95_s": round(percentile(final, 95), 3),
-            "server_cpu_cores": round(cpu, 2), "load_average": round(os.getloadavg()[0], 2),
+            "server_cpu_cores": round(cpu, 2), "server_cpu_s": round(cpu * wall, 2), "load_average": round(os.getloadavg()[0], 2),
             "mismatches": [r["key"] for r in rows if r["text"] != alone[r["key"]]],
             "empty_finals": sum(1 for r in rows if not r["text"])}
 
 
-def batching(model_dir: str, batch: int, threads: int, chunk: int = 16, repeats: int = 20) -> dict:
-    """Encoder time of ``batch`` one-chunk inputs one by one against one batched call."""
+def server_stats(log: str) -> dict:
+    """The chunk and batching figures the server logs when it stops."""
+    out = {}
+    found = re.search(r"chunks: (\d+) run, ([\d.]+) ms a chunk \(encoder ([\d.]+) ms", log)
+    if found:
+        out.update(chunks=int(found.group(1)), compute_ms_per_chunk=float(found.group(2)),
+                   encoder_ms_per_chunk=float(found.group(3)))
+    found = re.search(r"batching: \d+ chunks in (\d+) batches \(([\d.]+) a batch, largest (\d+)\)", log)
+    if found:
+        out.update(batches=int(found.group(1)), mean_batch=float(found.group(2)), largest_batch=int(found.group(3)))
+    return out
+
+
+def batching(model_dir: str, wav_scp: Path, batch: int, threads: int, chunk: int = 16, repeats: int = 30) -> dict:
+    """The encoder step of ``batch`` streams at different positions, one at a time against batched."""
     import torch
+    from asrkit.decode import DecodingOptions
+    from asrkit.stream.batch import encode_chunks
+    from asrkit.stream.recognizer import StreamingRecognizer
     from asrkit.transcribe import load_model
     torch.set_num_threads(threads)
-    model = load_model(model_dir).backend.model
-    enc = model.encoder
-    window = (chunk - 1) * enc.embed.rate + enc.embed.right_context + 1
-    xs = torch.randn(batch, window, load_model(model_dir).backend.num_mel_bins)
-    lengths = torch.full([batch], window)
+    backend = load_model(model_dir).backend
+    options = DecodingOptions(modes=("attention_rescoring",), decoding_chunk_size=chunk)
+    streams = []
+    for i, (_, pcm) in enumerate(read_wavs(wav_scp, batch)):
+        r = StreamingRecognizer(backend.model, options, sample_rate=16000, endpoint_rules=None,
+                                **backend.fbank_options())
+        samples = torch.from_numpy(np.frombuffer(pcm, "<i2").astype(np.float32) / 32768.0)
+        r.add_waveform(torch.cat([samples] * 4))  # (long enough for 6 chunks)
+        for _ in range(i % 6):  # (0 to 5 chunks in: caches of 0 to 80 frames)
+            r.advance(r.next_window(), *r.encode(r.next_window()))
+        streams.append(r)
+    windows = [r.next_window() for r in streams]
+    saved = [(r.offset, r.att_cache, r.cnn_cache) for r in streams]
 
-    def timed(fn) -> float:
-        fn()
+    def restore():
+        for r, (offset, att, cnn) in zip(streams, saved):
+            r.offset, r.att_cache, r.cnn_cache = offset, att, cnn
+
+    def once(fn) -> tuple[float, list]:
+        restore()
         t = time.perf_counter()
-        for _ in range(repeats):
-            fn()
-        return (time.perf_counter() - t) / repeats
-    with torch.inference_mode():
-        one_by_one = timed(lambda: [enc(xs[i:i + 1], lengths[i:i + 1], chunk) for i in range(batch)])
-        batched = timed(lambda: enc(xs, lengths, chunk))
-    return {"batch": batch, "threads": threads, "one_by_one_ms": round(one_by_one * 1000, 2),
-            "batched_ms": round(batched * 1000, 2), "speedup": round(one_by_one / batched, 2)}
+        outs = fn()
+        return time.perf_counter() - t, outs
+
+    def alone_step():
+        return [r.encode(w)[0] for r, w in zip(streams, windows)]
+
+    def batched_step():
+        return encode_chunks(streams, windows)[0]
+    once(alone_step), once(batched_step)  # (warm-up)
+    times = {"alone": [], "batched": []}
+    for _ in range(repeats):  # (interleaved, the median of each: the machine is shared)
+        seconds, alone = once(alone_step)
+        times["alone"].append(seconds)
+        seconds, together = once(batched_step)
+        times["batched"].append(seconds)
+    one_by_one, batched = (float(np.median(times[k])) for k in ("alone", "batched"))
+    difference = max(float((a - b).abs().max()) for a, b in zip(alone, together))
+    return {"batch": batch, "threads": threads, "offsets": [o for o, _, _ in saved],
+            "one_by_one_ms": round(one_by_one * 1000, 2), "batched_ms": round(batched * 1000, 2),
+            "one_by_one_ms_per_chunk": round(one_by_one * 1000 / batch, 2),
+            "batched_ms_per_chunk": round(batched * 1000 / batch, 2),
+            "speedup": round(one_by_one / batched, 2), "max_abs_difference": difference}
 
 
 def main(argv=None) -> int:
@@ -170,25 +228,33 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--threads_per_worker", type=int, default=1)
     p.add_argument("--piece_ms", type=float, default=100.0)
+    p.add_argument("--max_batch", type=int, default=8)
+    p.add_argument("--batch_window_ms", type=float, default=5.0)
     p.add_argument("--batching", action="store_true")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
+    wav_scp = args.wav_scp or REPO / "examples" / "digits" / "s0" / "data" / "test" / "wav.scp"
+    if not wav_scp.is_file():
+        print(f"error: {wav_scp}: no such wav.scp", file=sys.stderr)
+        return 2
     if args.batching:
-        result = batching(args.model, args.batch, args.threads_per_worker)
+        result = batching(args.model, wav_scp, args.batch, args.threads_per_worker)
     else:
-        wav_scp = args.wav_scp or REPO / "examples" / "digits" / "s0" / "data" / "test" / "wav.scp"
-        if not wav_scp.is_file():
-            print(f"error: {wav_scp}: no such wav.scp", file=sys.stderr)
-            return 2
-        server = ServeProcess("--model", args.model, "--workers", str(args.workers),
-                              "--threads_per_worker", str(args.threads_per_worker))
+        common = ["--model", args.model, "--workers", str(args.workers),
+                  "--threads_per_worker", str(args.threads_per_worker)]
+        utterances = read_wavs(wav_scp, args.utterances)
+        alone = references(common, utterances)
+        server = ServeProcess(*common, "--max_batch", str(args.max_batch), "--batch_window_ms", str(args.batch_window_ms))
         try:
-            result = measure(server.url, server.proc.pid, read_wavs(wav_scp, args.utterances), args.streams,
-                             args.piece_ms)
+            result = measure(server.url, server.proc.pid, utterances, args.streams, args.piece_ms, alone)
         finally:
             server.stop()
-        result.update(workers=args.workers, threads_per_worker=args.threads_per_worker, model=args.model)
+        result.update(server_stats(server.text()))
+        if result.get("chunks"):
+            result["server_cpu_ms_per_chunk"] = round(1000 * result["server_cpu_s"] / result["chunks"], 2)
+        result.update(workers=args.workers, threads_per_worker=args.threads_per_worker, max_batch=args.max_batch,
+                      batch_window_ms=args.batch_window_ms, model=args.model)
     print(json.dumps(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")

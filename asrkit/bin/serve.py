@@ -38,6 +38,11 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "seconds of audio")
     p.add_argument("--workers", type=int, default=2, help="decoding threads (streams decoded at once)")
     p.add_argument("--threads_per_worker", type=int, default=1, help="torch intra-op threads")
+    p.add_argument("--max_batch", type=int, default=8,
+                   help="chunk-trained models: streams' chunks run through the encoder together, up to this "
+                        "many (1: each stream alone)")
+    p.add_argument("--batch_window_ms", type=float, default=5.0,
+                   help="with --max_batch > 1: how long a chunk waits for other streams' chunks to join it")
     p.add_argument("--max_connections", type=int, default=256)
     p.add_argument("--idle_timeout_s", type=float, default=30.0,
                    help="close a connection that sends nothing for this long")
@@ -58,12 +63,14 @@ def _check(args: argparse.Namespace) -> None:
         path = getattr(args, name)
         if path is not None and not os.path.isfile(path):
             raise ValueError(f"--{name} {path}: no such file")
-    for name in ("workers", "threads_per_worker", "max_connections", "max_message_kb", "max_upload_mb"):
+    for name in ("workers", "threads_per_worker", "max_batch", "max_connections", "max_message_kb", "max_upload_mb"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
     for name in ("idle_timeout_s", "grace_s"):
         if not getattr(args, name) > 0:
             raise ValueError(f"--{name} must be > 0, got {getattr(args, name)}")
+    if not 0 <= args.batch_window_ms <= 1000:
+        raise ValueError(f"--batch_window_ms must be in [0, 1000], got {args.batch_window_ms}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -96,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
                           max_message_bytes=args.max_message_kb * 1024, max_upload_bytes=args.max_upload_mb << 20,
                           grace_s=args.grace_s)
     server = RecognitionServer(served, args.host, args.port, workers=args.workers,
-                               threads_per_worker=args.threads_per_worker, limits=limits, ssl_context=context)
+                               threads_per_worker=args.threads_per_worker, limits=limits, ssl_context=context,
+                               max_batch=args.max_batch, batch_window_s=args.batch_window_ms / 1000.0)
     try:
         asyncio.run(server.run_until_signal())
     except OSError as e:  # (the port in use, an address not here)

@@ -93,7 +93,8 @@ class MultiHeadedAttention(nn.Module):
         ``C + T`` keys (cache rows first), or ``None``: every key allowed.  ``pos_emb``: the
         positional table of the ``C + T`` keys (see the encodings' ``chunk_table``).
         Returns ``(out [1, T, D], new_cache [1, H, C + T, 2·d_k])``, the keys and values of
-        the cache rows and the chunk; the caller trims it to the left context it keeps."""
+        the cache rows and the chunk; the caller trims it to the left context it keeps.
+        ``N`` streams' chunks at once: every ``1`` above is ``N`` (``pos_emb [N|1, ...]``)."""
         q, k, v = self.qkv(x, x, x)
         if cache.size(0) > 0 and cache.size(2) > 0:
             k = torch.cat([cache[..., :self.d_k], k], dim=2)

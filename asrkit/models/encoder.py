@@ -160,27 +160,50 @@ class BaseEncoder(nn.Module):
             keep_from = 0
         else:
             keep_from = max(keys - required_cache_size, 0)
-        x, new_att, new_cnn = self.chunk_layers(x, att_mask, pos_emb, att_cache, cnn_cache)
-        return x, new_att[:, :, keep_from:], new_cnn
+        x, new_att, new_cnn = self.chunk_layers(x, att_mask, pos_emb, att_cache.unsqueeze(1), cnn_cache)
+        return x, new_att.squeeze(1)[:, :, keep_from:], new_cnn
 
     def chunk_layers(self, x: torch.Tensor, att_mask: Optional[torch.Tensor], pos_emb: torch.Tensor,
                      att_cache: torch.Tensor, cnn_cache: torch.Tensor
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The blocks and the final norm over one embedded chunk ``x [1, T, D]`` (caches,
-        mask and ``pos_emb`` as in :meth:`forward_chunk`).  Returns ``(ys [1, T, D],
-        att [num_blocks, H, C + T, 2·d_k]`` (untrimmed: the cache rows and the chunk's)``,
-        new_cnn_cache)``."""
+        """The blocks and the final norm over the embedded chunks ``x [N, T, D]`` of ``N``
+        streams (``N = 1``: :meth:`forward_chunk`; mask and ``pos_emb`` as there, with ``N``
+        rows).  ``att_cache [num_blocks, N, H, C, 2·d_k]`` (any empty tensor: none),
+        ``cnn_cache [num_blocks, N, D, kernel − 1]``.  Returns ``(ys [N, T, D],
+        att [num_blocks, N, H, C + T, 2·d_k]`` (untrimmed: the cache rows and the chunk's)``,
+        new_cnn_cache [num_blocks, N, D, kernel − 1])``."""
         new_att: list[torch.Tensor] = []
         new_cnn: list[torch.Tensor] = []
+        none = x.new_zeros([0, 0, 0, 0])
         for i, layer in enumerate(self.encoders):
-            layer_att = att_cache[i:i + 1] if att_cache.size(0) > 0 else att_cache
+            layer_att = att_cache[i] if att_cache.size(0) > 0 else none
             layer_cnn = cnn_cache[i] if cnn_cache.size(0) > 0 else cnn_cache
             x, att, cnn = layer.forward_chunk(x, att_mask, pos_emb, layer_att, layer_cnn)
             new_att.append(att)
-            new_cnn.append(cnn.unsqueeze(0))
+            new_cnn.append(cnn)
         if self.after_norm is not None:
             x = self.after_norm(x)
-        return x, torch.cat(new_att, dim=0), torch.cat(new_cnn, dim=0)
+        return x, torch.stack(new_att), torch.stack(new_cnn)
+
+    @torch.jit.unused
+    def forward_chunks(self, xs: torch.Tensor, starts: torch.Tensor, att_cache: torch.Tensor,
+                       cnn_cache: torch.Tensor, att_mask: torch.Tensor
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The next chunk of each of ``N`` streams in one forward, every stream at its own
+        position: ``xs [N, T_in, F]`` (after CMVN; the same ``T_in`` for all, as in
+        :meth:`forward_chunk`), ``starts`` int64 ``[N]`` (each chunk's first encoder frame in
+        its stream: per stream, the absolute and WeNet's relative encodings read it; the
+        Transformer-XL encoding does not), ``att_cache [num_blocks, N, H, C, 2·d_k]`` a fixed
+        ``C`` rows for all (a stream with fewer cached frames has them last, after zero
+        padding), ``cnn_cache [num_blocks, N, D, kernel − 1]`` (zeros: a stream's start),
+        ``att_mask [N, 1, C + T]`` excluding each stream's padding rows
+        (:func:`~asrkit.models.mask.padded_cache_masks`).  Returns ``(ys [N, T, D], att
+        [num_blocks, N, H, C + T, 2·d_k]`` untrimmed ``, cnn [num_blocks, N, D, kernel − 1])``;
+        row ``n`` has :meth:`forward_chunk`'s numbers for stream ``n`` alone (to float
+        rounding).  :meth:`forward_chunk_at` is its ``N = 1`` form."""
+        x = self.embed.subsample(xs)
+        x, pos_emb = self.embed.pos_enc.chunk_at(x, starts, att_cache.size(3))
+        return self.chunk_layers(x, att_mask, pos_emb, att_cache, cnn_cache)
 
     @torch.jit.unused
     def forward_chunk_at(self, xs: torch.Tensor, start: torch.Tensor, att_cache: torch.Tensor,
@@ -189,13 +212,12 @@ class BaseEncoder(nn.Module):
         """:meth:`forward_chunk` in the form an ONNX trace keeps general (the streaming
         export, :mod:`asrkit.export.onnx_graphs`): the chunk's position ``start`` (int64
         ``[1]``, the encoder-frame index of its first frame) is a tensor, the attention
-        cache has a fixed ``C >= 1`` rows (zero padding at a stream's start, excluded by
-        ``att_mask [1, 1, C + T]``) and is returned untrimmed (``C + T`` rows: the caller
-        keeps the last ``C``).  Same numbers as :meth:`forward_chunk` with
-        ``offset = start``."""
-        x = self.embed.subsample(xs)
-        x, pos_emb = self.embed.pos_enc.chunk_at(x, start, att_cache.size(2))
-        return self.chunk_layers(x, att_mask, pos_emb, att_cache, cnn_cache)
+        cache (``[num_blocks, H, C, 2·d_k]``, WeNet's layout) has a fixed ``C >= 1`` rows (zero
+        padding at a stream's start, excluded by ``att_mask [1, 1, C + T]``) and is returned
+        untrimmed (``C + T`` rows: the caller keeps the last ``C``).  Same numbers as
+        :meth:`forward_chunk` with ``offset = start``: :meth:`forward_chunks` of one stream."""
+        ys, att, cnn = self.forward_chunks(xs, start, att_cache.unsqueeze(1), cnn_cache, att_mask)
+        return ys, att.squeeze(1), cnn
 
     def forward_chunk_by_chunk(self, xs: torch.Tensor, decoding_chunk_size: int,
                                num_decoding_left_chunks: int = -1, fixed_cache: bool = False

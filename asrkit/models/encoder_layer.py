@@ -6,6 +6,8 @@ frames before it.  Cache shapes per block (WeNet's): ``att_cache [1, H, C, 2·d_
 self-attention keys then values of the ``C`` cached frames) and ``cnn_cache [1, D,
 kernel − 1]`` (the convolution module's inputs of the frames before the chunk; ``[1, D,
 0]`` without a causal convolution).  An empty tensor (any dimension 0) is an empty cache.
+``forward_chunk`` also takes the chunks of ``N`` streams at once (one row each, every size
+above with ``N`` for 1; :meth:`asrkit.models.encoder.BaseEncoder.forward_chunks`).
 """
 from __future__ import annotations
 
@@ -50,7 +52,7 @@ class TransformerEncoderLayer(nn.Module):
         h = self.norm1(x) if self.normalize_before else x
         att, new_att_cache = self.self_attn.forward_chunk(h, mask, pos_emb, att_cache)
         x = self.feed_forward_residual(self.attention_residual(x, att))
-        return x, new_att_cache, x.new_zeros([1, x.size(2), 0])
+        return x, new_att_cache, x.new_zeros([x.size(0), x.size(2), 0])
 
     def attention_residual(self, x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
         x = x + self.dropout(att)
@@ -118,7 +120,7 @@ class ConformerEncoderLayer(nn.Module):
         h = self.norm_mha(x) if self.normalize_before else x
         att, new_att_cache = self.self_attn.forward_chunk(h, mask, pos_emb, att_cache)
         x = self.attention_residual(x, att)
-        new_cnn_cache = x.new_zeros([1, x.size(2), 0])
+        new_cnn_cache = x.new_zeros([x.size(0), x.size(2), 0])
         if self.conv_module is not None and self.norm_conv is not None:
             h = self.norm_conv(x) if self.normalize_before else x
             conv, new_cnn_cache = self.conv_module.forward_chunk(h, cnn_cache)

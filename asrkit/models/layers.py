@@ -146,17 +146,18 @@ class ConvolutionModule(nn.Module):
         (any dimension 0) means the utterance starts here and equals a cache of zeros, the
         frames before an utterance in WeNet's formulation (:meth:`left_context`).
         ``new_cache [1, C, kernel − 1]`` holds the inputs of the last ``kernel − 1`` frames
-        of ``cat(cache, x)``.  Every frame sees exactly what :meth:`forward` shows it.
+        of ``cat(cache, x)``.  Every frame sees exactly what :meth:`forward` shows it.  ``N``
+        streams' chunks at once: ``x [N, T, C]``, ``cache [N, C, kernel − 1]``.
 
         Centred (not causal): the chunk is convolved alone, zero-padded at both edges, and
         ``new_cache`` is empty (``[1, C, 0]``): equal to :meth:`forward` only when the chunk
         is the whole utterance (as in WeNet, a centred convolution does not stream)."""
         if not self.causal:
             valid = torch.ones(1, 1, x.size(1), dtype=torch.bool, device=x.device)
-            return self.forward(x, valid), x.new_zeros([1, self.channels, 0])
+            return self.forward(x, valid), x.new_zeros([x.size(0), self.channels, 0])
         left = self.padding[0]
         if cache.size(0) == 0 or cache.size(1) == 0 or cache.size(2) == 0:
-            cache = x.new_zeros([1, self.channels, left])
+            cache = x.new_zeros([x.size(0), self.channels, left])
         x = torch.cat([cache.transpose(1, 2).to(x.dtype), x], dim=1)  # [1, left + T, C]
         new_cache = x[:, x.size(1) - left:].transpose(1, 2)
         x = nn.functional.linear(x, self.pointwise_conv1.weight.squeeze(-1), self.pointwise_conv1.bias)

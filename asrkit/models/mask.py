@@ -53,6 +53,12 @@ def padded_cache_mask(valid_cache_frames: int, cache_frames: int, chunk_frames: 
     ``valid_cache_frames`` are real (the rest are the zero padding a fresh cache starts
     with), followed by the chunk's own ``chunk_frames`` frames.  ``True`` on the real cache
     rows and on the chunk; ``valid_cache_frames`` is clamped to ``[0, cache_frames]``."""
-    real = min(max(valid_cache_frames, 0), cache_frames)
-    positions = torch.arange(cache_frames + chunk_frames, device=device)
-    return (positions >= cache_frames - real).view(1, 1, -1)
+    return padded_cache_masks(torch.tensor([valid_cache_frames], device=device), cache_frames, chunk_frames)
+
+
+def padded_cache_masks(valid_cache_frames: torch.Tensor, cache_frames: int, chunk_frames: int) -> torch.Tensor:
+    """:func:`padded_cache_mask` of ``N`` streams sharing one fixed cache size:
+    ``valid_cache_frames [N]`` (int) real rows of each -> ``[N, 1, cache_frames + chunk_frames]``."""
+    real = valid_cache_frames.clamp(0, cache_frames).view(-1, 1, 1)
+    positions = torch.arange(cache_frames + chunk_frames, device=valid_cache_frames.device)
+    return positions >= cache_frames - real

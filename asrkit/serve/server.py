@@ -5,7 +5,11 @@ Streams share one :class:`~asrkit.serve.model.ServedModel`; each has its own ses
 (:mod:`asrkit.serve.session`).  Decoding runs off the event loop in a thread pool of
 ``workers`` threads (each a stream's call at a time; torch's intra-op threads are set to
 ``threads_per_worker``), so the loop keeps reading every connection while streams decode;
-a stream's calls run one after another, in order.
+a stream's calls run one after another, in order.  With ``max_batch`` > 1 the encoder of
+chunk sessions' full chunks runs through a :class:`~asrkit.serve.batcher.ChunkBatcher`: the
+chunks of streams ready within ``batch_window_s`` of each other (or queued while the workers
+were busy) go through the encoder in one forward, up to ``max_batch`` at a time; the rest of
+each stream's decoding stays its own.  ``max_batch`` 1: every stream alone.
 
 Limits (:class:`ServerLimits`): ``max_connections`` (beyond it a connection is closed at
 once), ``idle_timeout_s`` (a connection that sends nothing for that long gets ``failed`` and
@@ -32,6 +36,7 @@ from websockets.asyncio.server import serve
 from websockets.exceptions import ConnectionClosed
 
 from asrkit.serve import protocol as wenet
+from asrkit.serve.batcher import ChunkBatcher
 from asrkit.serve.http import (Gate, connection_factory, html_response, is_upgrade, json_response, response, route,
                                upload_name)
 from asrkit.serve.model import ServedModel, SessionError
@@ -39,6 +44,8 @@ from asrkit.serve.page import page_html
 from asrkit.transcribe import AudioError
 
 log = logging.getLogger("asrkit.serve")
+DEFAULT_MAX_BATCH = 8
+DEFAULT_BATCH_WINDOW_S = 0.005
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,13 +63,17 @@ class RecognitionServer:
 
     def __init__(self, served: ServedModel, host: str = "127.0.0.1", port: int = 10086, *, workers: int = 2,
                  threads_per_worker: int = 1, limits: ServerLimits = ServerLimits(),
-                 ssl_context: Optional[ssl.SSLContext] = None):
+                 ssl_context: Optional[ssl.SSLContext] = None, max_batch: int = DEFAULT_MAX_BATCH,
+                 batch_window_s: float = DEFAULT_BATCH_WINDOW_S):
         self.served, self.host, self.port, self.limits = served, host, port, limits
         self.ssl_context = ssl_context
         self.workers, self.threads_per_worker = workers, threads_per_worker
         self.pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="asrkit-decode")
+        self.batcher = (ChunkBatcher(self.pool, max_batch, batch_window_s)
+                        if max_batch > 1 and served.kind == "chunks" else None)
         self.gate = Gate(limits.max_connections, limits.idle_timeout_s, limits.max_upload_bytes)
         self.streams = 0  # streams under way
+        self.chunks, self.chunks_s, self.encoder_s = 0, 0.0, 0.0  # chunk sessions ended: chunks, compute, encoder
         self._ids = itertools.count(1)
         self._server = None
 
@@ -75,8 +86,10 @@ class RecognitionServer:
         self.port = self._server.sockets[0].getsockname()[1]
         scheme = "https" if self.ssl_context else "http"
         log.info("serving %s", self.served.describe())
-        log.info("listening on %s://%s:%d/ (websocket on the same port, path /), %d workers x %d threads",
-                 scheme, self.host, self.port, self.workers, self.threads_per_worker)
+        log.info("listening on %s://%s:%d/ (websocket on the same port, path /), %d workers x %d threads, %s",
+                 scheme, self.host, self.port, self.workers, self.threads_per_worker,
+                 f"chunks batched across streams (up to {self.batcher.max_batch}, window "
+                 f"{1000 * self.batcher.window_s:g} ms)" if self.batcher else "no batching")
 
     async def close(self, grace_s: Optional[float] = None) -> None:
         """Stop accepting, let streams finish for ``grace_s`` (default the limit's), close the rest."""
@@ -90,6 +103,11 @@ class RecognitionServer:
         await self._server.wait_closed()
         self.pool.shutdown(wait=True, cancel_futures=True)
         self._server = None
+        if self.chunks:
+            log.info("chunks: %d run, %.2f ms a chunk (encoder %.2f ms, the rest of the decoding per stream)",
+                     self.chunks, 1000 * self.chunks_s / self.chunks, 1000 * self.encoder_s / self.chunks)
+        if self.batcher is not None:
+            log.info("batching: %s", self.batcher.stats.describe())
 
     async def run_until_signal(self) -> None:
         """Serve until SIGTERM or SIGINT, then :meth:`close`."""
@@ -105,6 +123,32 @@ class RecognitionServer:
 
     async def _decode(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+    def _batched(self, session) -> bool:
+        """Whether ``session``'s chunks go through the batcher: batching, a chunk session, and
+        another such stream under way (alone, the session runs its chunks itself: one pool call)."""
+        return self.batcher is not None and session.kind == "chunks" and self.batcher.streams > 1
+
+    async def _accept(self, session, data: bytes) -> list:
+        """``session.accept(data)``, its full chunks' encoder through the batcher when batching."""
+        if not self._batched(session):
+            return await self._decode(session.accept, data)
+        await self._decode(session.feed, data)
+        return await self._chunks(session)
+
+    async def _finish(self, session) -> list:
+        """``session.finish()``, likewise."""
+        if not self._batched(session):
+            return await self._decode(session.finish)
+        await self._decode(session.end_input)
+        return await self._chunks(session) + await self._decode(session.finish_chunks)
+
+    async def _chunks(self, session) -> list:
+        events = []
+        while (window := session.next_window()) is not None:
+            out, encoder_s = await self.batcher.encode(session.recognizer, window)
+            events += await self._decode(session.advance, window, out, encoder_s)
+        return events
 
     # ------------------------------------------------------------------------- HTTP
 
@@ -159,13 +203,15 @@ class RecognitionServer:
                             return await self._fail(ws, number, str(e))
                         start = signal_
                         self.streams += 1
+                        if self.batcher is not None and session.kind == "chunks":
+                            self.batcher.streams += 1
                         await ws.send(wenet.server_ready())
                         log.info("stream %d: server_ready (%s, %s)", number, session.kind,
                                  "continuous" if start.continuous_decoding else "one utterance")
                         continue
                     if session is None:
                         return await self._fail(ws, number, "Start signal is expected before the end signal")
-                    await self._send(ws, await self._decode(session.finish), start, final_ends=False)
+                    await self._send(ws, await self._finish(session), start, final_ends=False)
                     return await self._end(ws, number)
                 if session is None:
                     return await self._fail(ws, number, "Start signal is expected before binary data")
@@ -173,7 +219,7 @@ class RecognitionServer:
                     wenet.pcm_samples_count(message)
                 except wenet.ProtocolError as e:
                     return await self._fail(ws, number, str(e))
-                if await self._send(ws, await self._decode(session.accept, message), start,
+                if await self._send(ws, await self._accept(session, message), start,
                                     final_ends=not start.continuous_decoding):
                     return await self._end(ws, number)
         except ConnectionClosed:
@@ -184,6 +230,12 @@ class RecognitionServer:
         finally:
             if session is not None:
                 self.streams -= 1
+                if self.batcher is not None and session.kind == "chunks":
+                    self.batcher.streams -= 1
+                if session.kind == "chunks":
+                    self.chunks += session.chunks
+                    self.chunks_s += session.chunks_s
+                    self.encoder_s += session.encoder_s
 
     async def _send(self, ws, events, start: wenet.Start, final_ends: bool) -> bool:
         """Send ``events``; True when a final result ends the stream (not continuous)."""

@@ -14,7 +14,9 @@
   so the final results do not depend on how the client cuts its messages.
 
 Both take 16-bit PCM bytes and give :class:`Event` lists; neither is thread-safe (the server
-runs one call of a stream at a time).  State is bounded: a chunk session keeps one segment's
+runs one call of a stream at a time).  A chunk session also runs in steps, for the server's
+batcher (:mod:`asrkit.serve.batcher`) to run several streams' chunks through the encoder
+together.  State is bounded: a chunk session keeps one segment's
 encoder frames, a segment session one segment's samples (at most ``max_segment_s``, the
 endpoint rules' 20 s, plus one interval).
 """
@@ -69,6 +71,7 @@ class ChunkSession:
         self.recognizer = StreamingRecognizer(backend.model, options, sample_rate=sample_rate,
                                               fusion=fusion, nbest=True, **backend.fbank_options())
         self.frame_s = backend.subsampling * backend.frame_shift / 1000.0
+        self.chunks, self.chunks_s, self.encoder_s = 0, 0.0, 0.0  # chunks run, their compute, its encoder part
 
     def accept(self, data: bytes) -> list[Event]:
         return self._events(self.recognizer.accept_waveform(pcm_to_float(data)))
@@ -76,9 +79,31 @@ class ChunkSession:
     def finish(self) -> list[Event]:
         return self._events(self.recognizer.finish())
 
+    # accept and finish in steps, the encoder of full chunks run by the server's batcher
+    # (asrkit.serve.batcher): feed (or end_input at the end); while next_window() gives a window,
+    # the batcher's encode, then advance; at the end finish_chunks.
+
+    def feed(self, data: bytes) -> None:
+        self.recognizer.add_waveform(pcm_to_float(data))
+
+    def end_input(self) -> None:
+        self.recognizer.end_input()
+
+    def next_window(self) -> Optional[torch.Tensor]:
+        return self.recognizer.next_window()
+
+    def advance(self, window: torch.Tensor, out: torch.Tensor, encoder_s: float) -> list[Event]:
+        return self._events(self.recognizer.advance(window, out, encoder_s))
+
+    def finish_chunks(self) -> list[Event]:
+        return self._events(self.recognizer.finish_chunks())
+
     def _events(self, results: list[Result]) -> list[Event]:
         events = []
         for r in results:
+            if not r.final:
+                self.chunks, self.chunks_s, self.encoder_s = (self.chunks + 1, self.chunks_s + r.compute_s,
+                                                              self.encoder_s + r.encoder_s)
             nbest = (r.nbest or [r.tokens])[:self.n]  # (the hypotheses the client asked for, no more)
             if r.final:
                 log_probs = None

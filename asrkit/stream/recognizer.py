@@ -69,6 +69,8 @@ class Result:
     # with nbest=True (CTC searches): the hypotheses, best first (a partial's prefixes; a final's
     # n-best ranked by the rescoring, ``tokens`` first)
     nbest: Optional[list[list[int]]] = dataclasses.field(default=None, compare=False, repr=False)
+    # partials: the encoder's part of compute_s (a batch's time shared among its chunks)
+    encoder_s: float = dataclasses.field(default=0.0, compare=False)
 
 
 class StreamingRecognizer:
@@ -134,48 +136,100 @@ class StreamingRecognizer:
     def accept_waveform(self, samples: torch.Tensor) -> list[Result]:
         """Feed samples (1-D floats in [-1, 1)); returns the results they produced: a
         partial per completed chunk, and a final one at each endpoint."""
-        return self._accept_frames(self.fbank.accept(samples))
-
-    def _accept_frames(self, frames: torch.Tensor) -> list[Result]:
-        if frames.size(0):
-            self.feats = torch.cat([self.feats, frames])
-        results: list[Result] = []
-        while self.feats.size(0) >= self.window:
-            results.extend(self._run_chunk(self.feats[:self.window]))
-            self.feats = self.feats[self.stride:]
-            self.frames_consumed += self.stride
-        return results
+        self.add_waveform(samples)
+        return self.run_chunks()
 
     def finish(self) -> list[Result]:
         """End of input: the frames left make a last (shorter) chunk when they give at
         least one encoder frame (its partial result first); the list ends with the
         segment's final result.  The features start over (the frames the end of the audio
         completes, with ``snip_edges`` false, are decoded first)."""
-        results = self._accept_frames(self.fbank.finish())
+        self.end_input()
+        return self.run_chunks() + self.finish_chunks()
+
+    # The steps of accept_waveform and finish, for a caller that runs the encoder of several
+    # streams' chunks together (asrkit.stream.batch.encode_chunks; asrkit serve's batcher):
+    # add_waveform; while next_window() gives a window: encode it (alone: encode), then
+    # advance(window, out); at the end end_input, the same loop, then finish_chunks.
+
+    def add_waveform(self, samples: torch.Tensor) -> None:
+        """Feed samples: their feature frames join those not yet consumed (no chunk is run)."""
+        self._add_frames(self.fbank.accept(samples))
+
+    def end_input(self) -> None:
+        """End of input for the features: the frames the end of the audio completes join them."""
+        self._add_frames(self.fbank.finish())
+
+    def _add_frames(self, frames: torch.Tensor) -> None:
+        if frames.size(0):
+            self.feats = torch.cat([self.feats, frames])
+
+    def next_window(self) -> Optional[torch.Tensor]:
+        """The feature frames of the next full chunk (``[window, num_mel_bins]``), or ``None``."""
+        return self.feats[:self.window] if self.feats.size(0) >= self.window else None
+
+    def run_chunks(self) -> list[Result]:
+        """Every full chunk the features hold, each through the encoder alone."""
+        results: list[Result] = []
+        while (window := self.next_window()) is not None:
+            results.extend(self.advance(window, *self.encode(window)))
+        return results
+
+    def finish_chunks(self) -> list[Result]:
+        """After :meth:`end_input` and the full chunks: the last, shorter chunk (alone) and the
+        segment's final result (:meth:`finish`)."""
+        results: list[Result] = []
         if self.feats.size(0) >= self.model.encoder.embed.min_input_length:
-            results += self._run_chunk(self.feats, allow_endpoint=False)
-            self.frames_consumed += self.feats.size(0)
+            results = self.advance(self.feats, *self.encode(self.feats), last=True)
         self.feats = self.feats[:0]
         return results + [self._finalise(0.0)]
 
+    def encoder_input(self, window: torch.Tensor) -> torch.Tensor:
+        """A chunk's window of feature frames as the encoder reads it: ``[1, frames, F]`` after CMVN."""
+        xs = window.unsqueeze(0)
+        return self.model.cmvn(xs) if self.model.cmvn is not None else xs
+
+    @property
+    def cache_frames(self) -> int:
+        """Attention cache frames kept after a chunk (-1: all, ``num_decoding_left_chunks`` < 0)."""
+        return -1 if self.num_left_chunks < 0 else self.chunk_size * self.num_left_chunks
+
     @torch.inference_mode()
-    def _run_chunk(self, window: torch.Tensor, allow_endpoint: bool = True) -> list[Result]:
+    def encode(self, window: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """The encoder on one chunk (``window``: its feature frames) with this stream's caches,
+        which it advances.  Returns ``(out [1, T, D], seconds)``."""
+        start = time.perf_counter()
+        out, att_cache, cnn_cache = self.model.encoder.forward_chunk(
+            self.encoder_input(window), self.offset, self.cache_frames, self.att_cache, self.cnn_cache)
+        self.set_encoder_state(out.size(1), att_cache, cnn_cache)
+        return out, time.perf_counter() - start
+
+    def set_encoder_state(self, frames: int, att_cache: torch.Tensor, cnn_cache: torch.Tensor) -> None:
+        """After a chunk of ``frames`` encoder frames: the caches the next chunk reads
+        (:meth:`BaseEncoder.forward_chunk`'s layout)."""
+        self.offset += frames
+        self.att_cache, self.cnn_cache = att_cache, cnn_cache
+
+    @torch.inference_mode()
+    def advance(self, window: torch.Tensor, out: torch.Tensor, encoder_s: float = 0.0,
+                last: bool = False) -> list[Result]:
+        """The rest of a chunk whose encoder frames ``out [1, T, D]`` :meth:`encode` (or a
+        batch) gave: the search, the endpoint (not on the ``last`` chunk), and the features
+        move on by a chunk (all of them after the ``last``).  ``encoder_s`` counts in the
+        partial result's ``compute_s``."""
         start = time.perf_counter()
         if self.segment_start_frame is None:
             self.segment_start_frame = self.frames_consumed
-        xs = window.unsqueeze(0)
-        if self.model.cmvn is not None:
-            xs = self.model.cmvn(xs)
-        cache_frames = -1 if self.num_left_chunks < 0 else self.chunk_size * self.num_left_chunks
-        out, self.att_cache, self.cnn_cache = self.model.encoder.forward_chunk(
-            xs, self.offset, cache_frames, self.att_cache, self.cnn_cache)
-        self.offset += out.size(1)
         self.encoder_out.append(out)
         partial, blank_probs = self.search.feed(out)
         audio_s = (self.frames_consumed + window.size(0)) * self.frame_shift_s
-        results = [Result(partial, False, audio_s, time.perf_counter() - start,
-                          nbest=getattr(self.search, "partial_nbest", [partial]) if self.nbest else None)]
-        if self.endpoint is not None and allow_endpoint:
+        consumed = window.size(0) if last else self.stride
+        self.feats = self.feats[consumed:]
+        self.frames_consumed += consumed
+        results = [Result(partial, False, audio_s, encoder_s + time.perf_counter() - start,
+                          nbest=getattr(self.search, "partial_nbest", [partial]) if self.nbest else None,
+                          encoder_s=encoder_s)]
+        if self.endpoint is not None and not last:
             self.endpoint.accept(blank_probs)
             if self.endpoint.detected():
                 results.append(self._finalise(audio_s))

@@ -26,6 +26,8 @@ pytestmark = pytest.mark.usefixtures("threads_back")
     (["--model", str(CHUNK_MODEL), "--certfile", "/no/cert.pem", "--keyfile", "/no/key.pem"], "--certfile /no/cert.pem"),
     (["--model", str(CHUNK_MODEL), "--certfile", "/no/cert.pem"], "--certfile and --keyfile go together"),
     (["--model", str(CHUNK_MODEL), "--workers", "0"], "--workers must be >= 1"),
+    (["--model", str(CHUNK_MODEL), "--max_batch", "0"], "--max_batch must be >= 1"),
+    (["--model", str(CHUNK_MODEL), "--batch_window_ms", "-1"], "--batch_window_ms must be in [0, 1000]"),
     (["--model", str(CHUNK_MODEL), "--chunk", "0"], "chunk must be >= 1"),
     (["--model", str(CHUNK_MODEL), "--mode", "no_such_mode"], "no_such_mode"),
 ])
