@@ -199,3 +199,22 @@ def pick_rescored(nbest: List[List[List[int]]], ctc_scores: List[List[float]],
             hyps.append(nbest[b][best_index])
         totals.append(best_total)
     return hyps, totals
+
+
+def rank_rescored(nbest: List[List[List[int]]], ctc_scores: List[List[float]],
+                  decoder_scores: List[List[float]], ctc_weight: float,
+                  extra_scores: Optional[List[List[float]]] = None) -> List[List[List[int]]]:
+    """Per utterance, the n-best entries ranked by the total :func:`pick_rescored` maximises,
+    best first (ties: the earlier entry, so the first is :func:`pick_rescored`'s choice); ``[[]]``
+    for an empty n-best list (pick_rescored's empty hypothesis)."""
+    out: List[List[List[int]]] = []
+    for b in range(len(nbest)):
+        totals: List[float] = []
+        for i in range(len(nbest[b])):
+            total = decoder_scores[b][i] + ctc_weight * ctc_scores[b][i]
+            if extra_scores is not None:
+                total = total + extra_scores[b][i]
+            totals.append(total)
+        order = sorted(range(len(totals)), key=lambda i: -totals[i])  # (stable: ties keep their order)
+        out.append([list(nbest[b][i]) for i in order] or [[]])
+    return out

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple
 import torch
 
 from asrkit.decode import transducer_modes as td
-from asrkit.decode.attention_search import pick_rescored
+from asrkit.decode.attention_search import pick_rescored, rank_rescored
 from asrkit.decode.ctc_search import ctc_prefix_beam_search_fused
 from asrkit.decode.searcher import Searcher
 
@@ -118,13 +118,17 @@ class SharedOutputs:
 
 @dataclasses.dataclass(frozen=True)
 class DecodingMode:
-    """``run(shared) -> token ids per utterance``; ``needs``: what the model must have."""
+    """``run(shared) -> token ids per utterance``; ``needs``: what the model must have;
+    ``nbest(shared) -> hypotheses per utterance``, best first, the first ``run``'s result (the
+    mode's own n-best: its beam, ranked as ``run`` ranks it; ``None``: the mode has one
+    hypothesis, see :func:`mode_nbest`)."""
 
     name: str
     needs: Tuple[Requirement, ...]
     run: Callable[[SharedOutputs], List[List[int]]]
     summary: str
     fused: bool = False  # takes LM fusion and context biasing (SharedOutputs.fusion)
+    nbest: Optional[Callable[[SharedOutputs], List[List[List[int]]]]] = None
 
 
 REGISTRY: dict[str, DecodingMode] = {}
@@ -140,6 +144,18 @@ def register_mode(mode: DecodingMode) -> DecodingMode:
 
 def _best_of(nbest: List[List[List[int]]]) -> List[List[int]]:
     return [list(hyps[0]) if hyps else [] for hyps in nbest]
+
+
+def _nbest_of(nbest: List[List[List[int]]]) -> List[List[List[int]]]:
+    return [[list(h) for h in hyps] or [[]] for hyps in nbest]
+
+
+def _rescored_nbest(shared: SharedOutputs) -> List[List[List[int]]]:
+    """``attention_rescoring``'s n-best ranked by its rescoring total (:func:`_rescore`'s choice first)."""
+    hyps, ctc_scores = shared.nbest()
+    decoder_scores = shared.searcher.rescoring_scores(shared.encoder_out, shared.encoder_lengths, hyps,
+                                                      shared.reverse_weight)
+    return rank_rescored(hyps, ctc_scores, decoder_scores, shared.ctc_weight, shared.fusion_scores())
 
 
 def _rescore(shared: SharedOutputs) -> List[List[int]]:
@@ -159,7 +175,8 @@ register_mode(DecodingMode(
     "best CTC path: per-frame argmax, repeats merged, blanks dropped"))
 register_mode(DecodingMode(
     "ctc_prefix_beam_search", (CTC_HEAD,), lambda shared: _best_of(shared.nbest()[0]),
-    "best prefix of the CTC prefix beam search (the n-best shared with attention_rescoring)", fused=True))
+    "best prefix of the CTC prefix beam search (the n-best shared with attention_rescoring)", fused=True,
+    nbest=lambda shared: _nbest_of(shared.nbest()[0])))
 register_mode(DecodingMode(
     "attention", (ATTENTION_DECODER,),
     lambda shared: shared.searcher.attention_beam(shared.encoder_out, shared.encoder_lengths,
@@ -167,7 +184,8 @@ register_mode(DecodingMode(
     "attention-decoder beam search (ranked with length_penalty)"))
 register_mode(DecodingMode(
     "attention_rescoring", (CTC_HEAD, ATTENTION_DECODER), _rescore,
-    "the CTC prefix-beam n-best rescored by the decoder(s) plus ctc_weight x CTC score", fused=True))
+    "the CTC prefix-beam n-best rescored by the decoder(s) plus ctc_weight x CTC score", fused=True,
+    nbest=_rescored_nbest))
 
 
 register_mode(DecodingMode(
@@ -176,7 +194,8 @@ register_mode(DecodingMode(
 register_mode(DecodingMode(
     "rnnt_beam_search", (TRANSDUCER,), lambda shared: [beam[0].tokens for beam in td.prefix_beam_nbest(shared)],
     "WeNet's transducer prefix beam search, one symbol per frame, search_transducer_weight x joint + "
-    "search_ctc_weight x CTC", fused=True))
+    "search_ctc_weight x CTC", fused=True,
+    nbest=lambda shared: [[list(h.tokens) for h in beam] or [[]] for beam in td.prefix_beam_nbest(shared)]))
 register_mode(DecodingMode(
     "modified_beam_search", (TRANSDUCER,), lambda shared: [h.tokens for h in td.modified_beam_hypotheses(shared)],
     "icefall's modified beam search: one symbol per frame, the beam's best (hypothesis, unit) pairs", fused=True))
@@ -189,6 +208,17 @@ register_mode(DecodingMode(
     "ctc_beam_td_attn_rescoring", (TRANSDUCER, CTC_HEAD, ATTENTION_DECODER),
     lambda shared: [tokens for tokens, _ in td.ctc_beam_rescored(shared)],
     "the CTC prefix-beam n-best rescored as rnnt_beam_attn_rescoring, with the CTC score as search score", fused=True))
+
+
+def mode_nbest(name: str, shared: SharedOutputs) -> List[List[List[int]]]:
+    """The registered mode ``name``'s hypotheses per utterance, best first, the first its
+    result: :attr:`DecodingMode.nbest` (``attention_rescoring``: the prefix-beam n-best ranked by
+    the rescoring; ``ctc_prefix_beam_search``, ``rnnt_beam_search``: the beam), else the one
+    hypothesis of ``run``."""
+    mode = REGISTRY[name]
+    if mode.nbest is not None:
+        return mode.nbest(shared)
+    return [[list(h)] for h in mode.run(shared)]
 
 
 def fused_modes(names: Iterable[str]) -> list[str]:

@@ -123,7 +123,7 @@ class ServedModel:
                 raise SessionError(f"context: {str(e).splitlines()[0]}") from None
         if self.kind == "chunks":
             return ChunkSession(self, start.sample_rate, options, fusion, start.nbest)
-        return SegmentSession(self, start.sample_rate, options)
+        return SegmentSession(self, start.sample_rate, options, nbest=start.nbest)
 
     def transcribe_bytes(self, data: bytes, filename: str = "") -> dict:
         """``transcribe``'s JSON of an uploaded file (any format it reads; full context,

@@ -9,8 +9,9 @@
   audio the segment so far is checked for an endpoint (the voice-activity detector's speech
   probabilities through the streaming recognizer's endpoint rules: 1 s of non-speech after
   speech, 5 s without speech, 20 s of segment) and either finalised (decoded whole, as
-  ``transcribe`` decodes a part) or re-decoded for a partial result (``ctc_greedy_search``
-  where the model has CTC; at most once per message).  Checks fall at fixed audio positions,
+  ``transcribe`` decodes a part; up to ``nbest`` hypotheses, the mode's own n-best, the
+  non-best ones without word times) or re-decoded for a partial result (``ctc_greedy_search``
+  where the model has CTC, the best hypothesis only; at most once per message).  Checks fall at fixed audio positions,
   so the final results do not depend on how the client cuts its messages.
 
 Both take 16-bit PCM bytes and give :class:`Event` lists; neither is thread-safe (the server
@@ -40,8 +41,8 @@ from asrkit.transcribe import vad
 @dataclasses.dataclass(frozen=True)
 class Event:
     """A partial (``final`` False) or final result: its hypotheses' texts, best first (one for a
-    segment session), and for finals each one's word times (seconds since the stream started;
-    ``None`` where the model gives none)."""
+    segment session's partial), and for finals each one's word times (seconds since the stream
+    started; ``None`` where the model gives none)."""
 
     final: bool
     texts: list[str]
@@ -139,8 +140,8 @@ class SegmentSession:
 
     kind = "segments"
 
-    def __init__(self, served, sample_rate: int, options, fusion=None):
-        self.served = served
+    def __init__(self, served, sample_rate: int, options, fusion=None, nbest: int = 1):
+        self.served, self.n = served, nbest
         self.rate = sample_rate
         self.step = max(1, int(served.settings.partial_interval_s * sample_rate))
         self.segment = np.zeros(0, dtype=np.float32)   # the current segment's samples
@@ -177,21 +178,22 @@ class SegmentSession:
             return [self._final()]
         if not partial:
             return []
-        text = self._decode(self.partial_options)[0]
-        return [Event(False, [text])] if text else []
+        texts, _ = self._decode(self.partial_options)
+        return [Event(False, texts)] if texts[0] else []
 
-    def _decode(self, options) -> tuple[str, Optional[list[WordTime]]]:
+    def _decode(self, options, nbest: int = 1) -> tuple[list[str], Optional[list[WordTime]]]:
+        """The segment's hypothesis texts (up to ``nbest``, best first) and the best one's word times."""
         try:
             t = self.served.transcriber.transcribe_with_options(torch.from_numpy(self.segment), options, self.rate,
-                                                                 segmentation=Segmentation.whole())
+                                                                 segmentation=Segmentation.whole(), nbest=nbest)
         except AudioError:  # (shorter than the model's shortest input)
-            return "", []
+            return [""], []
         words = None if t.words is None else [WordTime(w.word, w.start + self.offset_s, w.end + self.offset_s)
                                               for w in t.words]
-        return t.text, words
+        return ([t.text] + t.nbest[0][1:] if t.nbest else [t.text]), words
 
     def _final(self) -> Event:
-        text, words = self._decode(self.options)
+        texts, words = self._decode(self.options, self.n)
         self.offset_s += self.segment.size / self.rate
         self.segment = self.segment[:0]
-        return Event(True, [text], [words])
+        return Event(True, texts, [words] + [[] for _ in texts[1:]])  # (the others: no word times)

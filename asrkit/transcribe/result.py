@@ -39,7 +39,9 @@ class Transcript:
     transducer search, or when the tokens could not be aligned to the CTC frames -- an
     attention hypothesis longer than the frames allow); ``segments``: the ``(start, end)`` seconds
     of the parts decoded one by one (one part for audio up to the long-audio threshold;
-    parts without speech are left out); ``duration``: seconds of audio."""
+    parts without speech are left out); ``duration``: seconds of audio; ``nbest``: where asked
+    for (``Transcriber.transcribe_with_options(nbest=N)``), each part's hypothesis texts, best
+    first (the first is the part's text), else ``None`` (not in :meth:`to_dict`)."""
 
     text: str
     tokens: list[str]
@@ -48,6 +50,7 @@ class Transcript:
     segments: list[tuple[float, float]]
     duration: float
     mode: str
+    nbest: Optional[list[list[str]]] = None
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (times rounded to the millisecond)."""

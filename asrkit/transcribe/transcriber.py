@@ -27,7 +27,7 @@ from asrkit.data.lists import ListEntry
 from asrkit.decode.alignment import AlignmentError, best_path_spans, forced_alignment
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
 from asrkit.decode.fusion import Fusion, build_fusion
-from asrkit.decode.modes import REGISTRY, SharedOutputs
+from asrkit.decode.modes import REGISTRY, SharedOutputs, mode_nbest
 from asrkit.decode.options import DecodingOptionError, DecodingOptions, check_encoder_context
 from asrkit.decode.transducer_modes import TIMED
 from asrkit.stream.features import StreamingFbank
@@ -199,11 +199,15 @@ class Transcriber:
     def transcribe_with_options(self, audio: Union[str, os.PathLike, np.ndarray, torch.Tensor],
                                 options: DecodingOptions, sample_rate: Optional[int] = None,
                                 segmentation: Optional[Segmentation] = None,
-                                progress: Optional[Callable[[float, float], None]] = None) -> Transcript:
+                                progress: Optional[Callable[[float, float], None]] = None,
+                                nbest: int = 1) -> Transcript:
         """:meth:`transcribe` with the decoding options built beforehand (as ``asrkit
         transcribe`` builds them once for all its files): ``options.modes`` holds the one
         mode; ``batch_size`` does not apply, nor ``simulate_streaming`` to an exported
         archive (whose encoder has no chunk-by-chunk form).  Raises as :meth:`transcribe`.
+        ``nbest`` > 1: :attr:`Transcript.nbest` holds each part's hypotheses, up to ``nbest``,
+        best first (:func:`asrkit.decode.modes.mode_nbest`: the mode's own n-best, one
+        hypothesis for a mode without one); the first is the part's result.
 
         Memory: the samples (and their copy at the model's rate and at 16 kHz, where those
         differ) plus one part's features and decoding, whatever the length."""
@@ -224,12 +228,12 @@ class Transcriber:
         for segment in segments:
             segment = self._at_least_min_input(segment, wav.numel())
             decoded.append((segment, *self._decode(self.features(wav[segment.start:segment.end]), mode, options,
-                                                   fusion)))
+                                                   fusion, nbest)))
             if progress is not None:
                 progress(min(duration, segment.end / b.sample_rate), duration)
         if progress is not None and not segments:
             progress(duration, duration)
-        return self._transcript(decoded, duration, mode)
+        return self._transcript(decoded, duration, mode, nbest > 1)
 
     def _min_input_samples(self) -> int:
         """The model's shortest input in samples (its minimum feature frames)."""
@@ -256,11 +260,12 @@ class Transcriber:
         return Segment(max(0, end - need), end)
 
     @torch.inference_mode()
-    def _decode(self, feats: torch.Tensor, mode: str, options: DecodingOptions, fusion: Optional[Fusion] = None
-                ) -> tuple[list[int], Optional[list[tuple[int, int]]]]:
+    def _decode(self, feats: torch.Tensor, mode: str, options: DecodingOptions, fusion: Optional[Fusion] = None,
+                nbest: int = 1) -> tuple[list[int], Optional[list[tuple[int, int]]], list[list[int]]]:
         """Token ids of one segment and their spans in its encoder frames: a transducer
         search's emission frame (one frame per token), else the CTC alignment of the tokens
-        (``None``: no CTC head, or tokens the CTC frames cannot hold)."""
+        (``None``: no CTC head, or tokens the CTC frames cannot hold); and up to ``nbest``
+        hypotheses, best first (:func:`mode_nbest`), the ids first."""
         b = self.backend
         x = feats.unsqueeze(0).to(self.device)
         with options.autocast(x.device.type):
@@ -268,20 +273,28 @@ class Transcriber:
             shared = SharedOutputs.from_options(b.searcher, enc, lengths, options, b.decoding_source, fusion)
             if mode in TIMED:
                 hyp = TIMED[mode](shared)[0]
-                return [int(t) for t in hyp.tokens], [(f, f + 1) for f in hyp.frames]
-            ids = [int(t) for t in REGISTRY[mode].run(shared)[0]]
+                ids = [int(t) for t in hyp.tokens]
+                others = mode_nbest(mode, shared)[0][1:nbest] if nbest > 1 else []
+                return ids, [(f, f + 1) for f in hyp.frames], [ids] + [[int(t) for t in h] for h in others]
+            if nbest > 1:  # (the mode's n-best, its result first: one search)
+                hyps = [[int(t) for t in h] for h in mode_nbest(mode, shared)[0][:nbest]]
+                ids = hyps[0]
+            else:
+                ids = [int(t) for t in REGISTRY[mode].run(shared)[0]]
+                hyps = [ids]
             if not b.has_ctc:
-                return ids, None
+                return ids, None, hyps
             log_probs = shared.log_probs()[0, :int(lengths[0])].float().cpu()
         try:
             found = (best_path_spans(log_probs, b.blank) if mode == "ctc_greedy_search"
                      else forced_alignment(log_probs, ids, b.blank))
         except AlignmentError:
-            return ids, None
-        return ids, [(s.start, s.end) for s in found]
+            return ids, None, hyps
+        return ids, [(s.start, s.end) for s in found], hyps
 
-    def _transcript(self, decoded: Sequence[tuple[Segment, list[int], Optional[list[tuple[int, int]]]]],
-                    duration: float, mode: str) -> Transcript:
+    def _transcript(self, decoded: Sequence[tuple[Segment, list[int], Optional[list[tuple[int, int]]],
+                                                  list[list[int]]]],
+                    duration: float, mode: str, with_nbest: bool = False) -> Transcript:
         """Segment results joined: tokens and times concatenated (times offset by the
         segment start), texts joined with a space, words grouped per segment (a segment
         boundary is a word boundary); times ``None`` if any segment has none."""
@@ -291,7 +304,7 @@ class Transcriber:
         times: Optional[list[TokenTime]] = [] if b.has_ctc or mode in TIMED else None
         words: list = []
         texts: list[str] = []
-        for segment, ids, spans in decoded:
+        for segment, ids, spans, _ in decoded:
             seg_tokens = [b.units[i] for i in ids]
             tokens += seg_tokens
             texts.append(b.text(ids))
@@ -303,9 +316,10 @@ class Transcriber:
                 words += group_words(seg_times, b.space_separated)
             else:
                 times = None
-        parts = [(s.start / b.sample_rate, min(duration, s.end / b.sample_rate)) for s, _, _ in decoded]
+        parts = [(s.start / b.sample_rate, min(duration, s.end / b.sample_rate)) for s, _, _, _ in decoded]
+        nbest = [[b.text(h) for h in hyps] for _, _, _, hyps in decoded] if with_nbest else None
         return Transcript(" ".join(t for t in texts if t), tokens, times, None if times is None else words,
-                          parts, duration, mode)
+                          parts, duration, mode, nbest)
 
 
 def load_model(source: Union[str, os.PathLike], checkpoint: Optional[Union[str, os.PathLike]] = None,

@@ -20,7 +20,10 @@ import urllib.request
 
 import numpy as np
 import pytest
+import torch
 
+from asrkit.decode.modes import SharedOutputs
+from asrkit.serve import ServedModel
 from asrkit.transcribe import Segmentation
 from tests.serve.serve_helpers import ServerThread, alone, with_silence
 from tools.wenet_client import stream
@@ -63,7 +66,7 @@ def test_a_stream_gives_the_recognizers_text_with_partials_and_word_pieces(chunk
     assert s.close_code == 1000
 
 
-def test_nbest_hypotheses_best_first(chunk_server, full_server, chunk_model, utterances):
+def test_nbest_hypotheses_best_first(chunk_server, chunk_model, utterances):
     pcm = with_silence(utterances[11][1])
     s = asyncio.run(stream(chunk_server.url, pcm.tobytes(), start={"signal": "start", "nbest": 3}))
     final = s.of_type("final_result")[0]
@@ -73,8 +76,38 @@ def test_nbest_hypotheses_best_first(chunk_server, full_server, chunk_model, utt
     assert all([p["word"] for p in e["word_pieces"]] == e["sentence"].split() for e in entries)
     assert all(1 <= len(r.sentences()) <= 3 for r in s.of_type("partial_result"))
     assert max(len(r.sentences()) for r in s.of_type("partial_result")) > 1
-    one = asyncio.run(stream(full_server.url, pcm.tobytes(), start={"signal": "start", "nbest": 3}))
-    assert len(one.of_type("final_result")[0].sentences()) == 1  # (segments: the best only)
+
+
+def rescored_nbest(model, pcm: np.ndarray, n: int) -> list[str]:
+    """attention_rescoring's own n-best texts for ``pcm`` decoded whole, computed here: the CTC
+    prefix-beam n-best ranked by decoder score + ctc_weight x CTC score (the server's options)."""
+    b = model.backend
+    options = ServedModel(model).options
+    feats = model.features(torch.from_numpy(pcm.astype(np.float32) / 32768.0)).unsqueeze(0)
+    with torch.inference_mode():
+        enc, lengths = b.encode(feats, torch.tensor([feats.size(1)]), options)
+        shared = SharedOutputs.from_options(b.searcher, enc, lengths, options)
+        hyps, ctc = shared.nbest()
+        decoder = b.searcher.rescoring_scores(enc, lengths, hyps, options.reverse_weight)
+    totals = [d + options.ctc_weight * c for d, c in zip(decoder[0], ctc[0])]
+    ranked = sorted(range(len(totals)), key=lambda i: -totals[i])
+    return [b.text(hyps[0][i]) for i in ranked[:n]]
+
+
+def test_a_full_context_model_gives_its_modes_nbest(full_server, full_model, utterances):
+    pcm = with_silence(utterances[11][1], after_s=0.2)  # (no endpoint: the end finalises the whole audio)
+    one = asyncio.run(stream(full_server.url, pcm.tobytes(), piece_bytes=16000))
+    three = asyncio.run(stream(full_server.url, pcm.tobytes(), piece_bytes=16000,
+                               start={"signal": "start", "nbest": 3}))
+    best, entries = one.of_type("final_result")[0], json.loads(three.of_type("final_result")[0].message["nbest"])
+    assert len(best.sentences()) == 1 and 1 <= len(entries) <= 3
+    assert entries[0] == json.loads(best.message["nbest"])[0]  # (the nbest-1 result: text and word pieces)
+    sentences = [e["sentence"] for e in entries]
+    assert len(set(sentences)) == len(sentences) == 3
+    assert sentences == rescored_nbest(full_model, pcm, 3)
+    assert [p["word"] for p in entries[0]["word_pieces"]] == sentences[0].split()
+    assert all(e["word_pieces"] == [] for e in entries[1:])  # (the others: no word times)
+    assert all(len(r.sentences()) == 1 for r in three.of_type("partial_result"))  # (partials: the best only)
 
 
 def test_continuous_decoding_gives_a_final_per_utterance_and_one_shot_ends_at_the_first(
