@@ -14,4 +14,5 @@ from asrkit.decode.searcher import Searcher, attention_beam_search, attention_re
 __all__ = ["DecodingMode", "DecodingOptionError", "DecodingOptions", "Fusion", "Hypothesis", "MODES", "ModeError",
            "PrefixBeamSearch", "build_fusion", "REGISTRY", "Searcher", "apply_blank_penalty", "attention_beam_search",
            "attention_rescoring", "check_modes", "ctc_greedy_search", "ctc_prefix_beam_search",
-           "ctc_prefix_beam_search_nbest", "decode", "encoder_output", "mode_nbest", "register_mode", "rescoring_scores"]
+           "ctc_prefix_beam_search_nbest", "decode", "encoder_output", "mode_nbest", "register_mode",
+           "rescoring_scores"]

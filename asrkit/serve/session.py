@@ -11,8 +11,9 @@
   speech, 5 s without speech, 20 s of segment) and either finalised (decoded whole, as
   ``transcribe`` decodes a part; up to ``nbest`` hypotheses, the mode's own n-best, the
   non-best ones without word times) or re-decoded for a partial result (``ctc_greedy_search``
-  where the model has CTC, the best hypothesis only; at most once per message).  Checks fall at fixed audio positions,
-  so the final results do not depend on how the client cuts its messages.
+  where the model has CTC, the best hypothesis only; at most once per message).  Checks fall
+  at fixed audio positions, so the final results do not depend on how the client cuts its
+  messages.
 
 Both take 16-bit PCM bytes and give :class:`Event` lists; neither is thread-safe (the server
 runs one call of a stream at a time).  A chunk session also runs in steps, for the server's

@@ -22,7 +22,7 @@ from typing import Optional
 import torch
 
 from asrkit.decode import transducer_modes as td
-from asrkit.decode.attention_search import pick_rescored
+from asrkit.decode.attention_search import pick_rescored, rank_rescored
 from asrkit.decode.ctc_search import PrefixBeamSearch
 from asrkit.decode.fusion import Fusion
 from asrkit.decode.modes import REGISTRY, TRANSDUCER, SharedOutputs
@@ -65,11 +65,9 @@ class CtcStreamSearch:
         if encoder_out is None or not self.searcher.has_decoder():
             return [list(h) for h in hyps] or [[]]
         lengths = torch.tensor([encoder_out.size(1)])
-        decoder_scores = self.searcher.rescoring_scores(encoder_out, lengths, [hyps], self.options.reverse_weight)[0]
-        totals = [d + self.options.ctc_weight * c + (f if self.fusion is not None else 0.0)
-                  for d, c, f in zip(decoder_scores, ctc_scores, fusion_scores)]
-        order = sorted(range(len(hyps)), key=lambda i: -totals[i])
-        return [list(hyps[i]) for i in order] or [[]]
+        decoder_scores = self.searcher.rescoring_scores(encoder_out, lengths, [hyps], self.options.reverse_weight)
+        return rank_rescored([hyps], [ctc_scores], decoder_scores, self.options.ctc_weight,
+                             [fusion_scores] if self.fusion is not None else None)[0]
 
 
 class TransducerStreamSearch:

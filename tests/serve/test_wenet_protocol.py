@@ -8,6 +8,8 @@
 * ``continuous_decoding`` false: the first endpoint ends the stream; true: one final per
   utterance;
 * a full-context model: the segment decoded whole, the text ``transcribe`` gives for it;
+  with ``nbest`` 3 the decoding mode's own n-best (attention rescoring's ranked beam), the
+  nbest-1 result first;
 * per-stream phrases (``context``), refused when the model's units cannot spell them;
 * HTTP on the same port: the page, ``/info``, a file POSTed to ``/transcribe`` giving
   ``transcribe``'s JSON, an upload that is not audio or too large refused."""
