@@ -13,7 +13,7 @@ from asrkit.decode import DecodingOptions
 from asrkit.models.mask import padded_cache_mask, padded_cache_masks
 from asrkit.stream.batch import encode_chunks
 from asrkit.stream.recognizer import StreamingRecognizer
-from tests.models.tiny import tiny_model
+from tests.models.tiny import tiny_streaming_model
 
 CAUSAL = {"causal": True, "cnn_module_norm": "layer_norm"}
 ENCODERS = {
@@ -25,13 +25,7 @@ TOLERANCE = 1e-5  # float32: the batch's matmuls round differently from one stre
 
 
 def model_of(name: str):
-    kind, conf = ENCODERS[name]
-    model = tiny_model(encoder=kind, encoder_conf=conf).eval()
-    with torch.no_grad():  # a non-zero bias makes the causal conv's left context matter
-        for m in model.encoder.modules():
-            if hasattr(m, "pointwise_conv1"):
-                m.pointwise_conv1.bias.normal_()
-    return model
+    return tiny_streaming_model(*ENCODERS[name])
 
 
 def recognizer(model, left: int, seconds: float, seed: int) -> StreamingRecognizer:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from asrkit.models.attention import MultiHeadedAttention, RelPositionMultiHeadedAttention
-from tests.models.tiny import tiny_model
+from tests.models.tiny import tiny_streaming_model
 
 CAUSAL = {"causal": True, "cnn_module_norm": "layer_norm"}
 ENCODERS = {
@@ -21,13 +21,7 @@ ENCODERS = {
 
 
 def encoder_of(name: str):
-    kind, conf = ENCODERS[name]
-    model = tiny_model(encoder=kind, encoder_conf=conf).eval()
-    with torch.no_grad():  # a non-zero bias makes the causal conv's left context matter
-        for m in model.encoder.modules():
-            if hasattr(m, "pointwise_conv1"):
-                m.pointwise_conv1.bias.normal_()
-    return model.encoder
+    return tiny_streaming_model(*ENCODERS[name]).encoder
 
 
 def features(frames: int, seed: int = 3) -> torch.Tensor:

@@ -52,3 +52,15 @@ def random_batch(lengths: list[int], input_dim: int = 20, vocab_size: int = 12,
     for i, n in enumerate(target_lengths):
         target[i, :n] = torch.randint(1, vocab_size - 1, (n,), generator=g)
     return feats, torch.tensor(lengths), target, torch.tensor(target_lengths)
+
+
+def tiny_streaming_model(encoder: str, encoder_conf: dict):
+    """:func:`tiny_model` in eval mode with ``encoder``/``encoder_conf``, its convolution
+    modules' first pointwise bias drawn non-zero: a zero bias hides whether a causal
+    convolution's left context (its cache) is right."""
+    model = tiny_model(encoder=encoder, encoder_conf=encoder_conf).eval()
+    with torch.no_grad():
+        for m in model.encoder.modules():
+            if hasattr(m, "pointwise_conv1"):
+                m.pointwise_conv1.bias.normal_()
+    return model
