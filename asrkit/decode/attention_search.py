@@ -173,6 +173,22 @@ def group_scores(flat_scores: List[float], nbest: List[List[List[int]]]) -> List
     return out
 
 
+def rescored_totals(nbest: List[List[List[int]]], ctc_scores: List[List[float]],
+                    decoder_scores: List[List[float]], ctc_weight: float,
+                    extra_scores: Optional[List[List[float]]], b: int) -> List[float]:
+    """Utterance ``b``'s rescoring total of each n-best entry: ``decoder score + ctc_weight ·
+    CTC score`` (+ its ``extra_scores`` entry: LM and context scores,
+    :mod:`asrkit.decode.fusion`) -- what :func:`pick_rescored` maximises and
+    :func:`rank_rescored` sorts by."""
+    totals: List[float] = []
+    for i in range(len(nbest[b])):
+        total = decoder_scores[b][i] + ctc_weight * ctc_scores[b][i]
+        if extra_scores is not None:
+            total = total + extra_scores[b][i]
+        totals.append(total)
+    return totals
+
+
 def pick_rescored(nbest: List[List[List[int]]], ctc_scores: List[List[float]],
                   decoder_scores: List[List[float]], ctc_weight: float,
                   extra_scores: Optional[List[List[float]]] = None) -> Tuple[List[List[int]], List[float]]:
@@ -185,10 +201,7 @@ def pick_rescored(nbest: List[List[List[int]]], ctc_scores: List[List[float]],
     for b in range(len(nbest)):
         best_index = -1
         best_total = 0.0
-        for i in range(len(nbest[b])):
-            total = decoder_scores[b][i] + ctc_weight * ctc_scores[b][i]
-            if extra_scores is not None:
-                total = total + extra_scores[b][i]
+        for i, total in enumerate(rescored_totals(nbest, ctc_scores, decoder_scores, ctc_weight, extra_scores, b)):
             if best_index < 0 or total > best_total:
                 best_index = i
                 best_total = total
@@ -209,12 +222,7 @@ def rank_rescored(nbest: List[List[List[int]]], ctc_scores: List[List[float]],
     for an empty n-best list (pick_rescored's empty hypothesis)."""
     out: List[List[List[int]]] = []
     for b in range(len(nbest)):
-        totals: List[float] = []
-        for i in range(len(nbest[b])):
-            total = decoder_scores[b][i] + ctc_weight * ctc_scores[b][i]
-            if extra_scores is not None:
-                total = total + extra_scores[b][i]
-            totals.append(total)
+        totals = rescored_totals(nbest, ctc_scores, decoder_scores, ctc_weight, extra_scores, b)
         order = sorted(range(len(totals)), key=lambda i: -totals[i])  # (stable: ties keep their order)
         out.append([list(nbest[b][i]) for i in order] or [[]])
     return out
