@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+from typing import Callable
 
 import torch
 
@@ -50,11 +51,11 @@ class BatchStats:
 
 class ChunkBatcher:
     """Batches of at most ``max_batch`` chunks, collected for ``window_s`` seconds, run in
-    ``pool`` (the server's decoding pool; module docstring).  :attr:`streams`: the streams
-    under way that send it chunks (when all of them have a chunk waiting, the batch goes at
-    once: none is left to wait for)."""
+    ``pool`` (the server's decoding pool; module docstring).  ``streams()``: the number of
+    streams under way that send it chunks (the server's count; when all of them have a chunk
+    waiting, the batch goes at once: none is left to wait for)."""
 
-    def __init__(self, pool, max_batch: int, window_s: float):
+    def __init__(self, pool, max_batch: int, window_s: float, streams: Callable[[], int]):
         if max_batch < 2:
             raise ValueError(f"a batcher batches 2 chunks or more, got max_batch {max_batch}")
         if not 0.0 <= window_s <= 1.0:
@@ -65,7 +66,7 @@ class ChunkBatcher:
         self._waiting: list[_Chunk] = []
         self._job_waiting = False      # a job is on its way that will take the chunks waiting
         self._window = None            # the window open (a timer), while no job is on its way
-        self.streams = 0               # streams that may send chunks (the server counts them)
+        self.streams = streams
 
     async def encode(self, recognizer, window: torch.Tensor) -> tuple[torch.Tensor, float]:
         """``recognizer``'s chunk ``window`` (:meth:`StreamingRecognizer.next_window`) through
@@ -77,7 +78,7 @@ class ChunkBatcher:
             self._waiting.append(chunk)
             taken = self._job_waiting  # (the job on its way takes this chunk too when it starts)
             # no one else to wait for: every stream's chunk is here, or a batch's worth
-            now = not taken and (len(self._waiting) >= min(self.max_batch, max(self.streams, 1))
+            now = not taken and (len(self._waiting) >= min(self.max_batch, max(self.streams(), 1))
                                  or self.window_s == 0)
             self._job_waiting = taken or now
         if now:

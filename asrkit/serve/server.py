@@ -69,7 +69,8 @@ class RecognitionServer:
         self.ssl_context = ssl_context
         self.workers, self.threads_per_worker = workers, threads_per_worker
         self.pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="asrkit-decode")
-        self.batcher = (ChunkBatcher(self.pool, max_batch, batch_window_s)
+        # (a chunk model's every stream is a chunk session: the streams under way are the batcher's)
+        self.batcher = (ChunkBatcher(self.pool, max_batch, batch_window_s, streams=lambda: self.streams)
                         if max_batch > 1 and served.kind == "chunks" else None)
         self.gate = Gate(limits.max_connections, limits.idle_timeout_s, limits.max_upload_bytes)
         self.streams = 0  # streams under way
@@ -127,7 +128,7 @@ class RecognitionServer:
     def _batched(self, session) -> bool:
         """Whether ``session``'s chunks go through the batcher: batching, a chunk session, and
         another such stream under way (alone, the session runs its chunks itself: one pool call)."""
-        return self.batcher is not None and session.kind == "chunks" and self.batcher.streams > 1
+        return self.batcher is not None and self.streams > 1
 
     async def _accept(self, session, data: bytes) -> list:
         """``session.accept(data)``, its full chunks' encoder through the batcher when batching."""
@@ -203,8 +204,6 @@ class RecognitionServer:
                             return await self._fail(ws, number, str(e))
                         start = signal_
                         self.streams += 1
-                        if self.batcher is not None and session.kind == "chunks":
-                            self.batcher.streams += 1
                         await ws.send(wenet.server_ready())
                         log.info("stream %d: server_ready (%s, %s)", number, session.kind,
                                  "continuous" if start.continuous_decoding else "one utterance")
@@ -230,8 +229,6 @@ class RecognitionServer:
         finally:
             if session is not None:
                 self.streams -= 1
-                if self.batcher is not None and session.kind == "chunks":
-                    self.batcher.streams -= 1
                 if session.kind == "chunks":
                     self.chunks += session.chunks
                     self.chunks_s += session.chunks_s
