@@ -1,8 +1,11 @@
-"""Learning-rate schedules (stepped once per real optimizer step)."""
+"""Learning-rate schedules (stepped once per real optimizer step): WeNet's two,
+``warmuplr`` and ``NoamHoldAnnealing``, with WeNet's formulas and step counting."""
 from __future__ import annotations
 
 import torch
 from torch.optim.lr_scheduler import LRScheduler
+
+from asrkit.train.schema import scheduler_value
 
 
 class WarmupLR(LRScheduler):
@@ -27,11 +30,55 @@ class WarmupLR(LRScheduler):
         return [self.lr_at(base, self.last_epoch + 1) for base in self.base_lrs]
 
 
+class NoamHoldAnnealing(LRScheduler):
+    """Warmup, hold, then polynomial decay (WeNet's and NeMo's ``NoamHoldAnnealing``, the
+    Squeezeformer schedule), with ``step`` counted from 0 at the first optimizer step as
+    there, ``W`` warmup steps, ``H`` hold steps, ``d`` the decay rate:
+
+    * ``step <= W``: ``base_lr · (step + 1) / (W + 1)`` (linear warmup);
+    * ``W <= step < W + H``: ``base_lr`` (hold; only when ``H > 0``);
+    * ``step > max_steps``: ``min_lr``;
+    * otherwise ``max(base_lr · max(1, W^d) / max(1, (step - H)^d), min_lr)`` -- continuous
+      at ``W + H``; ``d = 0.5`` is Noam's decay, Squeezeformer's is ``d = 1``.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, *, max_steps: int, warmup_steps: int,
+                 hold_steps: int = 0, decay_rate: float = 0.5, min_lr: float = 0.0, last_epoch: int = -1):
+        if warmup_steps <= 0:
+            raise ValueError(f"NoamHoldAnnealing needs warmup_steps > 0, got {warmup_steps}")
+        self.max_steps, self.warmup_steps, self.hold_steps = max_steps, warmup_steps, hold_steps
+        self.decay_rate, self.min_lr = decay_rate, min_lr
+        super().__init__(optimizer, last_epoch)
+
+    def lr_at(self, base_lr: float, step: int) -> float:
+        warmup, hold, d = self.warmup_steps, self.hold_steps, self.decay_rate
+        if step <= warmup:
+            return base_lr * (step + 1) / (warmup + 1)
+        if step < warmup + hold:
+            return base_lr
+        if step > self.max_steps:
+            return self.min_lr
+        return max(base_lr * max(1.0, warmup ** d) / max(1.0, (step - hold) ** d), self.min_lr)
+
+    def get_lr(self) -> list[float]:
+        return [self.lr_at(base, self.last_epoch) for base in self.base_lrs]
+
+
 def build_scheduler(cfg, optimizer: torch.optim.Optimizer) -> LRScheduler:
-    """The scheduler named by ``cfg.scheduler`` with ``cfg.scheduler_conf``."""
-    if cfg.scheduler == "warmuplr":
-        return WarmupLR(optimizer, cfg.scheduler_conf.warmup_steps)
-    raise ValueError(f"unknown scheduler {cfg.scheduler!r}")  # the schema makes this unreachable
+    """The scheduler named by ``cfg.scheduler`` with ``cfg.scheduler_conf`` (checked at load:
+    ``asrkit.train.schema.scheduler_problems``; the ratios are of ``max_steps``, as in WeNet)."""
+    kind, conf = cfg.scheduler, cfg.scheduler_conf
+    if kind == "warmuplr":
+        return WarmupLR(optimizer, scheduler_value(kind, conf, "warmup_steps"))
+    if kind == "NoamHoldAnnealing":
+        max_steps = conf.max_steps
+        warmup = conf.warmup_steps if conf.warmup_steps is not None else int(conf.warmup_ratio * max_steps)
+        hold = (conf.hold_steps if conf.hold_steps is not None
+                else int(conf.hold_ratio * max_steps) if conf.hold_ratio is not None else 0)
+        return NoamHoldAnnealing(optimizer, max_steps=max_steps, warmup_steps=warmup, hold_steps=hold,
+                                 decay_rate=scheduler_value(kind, conf, "decay_rate"),
+                                 min_lr=scheduler_value(kind, conf, "min_lr"))
+    raise ValueError(f"unknown scheduler {kind!r}")  # the schema makes this unreachable
 
 
 def build_optimizer(cfg, params) -> torch.optim.Optimizer:

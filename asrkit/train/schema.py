@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any, ClassVar, Literal, Optional
 
 from asrkit.config_versions import CONFIG_VERSION
-from asrkit.schema import WenetKey, any_value, checked, non_negative, only, positive
+from asrkit.schema import WenetKey, any_value, between, checked, non_negative, only, positive
 
 
 @dataclasses.dataclass
@@ -21,12 +21,68 @@ class OptimConf:
     eps: float = checked(1e-8, positive)
 
 
+def _optional(check):
+    """``check`` for a key whose ``None`` means "not given"."""
+    return lambda v: None if v is None else check(v)
+
+
 @dataclasses.dataclass
 class SchedulerConf:
-    """``scheduler_conf`` of ``warmuplr``:
-    lr(step) = lr · warmup_steps^0.5 · min(step^-0.5, step · warmup_steps^-1.5)."""
+    """``scheduler_conf``: the keys of WeNet's two schedulers (``None``: not given; which
+    keys each takes, and their defaults, in :data:`SCHEDULER_PARAMS`).
 
-    warmup_steps: int = checked(25000, positive)
+    * ``warmuplr``: ``warmup_steps`` (25000);
+    * ``NoamHoldAnnealing`` (NeMo's, from Squeezeformer): ``max_steps`` (required),
+      ``warmup_steps`` or ``warmup_ratio`` (one, required), ``hold_steps`` or ``hold_ratio``
+      (at most one; none: no hold), ``decay_rate`` (0.5), ``min_lr`` (0.0).
+
+    The formulas are :mod:`asrkit.train.scheduler`'s."""
+
+    warmup_steps: Optional[int] = checked(None, _optional(positive))
+    warmup_ratio: Optional[float] = checked(None, _optional(between(0.0, 1.0)))
+    hold_steps: Optional[int] = checked(None, _optional(non_negative))
+    hold_ratio: Optional[float] = checked(None, _optional(between(0.0, 1.0)))
+    max_steps: Optional[int] = checked(None, _optional(positive))
+    decay_rate: Optional[float] = checked(None, _optional(positive))
+    min_lr: Optional[float] = checked(None, _optional(non_negative))
+
+
+_REQUIRED = object()
+# per scheduler: its keys and their defaults (_REQUIRED: no default; None: optional, no default)
+SCHEDULER_PARAMS: dict[str, dict[str, Any]] = {
+    "warmuplr": {"warmup_steps": 25000},
+    "NoamHoldAnnealing": {"max_steps": _REQUIRED, "warmup_steps": None, "warmup_ratio": None,
+                          "hold_steps": None, "hold_ratio": None, "decay_rate": 0.5, "min_lr": 0.0},
+}
+
+
+def scheduler_value(kind: str, conf: SchedulerConf, key: str) -> Any:
+    """``conf.key`` as scheduler ``kind`` reads it: the given value, else the kind's default."""
+    value = getattr(conf, key)
+    return SCHEDULER_PARAMS[kind][key] if value is None else value
+
+
+def scheduler_problems(kind: str, conf: SchedulerConf) -> list[str]:
+    """What is wrong with ``scheduler_conf`` for ``scheduler: kind`` (one message per problem;
+    WeNet's own checks -- one of steps or ratio, a warmup for the Noam decay -- included)."""
+    params = SCHEDULER_PARAMS[kind]
+    problems = []
+    for f in dataclasses.fields(conf):
+        value = getattr(conf, f.name)
+        if value is not None and f.name not in params:
+            problems.append(f"scheduler_conf.{f.name}: scheduler {kind} takes no such key "
+                            f"(its keys: {', '.join(params)})")
+        elif value is None and params.get(f.name) is _REQUIRED:
+            problems.append(f"scheduler_conf.{f.name}: required by scheduler {kind}")
+    if kind == "NoamHoldAnnealing":
+        for what in ("warmup", "hold"):
+            if getattr(conf, f"{what}_steps") is not None and getattr(conf, f"{what}_ratio") is not None:
+                problems.append(f"scheduler_conf: {what}_steps or {what}_ratio, not both")
+        warmup = conf.warmup_steps or int((conf.warmup_ratio or 0.0) * (conf.max_steps or 0))
+        if warmup <= 0:
+            problems.append("scheduler_conf: scheduler NoamHoldAnnealing needs a warmup "
+                            "(warmup_steps, or warmup_ratio of max_steps, >= 1 step)")
+    return problems
 
 
 @dataclasses.dataclass
@@ -76,7 +132,7 @@ class TrainerSections:
     save_interval: int = checked(0, non_negative)
     optim: Literal["adam", "adamw"] = "adam"
     optim_conf: OptimConf = dataclasses.field(default_factory=OptimConf)
-    scheduler: Literal["warmuplr"] = "warmuplr"
+    scheduler: Literal["warmuplr", "NoamHoldAnnealing"] = "warmuplr"
     scheduler_conf: SchedulerConf = dataclasses.field(default_factory=SchedulerConf)
     # auto (asrkit's): bf16 where the device computes it natively, else fp32 -- decided on each
     # rank at start and logged (asrkit.train.precision.resolve_auto_dtype)
@@ -102,6 +158,10 @@ class TrainerSections:
     # Gradient communication (DDP communication hook): equal on every node, unlike launch.
     ddp_conf: DdpConf = dataclasses.field(default_factory=DdpConf)
     launch: LaunchConf = dataclasses.field(default_factory=LaunchConf)
+
+    def validate(self) -> list[str]:
+        """The keys of ``scheduler_conf`` against the scheduler that reads them."""
+        return scheduler_problems(self.scheduler, self.scheduler_conf)
 
     # What WeNet's trainer adds to the train.yaml it saves (wenet/utils/train_utils.py,
     # check_modify_and_save_config; init_infos: wenet/utils/init_model.py).
