@@ -51,6 +51,32 @@ def checked(default: Any = dataclasses.MISSING, check: Callable | None = None,
     return dataclasses.field(default=default, metadata=meta)
 
 
+# In a table of the keys one kind of a part reads (a predictor, a scheduler): the key has no
+# default, the kind requires it.
+REQUIRED = object()
+
+
+def kind_key_problems(section: str, what: str, kind: str, conf: Any, params: dict[str, Any]) -> list[str]:
+    """The keys of ``conf`` -- a section whose fields are all optional (``None``: not given),
+    read by ``what`` ``kind`` -- against that kind's key table ``params`` (key -> default, or
+    :data:`REQUIRED`): one message per key given that the kind does not read, and per
+    required key not given."""
+    problems = []
+    for f in dataclasses.fields(conf):
+        value = getattr(conf, f.name)
+        if value is not None and f.name not in params:
+            problems.append(f"{section}.{f.name}: {what} {kind} takes no such key (its keys: {', '.join(params)})")
+        elif value is None and params.get(f.name) is REQUIRED:
+            problems.append(f"{section}.{f.name}: required by {what} {kind}")
+    return problems
+
+
+def kind_values(conf: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """The keys of table ``params`` as the kind reads them from ``conf``: the given value,
+    else the kind's default (after :func:`kind_key_problems` found none missing)."""
+    return {key: default if (given := getattr(conf, key)) is None else given for key, default in params.items()}
+
+
 def merged_wenet_keys(*classes) -> dict[str, "WenetKey"]:
     """Union of the ``WENET_KEYS`` tables of several section classes."""
     out: dict[str, WenetKey] = {}

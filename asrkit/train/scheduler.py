@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch.optim.lr_scheduler import LRScheduler
 
-from asrkit.train.schema import scheduler_value
+from asrkit.schema import kind_values
+from asrkit.train.schema import SCHEDULER_PARAMS
 
 
 class WarmupLR(LRScheduler):
@@ -67,17 +68,17 @@ class NoamHoldAnnealing(LRScheduler):
 def build_scheduler(cfg, optimizer: torch.optim.Optimizer) -> LRScheduler:
     """The scheduler named by ``cfg.scheduler`` with ``cfg.scheduler_conf`` (checked at load:
     ``asrkit.train.schema.scheduler_problems``; the ratios are of ``max_steps``, as in WeNet)."""
-    kind, conf = cfg.scheduler, cfg.scheduler_conf
+    kind = cfg.scheduler
+    conf = kind_values(cfg.scheduler_conf, SCHEDULER_PARAMS[kind])
     if kind == "warmuplr":
-        return WarmupLR(optimizer, scheduler_value(kind, conf, "warmup_steps"))
+        return WarmupLR(optimizer, conf["warmup_steps"])
     if kind == "NoamHoldAnnealing":
-        max_steps = conf.max_steps
-        warmup = conf.warmup_steps if conf.warmup_steps is not None else int(conf.warmup_ratio * max_steps)
-        hold = (conf.hold_steps if conf.hold_steps is not None
-                else int(conf.hold_ratio * max_steps) if conf.hold_ratio is not None else 0)
+        max_steps = conf["max_steps"]
+        warmup = conf["warmup_steps"] if conf["warmup_steps"] is not None else int(conf["warmup_ratio"] * max_steps)
+        hold = (conf["hold_steps"] if conf["hold_steps"] is not None
+                else int(conf["hold_ratio"] * max_steps) if conf["hold_ratio"] is not None else 0)
         return NoamHoldAnnealing(optimizer, max_steps=max_steps, warmup_steps=warmup, hold_steps=hold,
-                                 decay_rate=scheduler_value(kind, conf, "decay_rate"),
-                                 min_lr=scheduler_value(kind, conf, "min_lr"))
+                                 decay_rate=conf["decay_rate"], min_lr=conf["min_lr"])
     raise ValueError(f"unknown scheduler {kind!r}")  # the schema makes this unreachable
 
 

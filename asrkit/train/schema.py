@@ -7,7 +7,8 @@ import dataclasses
 from typing import Any, ClassVar, Literal, Optional
 
 from asrkit.config_versions import CONFIG_VERSION
-from asrkit.schema import WenetKey, any_value, between, checked, non_negative, only, positive
+from asrkit.schema import (REQUIRED, WenetKey, any_value, between, checked, kind_key_problems, non_negative,
+                           only, positive)
 
 
 @dataclasses.dataclass
@@ -47,33 +48,18 @@ class SchedulerConf:
     min_lr: Optional[float] = checked(None, _optional(non_negative))
 
 
-_REQUIRED = object()
-# per scheduler: its keys and their defaults (_REQUIRED: no default; None: optional, no default)
+# per scheduler: its keys and their defaults (REQUIRED: no default; None: optional, no default)
 SCHEDULER_PARAMS: dict[str, dict[str, Any]] = {
     "warmuplr": {"warmup_steps": 25000},
-    "NoamHoldAnnealing": {"max_steps": _REQUIRED, "warmup_steps": None, "warmup_ratio": None,
+    "NoamHoldAnnealing": {"max_steps": REQUIRED, "warmup_steps": None, "warmup_ratio": None,
                           "hold_steps": None, "hold_ratio": None, "decay_rate": 0.5, "min_lr": 0.0},
 }
-
-
-def scheduler_value(kind: str, conf: SchedulerConf, key: str) -> Any:
-    """``conf.key`` as scheduler ``kind`` reads it: the given value, else the kind's default."""
-    value = getattr(conf, key)
-    return SCHEDULER_PARAMS[kind][key] if value is None else value
 
 
 def scheduler_problems(kind: str, conf: SchedulerConf) -> list[str]:
     """What is wrong with ``scheduler_conf`` for ``scheduler: kind`` (one message per problem;
     WeNet's own checks -- one of steps or ratio, a warmup for the Noam decay -- included)."""
-    params = SCHEDULER_PARAMS[kind]
-    problems = []
-    for f in dataclasses.fields(conf):
-        value = getattr(conf, f.name)
-        if value is not None and f.name not in params:
-            problems.append(f"scheduler_conf.{f.name}: scheduler {kind} takes no such key "
-                            f"(its keys: {', '.join(params)})")
-        elif value is None and params.get(f.name) is _REQUIRED:
-            problems.append(f"scheduler_conf.{f.name}: required by scheduler {kind}")
+    problems = kind_key_problems("scheduler_conf", "scheduler", kind, conf, SCHEDULER_PARAMS[kind])
     if kind == "NoamHoldAnnealing":
         for what in ("warmup", "hold"):
             if getattr(conf, f"{what}_steps") is not None and getattr(conf, f"{what}_ratio") is not None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar, Literal, Optional
 
-from asrkit.schema import WenetKey, any_value, checked, off
+from asrkit.schema import REQUIRED, WenetKey, any_value, checked, kind_key_problems, off
 
 # WeNet's WENET_ACTIVATION_CLASSES (wenet/utils/class_utils.py)
 Activation = Literal["hardtanh", "tanh", "relu", "selu", "swish", "gelu"]
@@ -54,16 +54,15 @@ class PredictorConf:
     layer_norm_epsilon: Optional[float] = checked(None, _positive_or_none)
 
 
-_REQUIRED = object()
-# kind -> {key: WeNet's default, or _REQUIRED (WeNet's constructor has no default)}
+# kind -> {key: WeNet's default, or REQUIRED (WeNet's constructor has no default)}
 PREDICTOR_PARAMS: dict[str, dict[str, Any]] = {
-    "rnn": {"embed_size": _REQUIRED, "output_size": _REQUIRED, "embed_dropout": _REQUIRED,
-            "hidden_size": _REQUIRED, "num_layers": _REQUIRED, "bias": True, "rnn_type": "lstm",
+    "rnn": {"embed_size": REQUIRED, "output_size": REQUIRED, "embed_dropout": REQUIRED,
+            "hidden_size": REQUIRED, "num_layers": REQUIRED, "bias": True, "rnn_type": "lstm",
             "dropout": 0.1},
-    "embedding": {"embed_size": _REQUIRED, "output_size": _REQUIRED, "embed_dropout": _REQUIRED,
-                  "n_head": _REQUIRED, "history_size": 2, "activation": "swish", "bias": False,
+    "embedding": {"embed_size": REQUIRED, "output_size": REQUIRED, "embed_dropout": REQUIRED,
+                  "n_head": REQUIRED, "history_size": 2, "activation": "swish", "bias": False,
                   "layer_norm_epsilon": 1e-5},
-    "conv": {"embed_size": _REQUIRED, "output_size": _REQUIRED, "embed_dropout": _REQUIRED,
+    "conv": {"embed_size": REQUIRED, "output_size": REQUIRED, "embed_dropout": REQUIRED,
              "history_size": 2, "activation": "relu", "bias": False, "layer_norm_epsilon": 1e-5},
 }
 
@@ -74,14 +73,7 @@ def predictor_problems(kind: str, conf: PredictorConf) -> list[str]:
     params = PREDICTOR_PARAMS.get(kind)
     if params is None:
         return []
-    problems = []
-    for f in dataclasses.fields(conf):
-        value = getattr(conf, f.name)
-        if value is not None and f.name not in params:
-            problems.append(f"predictor_conf.{f.name}: predictor {kind} takes no such key "
-                            f"(its keys: {', '.join(params)})")
-        elif value is None and params.get(f.name) is _REQUIRED:
-            problems.append(f"predictor_conf.{f.name}: required by predictor {kind}")
+    problems = kind_key_problems("predictor_conf", "predictor", kind, conf, params)
     if kind in ("embedding", "conv") and None not in (conf.embed_size, conf.output_size) \
             and conf.embed_size != conf.output_size:
         problems.append(f"predictor_conf.output_size ({conf.output_size}) must equal embed_size "
