@@ -71,12 +71,6 @@ def kind_key_problems(section: str, what: str, kind: str, conf: Any, params: dic
     return problems
 
 
-def kind_values(conf: Any, params: dict[str, Any]) -> dict[str, Any]:
-    """The keys of table ``params`` as the kind reads them from ``conf``: the given value,
-    else the kind's default (after :func:`kind_key_problems` found none missing)."""
-    return {key: default if (given := getattr(conf, key)) is None else given for key, default in params.items()}
-
-
 def merged_wenet_keys(*classes) -> dict[str, "WenetKey"]:
     """Union of the ``WENET_KEYS`` tables of several section classes."""
     out: dict[str, WenetKey] = {}

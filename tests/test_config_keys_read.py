@@ -181,6 +181,15 @@ def _waveform_augmentation(cfg, exp, tmp_path):
     assert "feat" in proc(read_list(exp.corpus.splits["dev"].data_list)[0], 0)
 
 
+def _noam_hold_annealing(cfg, exp, tmp_path):
+    from asrkit.train.scheduler import NoamHoldAnnealing, build_scheduler
+    from asrkit.train.schema import SchedulerConf
+    conf = SchedulerConf(warmup_ratio=0.1, hold_ratio=0.2, max_steps=100, decay_rate=1.0, min_lr=1e-5)
+    opt = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=0.001)
+    sched = build_scheduler(dataclasses.replace(cfg, scheduler="NoamHoldAnnealing", scheduler_conf=conf), opt)
+    assert isinstance(sched, NoamHoldAnnealing) and (sched.warmup_steps, sched.hold_steps) == (10, 20)
+
+
 # (preflight reads the switches and the lists' paths in every run)
 _AUGMENT_KEYS = ["DatasetConf.volume_perturb_conf", "ReverbConf.rir_apply_prob", "NoiseConf.noise_apply_prob",
                  "NoiseConf.noise_db_range", "VolumePerturbConf.scale_low", "VolumePerturbConf.scale_high",
@@ -207,6 +216,9 @@ TARGETED = {
         "the tiny run is one process: no DDP model, no hook", _powersgd_state),
     **{key: ("asrkit.data.processors.waveform_augmentation (reverb, noise, volume_perturb: true)",
              "the tiny experiment has no noise or RIR list", _waveform_augmentation) for key in _AUGMENT_KEYS},
+    **{f"SchedulerConf.{key}": ("asrkit.train.scheduler.build_scheduler (scheduler: NoamHoldAnnealing)",
+                                "the tiny run's scheduler is warmuplr", _noam_hold_annealing)
+       for key in ("warmup_ratio", "hold_steps", "hold_ratio", "max_steps", "decay_rate", "min_lr")},
     **{key: ("asrkit.models.registry.build_transducer and build_predictor (model: transducer)",
              "the tiny run trains model: asr_model", _transducer) for key in _TRANSDUCER_KEYS},
 }

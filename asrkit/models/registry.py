@@ -23,7 +23,7 @@ from asrkit.models.transducer.loss import check_rnnt_loss
 from asrkit.models.transducer.model import Transducer
 from asrkit.models.transducer.predictor import PREDICTORS, Predictor
 from asrkit.models.transducer.schema import PREDICTOR_PARAMS
-from asrkit.schema import kind_values, one_of
+from asrkit.schema import one_of
 from asrkit.text.vocabulary import Vocabulary
 
 ENCODERS: dict[str, type[nn.Module]] = {
@@ -120,7 +120,8 @@ def build_predictor(cfg, vocabulary: Vocabulary) -> Predictor:
     (:data:`~asrkit.models.transducer.schema.PREDICTOR_PARAMS`; the config's validation has
     checked that the required ones are there)."""
     kind = cfg.predictor or "rnn"
-    params = kind_values(cfg.predictor_conf, PREDICTOR_PARAMS[kind])
+    params = {key: default if (given := getattr(cfg.predictor_conf, key)) is None else given
+              for key, default in PREDICTOR_PARAMS[kind].items()}
     return _lookup(PREDICTORS, "predictor", kind)(vocabulary.size, **params)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 from torch.optim.lr_scheduler import LRScheduler
 
-from asrkit.schema import kind_values
 from asrkit.train.schema import SCHEDULER_PARAMS
 
 
@@ -69,7 +68,9 @@ def build_scheduler(cfg, optimizer: torch.optim.Optimizer) -> LRScheduler:
     """The scheduler named by ``cfg.scheduler`` with ``cfg.scheduler_conf`` (checked at load:
     ``asrkit.train.schema.scheduler_problems``; the ratios are of ``max_steps``, as in WeNet)."""
     kind = cfg.scheduler
-    conf = kind_values(cfg.scheduler_conf, SCHEDULER_PARAMS[kind])
+    # the keys this scheduler reads: the given value, else its default
+    conf = {key: default if (given := getattr(cfg.scheduler_conf, key)) is None else given
+            for key, default in SCHEDULER_PARAMS[kind].items()}
     if kind == "warmuplr":
         return WarmupLR(optimizer, conf["warmup_steps"])
     if kind == "NoamHoldAnnealing":
