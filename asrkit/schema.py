@@ -30,6 +30,11 @@ def between(lo: float, hi: float) -> Callable[[Any], Optional[str]]:
     return _check
 
 
+def optional(check: Callable[[Any], Optional[str]]) -> Callable[[Any], Optional[str]]:
+    """``check`` for a key whose ``None`` means "not given" (``None`` passes)."""
+    return lambda value: None if value is None else check(value)
+
+
 def one_of(names: Callable[[], Iterable[str]]) -> Callable[[Any], Optional[str]]:
     """A check that the value is one of ``names()`` -- looked up when the config is checked,
     so a registry filled at import time (``asrkit.models.registry``) is the one list of names."""

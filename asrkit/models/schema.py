@@ -12,7 +12,7 @@ import dataclasses
 from typing import ClassVar, Literal, Optional
 
 from asrkit.models.transducer.schema import JointConf, PredictorConf, predictor_problems
-from asrkit.schema import WenetKey, any_value, between, checked, non_negative, off, only, positive, same_as
+from asrkit.schema import WenetKey, any_value, between, checked, non_negative, off, only, optional, positive, same_as
 
 # WeNet keys of encoder_conf and decoder_conf that are not fields (wenet/transformer/encoder.py,
 # decoder.py): each at the value that is what asrkit always does, or that switches off a WeNet
@@ -133,10 +133,6 @@ class DecoderConf:
     }
 
 
-def _weight_or_none(value) -> Optional[str]:
-    return None if value is None or 0.0 <= value <= 1.0 else f"must be in [0.0, 1.0], got {value!r}"
-
-
 # WeNet's k2 options of the transducer (wenet/models/transducer/transducer.py): asrkit has no
 # k2 path (k2 does not install for asrkit's torch), so only the values that leave it off load.
 _K2 = "k2's pruned RNN-T loss (enable_k2; k2 does not install for asrkit's torch)"
@@ -162,8 +158,8 @@ class ModelConf:
     lsm_weight: float = checked(0.0, between(0.0, 1.0))
     length_normalized_loss: bool = False
     reverse_weight: float = checked(0.0, between(0.0, 1.0))
-    transducer_weight: Optional[float] = checked(None, _weight_or_none)
-    attention_weight: Optional[float] = checked(None, _weight_or_none)
+    transducer_weight: Optional[float] = checked(None, optional(between(0.0, 1.0)))
+    attention_weight: Optional[float] = checked(None, optional(between(0.0, 1.0)))
     rnnt_type: Optional[Literal["regular", "modified"]] = None
 
     WENET_KEYS: ClassVar[dict[str, WenetKey]] = {

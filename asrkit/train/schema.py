@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Literal, Optional
 
 from asrkit.config_versions import CONFIG_VERSION
 from asrkit.schema import (REQUIRED, WenetKey, any_value, between, checked, kind_key_problems, non_negative,
-                           only, positive)
+                           only, optional, positive)
 
 
 @dataclasses.dataclass
@@ -20,11 +20,6 @@ class OptimConf:
     weight_decay: float = checked(0.0, non_negative)
     betas: list[float] = dataclasses.field(default_factory=lambda: [0.9, 0.999])
     eps: float = checked(1e-8, positive)
-
-
-def _optional(check):
-    """``check`` for a key whose ``None`` means "not given"."""
-    return lambda v: None if v is None else check(v)
 
 
 @dataclasses.dataclass
@@ -39,13 +34,13 @@ class SchedulerConf:
 
     The formulas are :mod:`asrkit.train.scheduler`'s."""
 
-    warmup_steps: Optional[int] = checked(None, _optional(positive))
-    warmup_ratio: Optional[float] = checked(None, _optional(between(0.0, 1.0)))
-    hold_steps: Optional[int] = checked(None, _optional(non_negative))
-    hold_ratio: Optional[float] = checked(None, _optional(between(0.0, 1.0)))
-    max_steps: Optional[int] = checked(None, _optional(positive))
-    decay_rate: Optional[float] = checked(None, _optional(positive))
-    min_lr: Optional[float] = checked(None, _optional(non_negative))
+    warmup_steps: Optional[int] = checked(None, optional(positive))
+    warmup_ratio: Optional[float] = checked(None, optional(between(0.0, 1.0)))
+    hold_steps: Optional[int] = checked(None, optional(non_negative))
+    hold_ratio: Optional[float] = checked(None, optional(between(0.0, 1.0)))
+    max_steps: Optional[int] = checked(None, optional(positive))
+    decay_rate: Optional[float] = checked(None, optional(positive))
+    min_lr: Optional[float] = checked(None, optional(non_negative))
 
 
 # per scheduler: its keys and their defaults (REQUIRED: no default; None: optional, no default)

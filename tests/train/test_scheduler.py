@@ -109,3 +109,14 @@ def test_scheduler_conf_checked_against_its_scheduler(tmp_path, scheduler_yaml, 
     from asrkit.config import ConfigError
     with pytest.raises(ConfigError, match=message):
         _config(tmp_path, scheduler_yaml)
+
+
+@pytest.mark.parametrize("scheduler_yaml, message", [
+    ("scheduler: NoamHoldAnnealing\nscheduler_conf:\n  max_steps: 100\n  warmup_ratio: 1.5\n",
+     r"scheduler_conf.warmup_ratio: must be in \[0.0, 1.0\], got 1.5"),
+    ("scheduler: warmuplr\nscheduler_conf:\n  warmup_steps: 0\n", "scheduler_conf.warmup_steps: must be > 0, got 0"),
+])
+def test_scheduler_conf_values_checked(tmp_path, scheduler_yaml, message):
+    from asrkit.config import ConfigError
+    with pytest.raises(ConfigError, match=message):
+        _config(tmp_path, scheduler_yaml)

@@ -15,22 +15,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar, Literal, Optional
 
-from asrkit.schema import REQUIRED, WenetKey, any_value, checked, kind_key_problems, off
+from asrkit.schema import (REQUIRED, WenetKey, any_value, checked, kind_key_problems, non_negative, off,
+                           optional, positive)
 
 # WeNet's WENET_ACTIVATION_CLASSES (wenet/utils/class_utils.py)
 Activation = Literal["hardtanh", "tanh", "relu", "selu", "swish", "gelu"]
 
 
-def _positive_or_none(value) -> Optional[str]:
-    return None if value is None or value > 0 else f"must be > 0, got {value!r}"
-
-
 def _rate_or_none(value) -> Optional[str]:
     return None if value is None or 0.0 <= value < 1.0 else f"must be in [0, 1), got {value!r}"
-
-
-def _non_negative_or_none(value) -> Optional[str]:
-    return None if value is None or value >= 0 else f"must be >= 0, got {value!r}"
 
 
 @dataclasses.dataclass
@@ -38,20 +31,20 @@ class PredictorConf:
     """``predictor_conf`` (WeNet names).  ``None`` means "not given": the kind's default
     from :data:`PREDICTOR_PARAMS` applies, or the key is required by that kind."""
 
-    embed_size: Optional[int] = checked(None, _positive_or_none)
-    output_size: Optional[int] = checked(None, _positive_or_none)
+    embed_size: Optional[int] = checked(None, optional(positive))
+    output_size: Optional[int] = checked(None, optional(positive))
     embed_dropout: Optional[float] = checked(None, _rate_or_none)
     # rnn
-    hidden_size: Optional[int] = checked(None, _positive_or_none)
-    num_layers: Optional[int] = checked(None, _positive_or_none)
+    hidden_size: Optional[int] = checked(None, optional(positive))
+    num_layers: Optional[int] = checked(None, optional(positive))
     rnn_type: Optional[Literal["lstm", "gru", "rnn"]] = None
     dropout: Optional[float] = checked(None, _rate_or_none)   # between stacked RNN layers (torch's)
     bias: Optional[bool] = None
     # embedding (stateless) and conv
-    n_head: Optional[int] = checked(None, _positive_or_none)  # embedding only
-    history_size: Optional[int] = checked(None, _non_negative_or_none)
+    n_head: Optional[int] = checked(None, optional(positive))  # embedding only
+    history_size: Optional[int] = checked(None, optional(non_negative))
     activation: Optional[Activation] = None
-    layer_norm_epsilon: Optional[float] = checked(None, _positive_or_none)
+    layer_norm_epsilon: Optional[float] = checked(None, optional(positive))
 
 
 # kind -> {key: WeNet's default, or REQUIRED (WeNet's constructor has no default)}
@@ -90,9 +83,9 @@ class JointConf:
     equal those).  ``join_dim`` is required.  Without ``prejoin_linear`` and
     ``postjoin_linear`` all three sizes must be equal (WeNet asserts it)."""
 
-    enc_output_size: Optional[int] = checked(None, _positive_or_none)
-    pred_output_size: Optional[int] = checked(None, _positive_or_none)
-    join_dim: Optional[int] = checked(None, _positive_or_none)
+    enc_output_size: Optional[int] = checked(None, optional(positive))
+    pred_output_size: Optional[int] = checked(None, optional(positive))
+    join_dim: Optional[int] = checked(None, optional(positive))
     prejoin_linear: bool = True
     postjoin_linear: bool = False
     joint_mode: Literal["add"] = "add"   # WeNet's only mode (it asserts it)
