@@ -136,7 +136,11 @@ def test_fp16_checkpoint_resumes_exactly_with_its_grad_scaler(tiny_experiment, t
         train_here(tiny_experiment, model_dir, cfg, "--max_steps", 3)
         assert (model_dir / "step_3.pt").is_file() and ckpt.load_checkpoint(model_dir / "step_3.pt")["scaler"]
     state = ckpt.load_checkpoint(planted / "step_3.pt")
-    state["scaler"]["scale"] = 1024.0  # a scale an uninterrupted run does not reach in 12 steps
+    # Not a power of two: a scaler starting at 65,536 only halves and doubles, so no
+    # uninterrupted run reaches it (1024.0 was planted before, which six calibration skips
+    # in a row reach on CUDA).
+    planted_scale = 300.0
+    state["scaler"]["scale"] = planted_scale
     info = {k: v for k, v in ckpt.read_info(planted / "step_3.pt").items() if k not in ("sha256", "bytes")}
     ckpt.save_checkpoint(planted / "step_3.pt", state, info)
     for model_dir in (parted, planted):
@@ -145,7 +149,8 @@ def test_fp16_checkpoint_resumes_exactly_with_its_grad_scaler(tiny_experiment, t
     counters = ("epoch", "step", "nonfinite_total", "scaler_skips", "empty_groups")
     assert [a["train_state"][k] for k in counters] == [b["train_state"][k] for k in counters]
     assert a["scaler"] == b["scaler"]
-    assert a["scaler"]["scale"] != 1024.0 and final_state(planted, 1)["scaler"]["scale"] == 1024.0
+    assert a["scaler"]["scale"] != planted_scale
+    assert final_state(planted, 1)["scaler"]["scale"] == planted_scale
     diff = max(float((a["model"][k].float() - b["model"][k].float()).abs().max()) for k in a["model"])
     print(f"fp16 resume: max |weight difference| to the uninterrupted run {diff:.3g}")
     assert diff < 1e-3, diff
