@@ -12,7 +12,7 @@ import dataclasses
 from typing import ClassVar, Literal, Optional
 
 from asrkit.models.transducer.schema import JointConf, PredictorConf, predictor_problems
-from asrkit.schema import WenetKey, any_value, between, checked, non_negative, off, only, optional, positive, same_as
+from asrkit.schema import WenetKey, between, checked, non_negative, off, only, optional, positive, same_as
 
 # WeNet keys of encoder_conf and decoder_conf that are not fields (wenet/transformer/encoder.py,
 # decoder.py): each at the value that is what asrkit always does, or that switches off a WeNet
@@ -136,7 +136,8 @@ class DecoderConf:
 # WeNet's k2 options of the transducer (wenet/models/transducer/transducer.py): asrkit has no
 # k2 path (k2 does not install for asrkit's torch), so only the values that leave it off load.
 _K2 = "k2's pruned RNN-T loss (enable_k2; k2 does not install for asrkit's torch)"
-_K2_ONLY = "read by WeNet only with enable_k2: true (k2's pruned RNN-T loss), which asrkit refuses"
+_K2_ONLY = ("WeNet's default; it acts only in k2's pruned RNN-T loss (enable_k2: true), which asrkit "
+            "does not have, so another value could have no effect")
 
 
 @dataclasses.dataclass
@@ -167,9 +168,10 @@ class ModelConf:
         "apply_non_blank_embedding": off(False, feature="the non-blank embedding of CTC-aligned frames"),
         "enable_k2": off(False, feature=_K2),
         "delay_penalty": off(0.0, feature="the delay penalty of " + _K2),
-        "lm_only_scale": any_value(float, _K2_ONLY),
-        "am_only_scale": any_value(float, _K2_ONLY),
-        "warmup_steps": any_value(float, _K2_ONLY),
+        # WeNet's defaults (wenet/transducer/transducer.py), read only in its k2 branch
+        "lm_only_scale": only(0.25, reason=_K2_ONLY),
+        "am_only_scale": only(0.0, reason=_K2_ONLY),
+        "warmup_steps": only(25000.0, reason=_K2_ONLY),
     }
 
 

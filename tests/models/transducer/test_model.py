@@ -134,7 +134,16 @@ def test_enable_k2_and_the_delay_penalty_are_refused_in_one_line():
     build(TrainConfig, merge(TINY_TRANSDUCER, {"model_conf": {"enable_k2": False, "lm_only_scale": 0.25,
                                                               "am_only_scale": 0.0, "warmup_steps": 25000}}),
           notes=notes)
-    assert any(n.startswith("model_conf.lm_only_scale: 0.25 (read by WeNet only with enable_k2") for n in notes)
+    assert any(n.startswith("model_conf.lm_only_scale: 0.25 (WeNet's default; it acts only in k2's pruned")
+               for n in notes), notes
+
+
+@pytest.mark.parametrize("key,value", [("lm_only_scale", 0.5), ("am_only_scale", 0.1), ("warmup_steps", 1000)])
+def test_k2_only_scales_other_than_wenets_defaults_are_refused_in_one_line(key, value):
+    """WeNet reads them only in k2's pruned loss: a value other than its default could have no effect."""
+    message = refusal(model_conf={key: value})
+    assert "\n" not in message and f"model_conf.{key}: {value} is not supported" in message, message
+    assert "acts only in k2's pruned RNN-T loss" in message and "asrkit does not have" in message, message
 
 
 def test_a_transducer_without_predictor_is_refused_in_one_line():
