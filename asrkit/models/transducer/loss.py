@@ -14,7 +14,9 @@
 Memory: the joint's logits are ``[B, T', U+1, V]`` and torchaudio's loss keeps a gradient
 of the same size (it computes it in the forward pass), so a batch costs about
 ``2 · 4 · B · T' · (U+1) · V`` bytes there, plus the joint's hidden ``[B, T', U+1, join_dim]``
-activations (``docs/experiments/transducer_joint_memory.md``).
+activations; :func:`modified_rnnt_loss` about ``3 · 4 · B · T' · (U+1) · V`` (its fp32
+log-softmax is kept for the backward, which builds gradients of that size;
+``docs/experiments/transducer_joint_memory.md``).
 """
 from __future__ import annotations
 
