@@ -13,10 +13,14 @@ sharded loader with workers, model, Adam), wraps the model in DistributedDataPar
 steps again inside ``model.no_sync()`` (no gradient all-reduce; the optimizer still
 steps).  Real frames are summed over ranks, wall time is the slowest rank's.
 
-Reported per N: global real frames/s, scaling efficiency ``fps(N) / (N · fps(1))``, and
-the all-reduce overhead ``1 − t(no_sync) / t(sync)`` -- how much of a step the gradient
-communication costs beyond what overlapping it with the backward hides.  A JSON line per
-N is printed (``--json`` appends them to a file).
+Reported per N: global real frames/s, scaling efficiency ``fps(N) / (N · fps(1))``, the
+all-reduce overhead ``1 − t(no_sync) / t(sync)`` -- how much of a step the gradient
+communication costs beyond what overlapping it with the backward hides -- and the FLOP share:
+the FLOPs of one training step per real frame (torch's FlopCounterMode, forward + backward,
+``bench/train_throughput.py``'s count) times the global real frames/s, over the summed matmul
+peak of the N processes, each measuring a 1024-square matmul at its thread count and in the
+run's precision at the same time (so the peak is the machine's with all N busy).  A JSON line
+per N is printed (``--json`` appends them to a file).
 """
 from __future__ import annotations
 
@@ -32,7 +36,8 @@ from pathlib import Path
 
 import torch
 
-from bench.pipeline import add_pipeline_args, build_pipeline
+from bench.pipeline import add_pipeline_args, build_pipeline, matmul_peak
+from bench.train_throughput import step_flops_per_frame
 
 
 def timed_steps(pipe, steps: int, sync: bool) -> tuple[float, int]:
@@ -68,12 +73,20 @@ def worker(args) -> None:
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
         results.append((float(slowest[0]), float(t[1])))
+    with pipe.model.no_sync():  # counted on each rank's own batch, no all-reduce
+        _, flops_per_frame = step_flops_per_frame(pipe, pipe.next_batch())
+    dist.barrier()
+    peak = torch.tensor([matmul_peak(args.threads, dtype=pipe.cfg.dtype)], dtype=torch.float64)
+    dist.all_reduce(peak, op=dist.ReduceOp.SUM)
     if rank == 0:
         (sync_s, frames), (nosync_s, frames_nosync) = results
         print(json.dumps({"procs": world, "threads": args.threads, "steps": args.steps,
                           "real_frames_per_s": frames / sync_s,
                           "real_frames_per_s_no_sync": frames_nosync / nosync_s,
                           "step_s": sync_s / args.steps, "step_s_no_sync": nosync_s / args.steps,
+                          "train_flops_per_frame": flops_per_frame, "dtype": pipe.cfg.dtype,
+                          "matmul_peak_GFLOPs": float(peak[0]),
+                          "share_of_peak": frames / sync_s * flops_per_frame / (float(peak[0]) * 1e9),
                           "bucket_cap_mb": args.bucket_cap_mb,
                           "gradient_as_bucket_view": args.gradient_as_bucket_view}), flush=True)
     # DDP's reducer goes before the process group it holds: destroying the group under a live
@@ -107,7 +120,9 @@ def driver(args, argv: list[str]) -> int:
         print(f"{r['procs']} proc x {r['threads']} thread(s): {r['real_frames_per_s']:.0f} real frames/s, "
               f"scaling efficiency {eff}, step {r['step_s']:.2f} s "
               f"({r['step_s_no_sync']:.2f} s without all-reduce: overhead "
-              f"{100 * r['allreduce_overhead']:.1f}%)", file=sys.stderr)
+              f"{100 * r['allreduce_overhead']:.1f}%); {r['train_flops_per_frame'] / 1e6:.1f} MFLOP per frame, "
+              f"{r['dtype']} matmul peak {r['matmul_peak_GFLOPs']:.0f} GFLOP/s over the processes -> "
+              f"{100 * r['share_of_peak']:.1f}% of peak", file=sys.stderr)
         print(json.dumps(r))
         if args.json:
             with open(args.json, "a") as f:

@@ -150,6 +150,13 @@ def test_ddp_scaling_compares_two_gloo_processes_with_one(pipeline_args, train_l
     assert one["efficiency"] == pytest.approx(1.0)
     assert two["efficiency"] == pytest.approx(two["real_frames_per_s"] / (2 * one["real_frames_per_s"]))
     assert two["allreduce_overhead"] == pytest.approx(1 - two["step_s_no_sync"] / two["step_s"])
+    for r in rows:  # the FLOP share: the step's FLOPs per frame at the rate, over the summed peaks
+        assert r["train_flops_per_frame"] > 1e5 and r["matmul_peak_GFLOPs"] > 0
+        assert r["share_of_peak"] == pytest.approx(
+            r["real_frames_per_s"] * r["train_flops_per_frame"] / (r["matmul_peak_GFLOPs"] * 1e9))
+        assert 0 < r["share_of_peak"] < 1
+    # the same model and data: the same FLOPs per frame whether one process counts or two
+    assert two["train_flops_per_frame"] == pytest.approx(one["train_flops_per_frame"], rel=0.3)
 
 
 def test_step_overhead_counts_the_one_collective_the_executor_makes_per_step(tmp_path):
