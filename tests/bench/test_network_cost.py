@@ -15,7 +15,7 @@ import yaml
 
 from tests.helpers import REPO, repo_env, tiny_config_dict
 
-pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # (~20 s; the full run's output: docs/experiments/network_cost.md)
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # (~20 s; the full run's output: docs/experiments/network_cost_epyc.md)
 
 
 @pytest.fixture(scope="module")
