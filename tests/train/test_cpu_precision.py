@@ -66,6 +66,17 @@ class Recorder:
         monkeypatch.setattr(Executor, "_forward", forward)
 
 
+def cpuinfo_flags() -> set[str]:
+    """The ``flags`` of /proc/cpuinfo's first processor (empty where there is none)."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
 def first_keys(exp, tmp_path, cfg, monkeypatch, count: int) -> list[str]:
     """The first key of each of the first ``count`` training batches of epoch 0."""
     with monkeypatch.context() as m:
@@ -134,6 +145,11 @@ def test_bf16_trains_under_autocast_with_ctc_in_fp32_close_to_fp32(tiny_experime
         assert {(on, ctc) for on, _, ctc in rec.seen} == {(autocast, torch.float32)}
         if autocast:
             assert {d for _, d, _ in rec.seen} == {torch.bfloat16} and "mixed precision: " in err
+            # what the run says, against this CPU's flags read here independently of
+            # asrkit.train.precision: native bf16 logged as such, else the emulation warning
+            native = {"avx512_bf16", "amx_bf16"} & cpuinfo_flags()
+            assert ("bf16 autocast on a CPU with native bf16" in err) == bool(native)
+            assert ("bf16 on a CPU without native bf16" in err) == (not native)
         state = ckpt.load_checkpoint(out / "epoch_1.pt")
         assert state["train_state"]["nonfinite_total"] == 0 and state["scaler"] == {}
         losses[dtype] = ckpt.read_info(out / "epoch_1.pt")["cv_loss"]
