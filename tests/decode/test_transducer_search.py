@@ -1,5 +1,6 @@
 """The transducer searches' own properties (``asrkit/decode/transducer_search.py``), on WeNet's
-reference models: feeding the encoder output chunk by chunk gives what feeding it at once
+reference models (the stateless ``embedding`` predictor and the LSTM one, whose (h, c) state the
+searches carry from one fed piece to the next): feeding the encoder output chunk by chunk gives what feeding it at once
 gives (the streaming recognizer relies on it), modified beam search with beam 1 is greedy
 search with one symbol per frame, emission frames are in order and inside the utterance."""
 from __future__ import annotations
@@ -14,10 +15,10 @@ from tests.models.transducer.wenet_transducer import load_reference, load_wenet_
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def model_and_frames():
-    model = load_wenet_transducer("rnnt_stateless_u2pp")
-    ref = load_reference("rnnt_stateless_u2pp")
+@pytest.fixture(scope="module", params=["rnnt_stateless_u2pp", "rnnt_offline"])
+def model_and_frames(request):
+    model = load_wenet_transducer(request.param)
+    ref = load_reference(request.param)
     utt = max(ref["utts"], key=lambda u: u["feats"].size(0))
     with torch.inference_mode():
         enc, _ = model.encode(utt["feats"].unsqueeze(0), torch.tensor([utt["feats"].size(0)]))
