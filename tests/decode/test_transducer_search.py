@@ -1,8 +1,9 @@
 """The transducer searches' own properties (``asrkit/decode/transducer_search.py``), on WeNet's
-reference models (the stateless ``embedding`` predictor and the LSTM one, whose (h, c) state the
-searches carry from one fed piece to the next): feeding the encoder output chunk by chunk gives what feeding it at once
-gives (the streaming recognizer relies on it), modified beam search with beam 1 is greedy
-search with one symbol per frame, emission frames are in order and inside the utterance."""
+reference models (the stateless ``embedding`` predictor and the LSTM one, whose (h, c) state
+the searches carry from one fed piece to the next): feeding the encoder output chunk by chunk
+gives what feeding it at once gives (the streaming recognizer relies on it), modified beam
+search with beam 1 is greedy search with one symbol per frame, emission frames are in order
+and inside the utterance."""
 from __future__ import annotations
 
 import pytest
