@@ -10,13 +10,14 @@ from torch import nn
 from asrkit.models.layers import Dropout
 
 
-def sinusoid_table(positions: torch.Tensor, d_model: int) -> torch.Tensor:
+def sinusoid_table(positions: torch.Tensor, d_model: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """``[len(positions), d_model]``: even columns ``sin(p / 10000^(2i/d))``,
-    odd columns ``cos(p / 10000^(2i/d))``, for each (possibly negative) position ``p``."""
+    odd columns ``cos(p / 10000^(2i/d))``, for each (possibly negative) position ``p``,
+    computed in ``dtype`` (float32, as WeNet computes it; float64 for the exact values)."""
     if d_model % 2:
         raise ValueError(f"positional encoding needs an even dimension, got {d_model}")
-    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
-    angles = positions.to(torch.float32).unsqueeze(1) * inv_freq.unsqueeze(0)
+    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=dtype) * (-math.log(10000.0) / d_model))
+    angles = positions.to(dtype).unsqueeze(1) * inv_freq.unsqueeze(0)
     # [N, d/2, 2] -> [N, d]: sin and cos interleaved; no in-place writes, so an ONNX trace
     # computes the rows in the graph for any (dynamic) positions
     return torch.stack([torch.sin(angles), torch.cos(angles)], dim=-1).flatten(1)

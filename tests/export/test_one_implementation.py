@@ -89,7 +89,7 @@ def sos_at_2():
     y = torch.nn.utils.rnn.pad_sequence([torch.tensor(t) for t in targets], batch_first=True, padding_value=-1)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.005)
     model.train()
-    for _ in range(100):
+    for _ in range(200):  # (100 left the attention mode one token short on some CPUs' rounding)
         loss = model(x, lengths, y, torch.tensor([len(t) for t in targets]))["loss"]
         optimizer.zero_grad()
         loss.backward()

@@ -79,9 +79,13 @@ def test_accum_grad_2_equals_double_batch(tmp_path):
     for (_, a), (_, b), g in zip(norms_acc, norms_big, g_acc):
         assert a == pytest.approx(b, rel=1e-5)
         assert a == pytest.approx(float(g.norm()), rel=1e-5)  # the logged norm is the applied one (no clip)
-    # Adam's first update is ~lr·sign(g): weights agree to well under one step (the gradients above are the real check)
+    # Adam's first update is ~lr·sign(g): weights agree to well under one step where the gradient
+    # stands above float noise; where it is ~0 its sign is the noise's (it flipped one weight of
+    # 77,748 on an AMX Xeon), and Adam bounds any update by lr.  (The gradients above are the real check.)
     lr = ex_acc.optimizer.param_groups[0]["initial_lr"] * 10 ** 0.5 * 10 ** -1.5
-    torch.testing.assert_close(after_step1["acc"], after_step1["big"], rtol=0, atol=0.5 * lr)
+    diff = (after_step1["acc"] - after_step1["big"]).abs()
+    assert float(diff.max()) <= 2 * lr
+    assert float(diff[g_big[0].abs() > 1e-5].max()) <= 0.5 * lr
 
 
 def test_steps_after_every_accum_group_and_at_epoch_end(tmp_path):
