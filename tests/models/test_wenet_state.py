@@ -8,7 +8,8 @@ import torch
 
 from asrkit.io.checkpoint import CheckpointError, load_checkpoint
 from asrkit.models.state import load_weights
-from asrkit.models.wenet_state import from_wenet_state, is_wenet_state
+from asrkit.models.embedding import sinusoid_table
+from asrkit.models.wenet_state import check_table, from_wenet_state, is_wenet_state
 from tests.models.wenet_reference import FIXTURES, load_wenet_model
 
 TABLES = ["encoder.embed.pos_enc.pe", "decoder.left_decoder.embed.1.pe", "decoder.right_decoder.embed.1.pe"]
@@ -60,6 +61,22 @@ def test_a_positional_table_that_is_not_the_sinusoid_is_refused(wenet):
     state["decoder.right_decoder.embed.1.pe"] = table
     with pytest.raises(CheckpointError, match="'decoder.right_decoder.embed.1.pe' is not the sinusoid"):
         load_weights(model, {"model": state}, "epoch_5.pt")
+
+
+def test_a_table_rounded_by_another_cpus_kernels_is_accepted():
+    """Two correct float32 tables differ by a few ulps of the angle, growing with the position
+    (2.4e-4 at p = 5000 between an AVX-512 EPYC's and an AMX Xeon's): the order of the float32
+    operations changed here gives such a table, which must load; 1e-2 off at row 4999 must not
+    (float32's allowance there is 2.4e-3)."""
+    d = 256
+    positions = torch.arange(5000, dtype=torch.float32).unsqueeze(1)
+    angles = positions * torch.pow(10000.0, -torch.arange(0, d, 2, dtype=torch.float32) / d)
+    table = torch.stack([torch.sin(angles), torch.cos(angles)], dim=-1).flatten(1)[None]
+    assert float((table[0] - sinusoid_table(torch.arange(5000), d)).abs().max()) > 1e-5  # (not bit-equal)
+    check_table("encoder.embed.pos_enc.pe", table, "epoch_5.pt")
+    table[0, 4999, 3] += 1e-2
+    with pytest.raises(CheckpointError, match="is not the sinusoid"):
+        check_table("encoder.embed.pos_enc.pe", table, "epoch_5.pt")
 
 
 def test_asrkit_state_is_not_taken_for_wenets(wenet):
