@@ -108,6 +108,19 @@ class RNNPredictor(Predictor):
         return [zeros, zeros.clone()] if self.is_lstm else [zeros]
 
     def _run(self, embed: torch.Tensor, cache: List[torch.Tensor]) -> Tuple[torch.Tensor, List[torch.Tensor]]:
+        if not torch.jit.is_scripting():
+            if embed.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+                # The recurrence in fp32 under CPU autocast (bf16 ``dtype``): CPU autocast sends
+                # the RNN to oneDNN's bf16 kernel, which exists only on CPUs with native bf16
+                # (elsewhere it fails to build its primitive).  The predictor is a small share
+                # of the model's compute, so fp32 costs little and gives the same result on
+                # every CPU; the embedding and projection still run under autocast.  (CUDA
+                # autocast runs cuDNN's half-precision RNN, as WeNet does, and is left alone.)
+                with torch.autocast("cpu", enabled=False):
+                    return self._run_rnn(embed.float(), [c.float() for c in cache])
+        return self._run_rnn(embed, cache)
+
+    def _run_rnn(self, embed: torch.Tensor, cache: List[torch.Tensor]) -> Tuple[torch.Tensor, List[torch.Tensor]]:
         if self.is_lstm:
             out, (h, c) = self.rnn(embed, (cache[0], cache[1]))
             return out, [h, c]

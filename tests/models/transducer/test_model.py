@@ -64,8 +64,11 @@ def test_rnnt_loss_is_fp32_under_bf16_autocast():
     seen = {}
     joint = model.joint.forward
     model.joint.forward = lambda *a, **k: seen.setdefault("logits", joint(*a, **k))
+    model.predictor.rnn.register_forward_hook(lambda m, args, out: seen.update(rnn=(args[0].dtype, out[0].dtype)))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = model(feats, lengths, target, target_lengths)
+    # the LSTM in fp32 on every CPU (oneDNN's bf16 LSTM fails where the CPU lacks native bf16)
+    assert seen["rnn"] == (torch.float32, torch.float32)
     assert seen["logits"].dtype == torch.bfloat16  # the joint ran under autocast ...
     assert out["loss_rnnt"].dtype == torch.float32  # ... the loss did not
     assert torch.allclose(out["loss_rnnt"], want, rtol=3e-2)
