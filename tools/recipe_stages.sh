@@ -30,9 +30,10 @@
 #               [weights="0.1 ..."] [bonuses="0 ..."] -- SET
 #                                                       DIR/fusion_MODE.args: the LM weights
 #                                                       tools/tune_fusion.py chooses on SET (rows in .json)
-#   stage_export N config=YAML checkpoint=PT out=ZIP [onnx_dir=DIR]
+#   stage_export N config=YAML checkpoint=PT out=ZIP [onnx_dir=DIR] [check_data=LIST]
 #                                                       TorchScript archive; with onnx_dir also the
-#                                                       sherpa-onnx models (asrkit.bin.export_onnx)
+#                                                       sherpa-onnx models (asrkit.bin.export_onnx;
+#                                                       a transducer's one-symbol check on check_data)
 #   serve_hint N dir=DIR checkpoint=PT                  the command that serves the model (asrkit serve,
 #                                                       docs/serve.md); a recipe's last stage ends with it
 #
@@ -289,8 +290,8 @@ stage_tune_fusion() {
 
 # Each export is redone when the checkpoint is newer than it.
 stage_export() {
-  local n=$1 config="" checkpoint="" out="" onnx_dir="" rest; shift
-  bind "config checkpoint out onnx_dir" "$@" && need config checkpoint out || return 2
+  local n=$1 config="" checkpoint="" out="" onnx_dir="" check_data="" rest; shift
+  bind "config checkpoint out onnx_dir check_data" "$@" && need config checkpoint out || return 2
   if ! stale "$out" "$checkpoint"; then
     say "$n: $out exists and is newer than $checkpoint, skipped"
   else
@@ -298,11 +299,13 @@ stage_export() {
     python -m asrkit.bin.export --config "$config" --checkpoint "$checkpoint" --output "$out" || return 1
   fi
   [ -n "$onnx_dir" ] || return 0
-  if ! stale "$onnx_dir/model.onnx" "$checkpoint"; then
-    say "$n: $onnx_dir/model.onnx exists and is newer than $checkpoint, skipped"; return
+  # (tokens.txt: written by the CTC and the transducer exports alike)
+  if ! stale "$onnx_dir/tokens.txt" "$checkpoint"; then
+    say "$n: $onnx_dir/tokens.txt exists and is newer than $checkpoint, skipped"; return
   fi
   say "$n: export ONNX for sherpa-onnx -> $onnx_dir"
-  python -m asrkit.bin.export_onnx --config "$config" --checkpoint "$checkpoint" --output_dir "$onnx_dir"
+  python -m asrkit.bin.export_onnx --config "$config" --checkpoint "$checkpoint" --output_dir "$onnx_dir" \
+    ${check_data:+--check_data "$check_data"}
 }
 
 serve_hint() {

@@ -13,7 +13,8 @@ can run); for a transducer also ``rnnt_greedy_search``, ``rnnt_beam_search`` and
 ``train.yaml``, ``units.txt`` and ``meta.json`` (with the SHA-256 of the units file and
 BPE model under ``input_digests``).  A units file that does not fit the checkpoint (another
 number of units, or other units than the checkpoint recorded it was trained with) is
-refused with one line, exit status 2, before anything is scripted.  Before the file is written it is
+refused with one line, exit status 2, before anything is scripted; so is an ``--output`` whose
+folder cannot be created or written, before anything is read.  Before the file is written it is
 loaded back and checked against eager decoding on a random batch (``--no_verify``
 skips that); the write is atomic.  ``tools/decode_exported.py`` shows how to use it.
 Exit status 0 on success, 1 on a clear error, 2 on bad usage.
@@ -35,6 +36,7 @@ from asrkit.data.features import load_cmvn
 from asrkit.decode.options import FULL_CONTEXT_ONLY
 from asrkit.decode.recognizer import build_trained_model
 from asrkit.export import export_model
+from asrkit.io.files import UnwritableDestination, check_destination
 
 log = logging.getLogger("asrkit.export")
 
@@ -74,6 +76,7 @@ def load_for_export(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    check_destination("--output", args.output, folder=False)
     cfg, tokenizer, model, feature_cmvn = load_for_export(args)
     config_text = Path(args.config).read_text(encoding="utf-8")
     if args.override:  # store the config the model was built from
@@ -96,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_tool(run, build_parser().parse_args(argv), log)
+    return run_tool(run, build_parser().parse_args(argv), log, bad_input=(UnwritableDestination,))
 
 
 if __name__ == "__main__":

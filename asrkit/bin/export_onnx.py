@@ -17,7 +17,10 @@ sherpa-onnx computes (kaldi-native-fbank: ``snip_edges`` false, top mel edge at 
 transcripts in sherpa-onnx would differ from asrkit's, and
 :mod:`asrkit.export.sherpa` refuses it.
 A transducer (``model: transducer``) is written in sherpa-onnx's transducer layout instead
-(encoder/decoder/joiner, :mod:`asrkit.bin.export_onnx_transducer`).
+(encoder/decoder/joiner, :mod:`asrkit.bin.export_onnx_transducer`; it warns in one line when
+sherpa-onnx's one-symbol-per-frame search can give other transcripts, counted on
+``--check_data``).  An ``--output_dir`` that cannot be created or written is refused in one
+line before anything is read.
 Exit status 0 on success, 1 on a clear error, 2 on bad usage.
 """
 from __future__ import annotations
@@ -30,8 +33,10 @@ from pathlib import Path
 from asrkit.bin import export_onnx_transducer
 from asrkit.bin.bad_input import run_tool
 from asrkit.bin.export import add_model_args, load_for_export, refuse_streaming
+from asrkit.data.audio import DataFault
 from asrkit.export.onnx import FBANK_DEFAULTS, export_onnx
 from asrkit.export.runtime_features import runtime_feature_mismatch
+from asrkit.io.files import UnwritableDestination, check_destination
 from asrkit.models.chunks import ChunkTraining
 from asrkit.models.transducer.model import Transducer
 
@@ -52,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_destination("--output_dir", args.output_dir, folder=True)
     cfg, tokenizer, model, feature_cmvn = load_for_export(args)
     if isinstance(model, Transducer):  # sherpa-onnx's transducer layout (asrkit/bin/export_onnx_transducer.py)
         return export_onnx_transducer.run(args, cfg, tokenizer, model, feature_cmvn)
@@ -85,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     hint = "ONNX export needs onnx and onnxruntime (pip install -r requirements.txt)"
-    return run_tool(run, build_parser().parse_args(argv), log, hints={ImportError: hint})
+    return run_tool(run, build_parser().parse_args(argv), log, bad_input=(UnwritableDestination, DataFault),
+                    hints={ImportError: hint})
 
 
 if __name__ == "__main__":

@@ -24,6 +24,10 @@ metadata records both sides (``asrkit_train_*``, ``asrkit_input_*``).
 the offline encoder on a padded batch, the decoder on every context a search can feed
 (``[-1, …, 0]`` and later windows), the joiner on random inputs, and the streaming encoder
 driven exactly as sherpa-onnx drives it against asrkit's chunk-by-chunk forward.
+
+**One symbol per frame.**  sherpa-onnx's transducer greedy search emits at most one symbol
+per frame, asrkit's may emit several: on speech it is given (``check_audio``) the export
+counts the frames where it does and says what follows (:mod:`asrkit.export.one_symbol_per_frame`).
 """
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ from asrkit.data.features import INT16_SCALE
 from asrkit.export.archive import ExportCheckError, inference_copy
 from asrkit.export.onnx import (CHECK_TOLERANCE, _trace_to_onnx, keep_checked, ort_session,
                                 padded_batch_difference, session_runner, write_tokens)
+from asrkit.export.one_symbol_per_frame import search_mismatch, symbols_per_frame
 from asrkit.export.onnx_transducer_graphs import (OfflineEncoder, StreamingEncoder, graphs,
                                                   log_shift, refuse_stateful_predictor)
 
@@ -284,7 +289,9 @@ def export_transducer_onnx(model: nn.Module, units: Sequence[str], output_dir: P
                            feature_cmvn: Optional[Tuple[torch.Tensor, torch.Tensor]] = None,
                            streaming: bool = False, chunk_size: int = 16, num_left_chunks: int = 4,
                            int8: bool = True, verify: bool = True,
-                           tolerance: float = CHECK_TOLERANCE) -> Dict[str, object]:
+                           tolerance: float = CHECK_TOLERANCE,
+                           check_audio: Optional[Sequence[Tuple[np.ndarray | torch.Tensor, int]]] = None
+                           ) -> Dict[str, object]:
     """Write the transducer's graphs for sherpa-onnx into ``output_dir`` (module
     docstring): ``encoder.onnx``, ``decoder.onnx``, ``joiner.onnx``, with ``streaming``
     also ``encoder-streaming.onnx`` (``chunk_size`` encoder frames per window,
@@ -296,9 +303,14 @@ def export_transducer_onnx(model: nn.Module, units: Sequence[str], output_dir: P
     convolution is not causal.  ``fbank``: the training filterbank (:meth:`Fbank.from_config`).
     ``feature_cmvn``: a data-pipeline CMVN to put inside.  With ``verify`` every fp32 file is
     compared with eager asrkit under onnxruntime (:class:`~asrkit.export.archive.ExportCheckError`
-    beyond ``tolerance``).  Returns a summary: files and sizes, the checks' largest
-    differences, ``feature_mismatch`` (what the offline runtime computes differently from
-    training), seconds."""
+    beyond ``tolerance``).  ``check_audio``: ``(samples in [-1, 1), sample_rate)`` of speech
+    at the training rate, on which the frames where asrkit's greedy search emits more than
+    one symbol are counted before anything is traced (module docstring; ``None`` or empty:
+    not counted).  Returns a summary: files and sizes, the checks' largest differences,
+    ``feature_mismatch`` (what the offline runtime computes differently from training),
+    ``symbols_per_frame`` (:func:`symbols_per_frame` on ``check_audio``, or ``None``),
+    ``search_mismatch`` (:func:`search_mismatch`: ``None``, or the line saying that
+    sherpa-onnx's transcripts can differ and why), seconds."""
     refuse_stateful_predictor(model)
     _check_sherpa_frames(fbank)
     if len(units) != model.vocab_size:
@@ -310,6 +322,9 @@ def export_transducer_onnx(model: nn.Module, units: Sequence[str], output_dir: P
     offline_input = offline_runtime(fbank)
     offline_adapter, decoder, joiner = graphs(model, feature_cmvn, log_shift(fbank.sample_scale,
                                                                              offline_input.sample_scale))
+    counts = (symbols_per_frame(model, offline_adapter.normalizer, [fbank.compute(samples, rate)
+                                                                    for samples, rate in check_audio])
+              if check_audio else None)
     streaming_graph = None
     if streaming:
         online_input = online_runtime(fbank)
@@ -320,7 +335,8 @@ def export_transducer_onnx(model: nn.Module, units: Sequence[str], output_dir: P
     started = time.perf_counter()
     bins, join_dim = fbank.num_mel_bins, int(model.joint.ffn_out.in_features)
     summary: Dict[str, object] = {"files": {}, "max_abs_diff": {},
-                                  "feature_mismatch": feature_mismatch(fbank, offline_input)}
+                                  "feature_mismatch": feature_mismatch(fbank, offline_input),
+                                  "symbols_per_frame": counts, "search_mismatch": search_mismatch(model, counts)}
     encoder = OfflineEncoder(model, offline_adapter).eval()
     encoder_meta = {"model_type": "conformer", "model_author": "asrkit", "comment": "offline transducer encoder",
                     **_fbank_metadata(fbank, offline_input)}

@@ -8,9 +8,11 @@ mid-write leaves the old file intact (the temporary is removed, or left for
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
+import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -121,3 +123,52 @@ def file_digest(path: str | Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+class UnwritableDestination(Exception):
+    """The export's destination cannot be created or written: one line naming the option,
+    the path and the reason (a command refuses it with exit status 2)."""
+
+
+def _probe_folder(folder: Path) -> None:
+    """``OSError`` (its ``filename`` the path that failed) unless ``folder`` exists or can be
+    created, with its missing parents, and a file can be created in it.  The probe creates
+    them and removes them again: a refusal after it leaves nothing behind.  Trying is the
+    only sure test: permission bits do not stop root, while ``/proc`` or a read-only mount
+    do (``os.access`` says yes to root there)."""
+    existing, missing = folder.absolute(), []
+    while not os.path.lexists(existing):  # (false under a regular file, too)
+        missing.append(existing)
+        existing = existing.parent
+    if not existing.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(existing))
+    created = []
+    try:
+        for path in reversed(missing):
+            path.mkdir()
+            created.append(path)
+        try:
+            handle, probe = tempfile.mkstemp(dir=folder, prefix=".asrkit-write-probe-")
+        except OSError as e:  # (it names the random file; the folder is what to fix)
+            raise OSError(e.errno, e.strerror, str(folder)) from None
+        os.close(handle)
+        os.unlink(probe)
+    finally:
+        for path in reversed(created):
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+
+def check_destination(option: str, path: str, folder: bool) -> None:
+    """Refuse (:class:`UnwritableDestination`) an export destination that cannot be written,
+    before any work: ``path`` given as ``option`` is the folder to write into (``folder``)
+    or a file to write into its folder, which must exist or be creatable and take a new
+    file (:func:`_probe_folder`); a file destination must not be a folder."""
+    target = Path(path)
+    try:
+        if not folder and target.is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(target))
+        _probe_folder(target if folder else target.parent)
+    except OSError as e:
+        where = f" ({e.filename})" if e.filename and e.filename != str(target) else ""
+        raise UnwritableDestination(f"{option} {path}: cannot be written: {e.strerror or e}{where}") from None

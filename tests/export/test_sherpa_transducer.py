@@ -4,7 +4,9 @@ from_transducer``, ``OnlineRecognizer.from_transducer``), gives the transcripts 
 greedy search limited to one symbol per frame (offline) and of asrkit's chunk-by-chunk
 encoder with that search (streaming), fp32 and int8, on the features the runtime computes;
 the layouts and metadata sherpa-onnx reads; the decoder's ``−1`` is the zero history;
-a batch of streams equals the streams one by one; what cannot be exported is refused."""
+a batch of streams equals the streams one by one; what cannot be exported is refused; the
+export says, in one line, when asrkit's greedy search emits several symbols on a frame,
+which sherpa-onnx's cannot, and is silent for a model of the modified lattice."""
 from __future__ import annotations
 
 import copy
@@ -18,6 +20,7 @@ import torch
 from asrkit.config import TrainConfig, build, load_config
 from asrkit.export import sherpa_transducer as st
 from asrkit.export.onnx import int8_name, ort_session, session_runner
+from asrkit.export.one_symbol_per_frame import search_mismatch
 from asrkit.export.onnx_transducer import (DECODER_FILE, ENCODER_FILE, JOINER_FILE, STREAMING_ENCODER_FILE, Fbank,
                                            export_transducer_onnx, initial_states)
 from asrkit.export.sherpa import read_metadata
@@ -38,22 +41,22 @@ def units_of(folder: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def u2pp(tmp_path_factory):
+def audio() -> list[tuple[np.ndarray, int]]:
+    return [sf.read(w, dtype="float32") for w in WAVS]
+
+
+@pytest.fixture(scope="module")
+def u2pp(tmp_path_factory, audio):
     """WeNet's U2++ transducer (``embedding`` predictor, context 2) exported offline and
     streaming (chunk 4, 2 left chunks), fp32 + int8, with the training filterbank of its
-    config."""
+    config, the fixture wavs as its check audio."""
     model = load_wenet_transducer(U2PP)
     fbank = Fbank.from_config(load_config(FIXTURES / U2PP / "train.yaml"))
     units = [line.split()[0] for line in (FIXTURES / U2PP / "units.txt").read_text().splitlines()]
     out = tmp_path_factory.mktemp("u2pp_transducer")
     summary = export_transducer_onnx(model, units, out, fbank=fbank, streaming=True, chunk_size=CHUNK,
-                                     num_left_chunks=LEFT)
+                                     num_left_chunks=LEFT, check_audio=audio)
     return model, out, summary
-
-
-@pytest.fixture(scope="module")
-def audio() -> list[tuple[np.ndarray, int]]:
-    return [sf.read(w, dtype="float32") for w in WAVS]
 
 
 def test_the_files_carry_sherpas_layout_and_the_checks_ran(u2pp):
@@ -122,12 +125,14 @@ def test_sherpa_streams_as_asrkits_chunked_greedy(u2pp, audio, int8):
         assert want and tokens == st.sherpa_symbols(want, units), wav.name
 
 
-def conv_u2pp_transducer(pos: str, encoder: str = "conformer"):
+def conv_u2pp_transducer(pos: str, encoder: str = "conformer", rnnt_type: str = "regular"):
     """A random tiny U2++ transducer with a ``conv`` predictor (context 3), positional
     encoding ``pos`` and ``encoder`` (a transformer: no convolution, an empty convolution
-    cache), its blank pushed down so that greedy search emits tokens."""
+    cache), of the ``rnnt_type`` lattice, its blank pushed down so that greedy search emits
+    tokens."""
     conf = copy.deepcopy(TINY_TRANSDUCER)
     conf["encoder"] = encoder
+    conf["model_conf"]["rnnt_type"] = rnnt_type
     if encoder == "conformer":
         conf["encoder_conf"].update({"causal": True, "cnn_module_norm": "layer_norm"})
     else:
@@ -175,6 +180,32 @@ def test_a_conv_predictor_exports_and_a_batch_of_streams_equals_each_stream(tmp_
             assert got[:, :, b:b + 1].shape == want.shape and np.allclose(got[:, :, b:b + 1], want, rtol=0, atol=1e-5)
 
 
+def test_the_export_counts_the_frames_of_several_symbols_sherpas_search_cannot_emit(u2pp):
+    """WeNet's model is of the regular lattice: on the fixture wavs asrkit's greedy search
+    emits more than one symbol on 8 of 85 frames, which sherpa-onnx's one-symbol search
+    cannot (its transcript of one wav differs); the summary counts them and says so in one
+    line with the fix."""
+    _, _, summary = u2pp
+    assert summary["symbols_per_frame"] == {"utterances": 3, "frames": 85, "multi_symbol_frames": 8, "tokens": 35}
+    line = summary["search_mismatch"]
+    assert line.startswith("8 of 85 encoder frames (9.4 %) of 3 check utterances emit more than one symbol under "
+                           "asrkit's greedy search (rnnt_greedy_search); sherpa-onnx's transducer search emits at "
+                           "most one per frame, so its transcripts can differ") and "\n" not in line
+    assert line.endswith("Train with model_conf.rnnt_type: modified (one symbol per frame; docs/export.md) for "
+                         "the same transcripts in both")
+
+
+def test_a_model_of_the_modified_lattice_is_not_warned_about(tmp_path, audio):
+    """asrkit searches it one symbol per frame, as sherpa-onnx does: counted on speech, no
+    frame has two (every one has one: its blank is pushed down); no line, with or without
+    check audio."""
+    model = conv_u2pp_transducer("rel_pos", rnnt_type="modified")
+    summary = export_transducer_onnx(model, ["<blank>"] + [f"t{i}" for i in range(1, 12)], tmp_path, int8=False,
+                                     verify=False, check_audio=audio)
+    assert summary["symbols_per_frame"] == {"utterances": 3, "frames": 85, "multi_symbol_frames": 0, "tokens": 85}
+    assert summary["search_mismatch"] is None and search_mismatch(model, None) is None
+
+
 def test_an_lstm_predictor_or_a_centred_convolution_is_refused(tmp_path):
     with pytest.raises(ValueError, match="predictor: rnn cannot be exported for sherpa-onnx: its state is a "
                                          "recurrent hidden state, not a fixed context of tokens"):
@@ -186,7 +217,8 @@ def test_an_lstm_predictor_or_a_centred_convolution_is_refused(tmp_path):
     assert not list(tmp_path.iterdir())  # refused before anything is written
 
 
-def test_the_cli_writes_the_transducer_layout_and_refuses_an_lstm_predictor(tmp_path, caplog):
+def test_the_cli_writes_the_transducer_layout_and_refuses_an_lstm_predictor(tmp_path, caplog, u2pp):
+    """Also: ``--check_data`` (the fixture wavs) gives the summary's line as the one warning."""
     from asrkit.bin.export_onnx import main
 
     def args(name):
@@ -195,9 +227,11 @@ def test_the_cli_writes_the_transducer_layout_and_refuses_an_lstm_predictor(tmp_
                 "--override", f"tokenizer_conf.symbol_table_path={folder / 'units.txt'}",
                 "--override", f"cmvn_conf.cmvn_file={folder / 'global_cmvn'}", "--int8", "false"]
 
-    assert main([*args(U2PP), "--output_dir", str(tmp_path / "a"), "--chunk_size", "4", "--num_left_chunks", "2"]) == 0
+    assert main([*args(U2PP), "--output_dir", str(tmp_path / "a"), "--chunk_size", "4", "--num_left_chunks", "2",
+                 "--check_data", *map(str, WAVS)]) == 0
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == sorted(
         [DECODER_FILE, ENCODER_FILE, JOINER_FILE, STREAMING_ENCODER_FILE, "tokens.txt"])
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [u2pp[2]["search_mismatch"]]
     assert read_metadata(tmp_path / "a" / STREAMING_ENCODER_FILE)["left_context"] == "8"
     assert main([*args("rnnt_offline"), "--output_dir", str(tmp_path / "b")]) == 2
     assert "predictor: rnn cannot be exported" in caplog.text and not (tmp_path / "b").exists()

@@ -166,7 +166,8 @@ if run_stage 5; then
   fi
 fi
 # (a transducer exports too: final.zip with its searches, ONNX in sherpa-onnx's transducer layout)
-run_stage 6 && stage_export 6 config="$dir/train.yaml" checkpoint="$decode_checkpoint" out="$dir/final.zip" onnx_dir="$dir/onnx"
+run_stage 6 && stage_export 6 config="$dir/train.yaml" checkpoint="$decode_checkpoint" out="$dir/final.zip" onnx_dir="$dir/onnx" \
+  check_data="data/dev/$(list_name "$data_type")"
 
 lm=data/lm/${lm_order}gram.arpa
 run_stage 7 && stage_lm 7 out="$lm" order="$lm_order" prune="$lm_prune"

@@ -57,5 +57,6 @@ decode_checkpoint=${decode_checkpoint:-$dir/avg_${average_num}.pt}
 # shellcheck disable=SC2086  # test_sets is a word list
 run_stage 5 && stage_average_decode_score 5 "${decoding[@]}" dir="$dir" checkpoint="$decode_checkpoint" \
   type="$data_type" -- $test_sets
-run_stage 6 && stage_export 6 config="$dir/train.yaml" checkpoint="$decode_checkpoint" out="$dir/final.zip" onnx_dir="$dir/onnx"
+run_stage 6 && stage_export 6 config="$dir/train.yaml" checkpoint="$decode_checkpoint" out="$dir/final.zip" onnx_dir="$dir/onnx" \
+  check_data="data/dev/$(list_name "$data_type")"
 exit 0

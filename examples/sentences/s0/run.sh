@@ -87,7 +87,8 @@ decode_checkpoint=${decode_checkpoint:-$dir/avg_${average_num}.pt}
 # shellcheck disable=SC2086  # test_sets is a word list
 run_stage 5 && stage_average_decode_score 5 "${decoding[@]}" dir="$dir" checkpoint="$decode_checkpoint" \
   type="$data_type" -- $test_sets
-run_stage 6 && stage_export 6 config="$dir/train.yaml" checkpoint="$decode_checkpoint" out="$dir/final.zip" onnx_dir="$dir/onnx"
+run_stage 6 && stage_export 6 config="$dir/train.yaml" checkpoint="$decode_checkpoint" out="$dir/final.zip" onnx_dir="$dir/onnx" \
+  check_data="data/dev/$(list_name "$data_type")"
 
 lm=data/lm/${lm_order}gram.arpa
 run_stage 7 && stage_lm 7 out="$lm" order="$lm_order" prune="$lm_prune"
