@@ -24,8 +24,10 @@ from asrkit.export.one_symbol_per_frame import search_mismatch
 from asrkit.export.onnx_transducer import (DECODER_FILE, ENCODER_FILE, JOINER_FILE, STREAMING_ENCODER_FILE, Fbank,
                                            export_transducer_onnx, initial_states)
 from asrkit.export.sherpa import read_metadata
+from asrkit.metrics import align
 from asrkit.models import build_model
 from asrkit.text.vocabulary import Vocabulary
+from tests.train.test_cpu_precision import cpuinfo_flags
 from tests.models.transducer.tiny import TINY_TRANSDUCER, tiny_transducer
 from tests.models.transducer.wenet_transducer import FIXTURES, load_wenet_transducer
 
@@ -98,16 +100,33 @@ def test_the_decoder_reads_minus_one_as_the_zero_history(u2pp):
     assert np.abs(blank_history - want.numpy()).max() > 1e-2
 
 
+def exact_int8_kernels() -> bool:
+    """Whether onnxruntime's int8 matmuls accumulate exactly here: with AVX512-VNNI the
+    u8·s8 products sum in int32 (the AVX-512 EPYC and the AMX Xeon of the project's machines
+    gave fp32's transcripts in int8); AVX2's pairwise vpmaddubsw saturates at int16 and rounds
+    differently (one of the three wavs changed two symbols on an AVX2 EPYC)."""
+    return "avx512_vnni" in cpuinfo_flags()
+
+
 @pytest.mark.parametrize("int8", [False, True], ids=["fp32", "int8"])
 def test_sherpa_offline_equals_asrkits_one_symbol_per_frame_greedy(u2pp, audio, int8):
+    """fp32: the same symbols on every wav, on any CPU.  int8: the same where the CPU's int8
+    kernels are exact (:func:`exact_int8_kernels`), else within 20 % symbol edits of them in
+    all (quantization noise, not a broken graph: that scores far worse)."""
     model, out, _ = u2pp
     meta = read_metadata(out / ENCODER_FILE)
     norm, units = st.adapter(model, meta), units_of(out)
     recognizer = st.offline_recognizer(out, int8=int8)
+    edits = total = 0
     for (samples, rate), wav in zip(audio, WAVS):
-        want = st.asrkit_offline_tokens(model, norm, st.runtime_features(meta, samples, rate))
+        want = st.sherpa_symbols(st.asrkit_offline_tokens(model, norm, st.runtime_features(meta, samples, rate)), units)
         assert want, wav.name
-        assert st.decode_offline(recognizer, samples, rate) == st.sherpa_symbols(want, units), wav.name
+        got = st.decode_offline(recognizer, samples, rate)
+        if not int8 or exact_int8_kernels():
+            assert got == want, wav.name
+        a = align(want, got)
+        edits, total = edits + a.errors, total + len(want)
+    assert edits <= 0.2 * total, (edits, total)
 
 
 @pytest.mark.parametrize("int8", [False, True], ids=["fp32", "int8"])
