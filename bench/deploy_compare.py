@@ -51,6 +51,8 @@ from asrkit.export.sherpa import (TAIL_PADDING_S, FeatureMismatchWarning, check_
                                   decode_streaming, offline_recognizer, online_recognizer, read_metadata)
 from asrkit.inputs import load_text_inputs
 from asrkit.metrics import score
+if __package__ in (None, ""):  # run by its path: the repository root importable, as under `python -m`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.deploy_transducer import transducer_engines
 
 

@@ -45,6 +45,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+if __package__ in (None, ""):  # run by its path: the repository root importable, as under `python -m`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.gpu_stages import env_check
 from bench.gpu_stages.corpus import unpack_corpus
 from bench.gpu_stages.process import run_with_deadline, tail

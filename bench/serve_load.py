@@ -45,6 +45,8 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
+if __package__ in (None, ""):  # run by its path: the repository root importable, as under `python -m`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tools.wenet_client import stream  # (the protocol client the tests use)
 
 REPO = Path(__file__).resolve().parents[1]

@@ -34,6 +34,8 @@ from asrkit.text.vocabulary import Vocabulary
 from asrkit.train.dist import DistContext, wrap_ddp
 from asrkit.train.executor import Executor, TrainState
 from asrkit.train.scheduler import build_optimizer, build_scheduler
+if __package__ in (None, ""):  # run by its path: the repository root importable, as under `python -m`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.helpers import free_port, random_batch, tiny_config_dict
 
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather_object", "gather_object", "barrier")

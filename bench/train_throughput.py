@@ -36,6 +36,8 @@ from pathlib import Path
 
 import torch
 
+if __package__ in (None, ""):  # run by its path: the repository root importable, as under `python -m`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.pipeline import add_pipeline_args, build_pipeline, matmul_peak
 
 

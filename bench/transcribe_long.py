@@ -43,6 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
+if __package__ in (None, ""):  # run by its path: the repository root importable, as under `python -m`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tools import synthesize_corpus as synth
 
 SAMPLE_RATE = 16000

@@ -26,6 +26,14 @@ def repo_env(**extra: str) -> dict:
     return env
 
 
+def venv_env(**extra: str) -> dict:
+    """This environment without ``PYTHONPATH``: what a user has with only the venv active
+    (tools and bench scripts find the repository root themselves), plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(extra)
+    return env
+
+
 def run_tool(script: str, *args, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
     """Run ``tools/<script>`` with this interpreter, capturing text output."""
     cmd = [sys.executable, str(REPO / "tools" / script), *map(str, args)]
@@ -174,3 +182,14 @@ def launch_ranks(rank_argvs: list[list[str]], timeout: float = 240) -> list[tupl
             if p.poll() is None:
                 p.kill()
     return [(p.returncode, o, e) for p, (o, e) in zip(procs, outs)]
+
+
+def cpuinfo_flags() -> set[str]:
+    """The ``flags`` of /proc/cpuinfo's first processor (empty where there is none)."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()

@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -30,6 +31,8 @@ from asrkit.decode.fusion import build_fusion
 from asrkit.decode.recognizer import build_trained_model
 from asrkit.inputs import load_text_inputs
 from asrkit.metrics import score
+if __package__ in (None, ""):  # run by its path: the repository root importable, as under `python -m`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tools.tune_fusion import decode_point, encode_all
 
 

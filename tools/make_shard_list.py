@@ -17,9 +17,10 @@ where ``offset``/``size`` locate the ``<key>.wav`` data inside the tar and
 ``shards_dir`` was given (relative = relative to the working directory, like every
 asrkit list).
 
-A key that cannot safely name a tar member (absolute, with a ``..`` component, a
-backslash or a control character: ``asrkit.data.lists.unsafe_member_name``) is refused
-before anything is written.  Utterances whose audio is missing, unreadable, truncated or
+A list that repeats a key or has a key that is not a Kaldi token (empty, whitespace or a
+control character: ``asrkit.data.lists.read_list``), or a key that cannot safely name a tar
+member (absolute, with a ``..`` component, a backslash: ``asrkit.data.lists.unsafe_member_name``),
+is refused (exit status 2, the file, key and line named) before anything is written.  Utterances whose audio is missing, unreadable, truncated or
 empty are left out,
 each logged with its reason, and counted in a summary.  Shards are written in parallel
 (``--num_threads`` processes), each atomically (``asrkit.io.files.atomic_write``: a
@@ -44,7 +45,7 @@ from pathlib import Path
 import soundfile
 
 from asrkit.data.audio import DataFault, load_audio
-from asrkit.data.lists import ListEntry, read_list, unsafe_member_name, write_shard_list
+from asrkit.data.lists import ListEntry, ListError, read_list, unsafe_member_name, write_shard_list
 from asrkit.data.processors import Skip, SkipStats
 from asrkit.io.files import WriteError, atomic_write
 
@@ -120,17 +121,16 @@ def main(argv=None) -> int:
     if args.num_utts_per_shard < 1 or args.num_threads < 1:
         p.error("--num_utts_per_shard and --num_threads must be >= 1")
 
-    entries = read_list(args.data_list)
+    try:
+        entries = read_list(args.data_list)  # (its keys checked there: each once, each a Kaldi token)
+    except (ListError, OSError) as e:
+        p.error(str(e))
     if any(e.is_shard_member for e in entries):
         p.error(f"{args.data_list} is already a shard list")
-    seen = set()
     for e in entries:
-        if e.key in seen:
-            p.error(f"{args.data_list}: duplicate key {e.key!r} (tar member names must be unique)")
         unsafe = unsafe_member_name(f"{e.key}.wav")
         if unsafe:
             p.error(f"{args.data_list}: key {e.key!r} cannot name a tar member ({unsafe}); nothing was written")
-        seen.add(e.key)
     Path(args.shards_dir).mkdir(parents=True, exist_ok=True)
     n = args.num_utts_per_shard
     jobs = [(str(Path(args.shards_dir) / f"{args.prefix}_{i // n:06d}.tar"), entries[i:i + n])

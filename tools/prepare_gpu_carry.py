@@ -24,6 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+if __package__ in (None, ""):  # run by its path: the repository root importable, as under `python -m`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.gpu_stages.corpus import pack_corpus
 from tools import synthesize_corpus
 

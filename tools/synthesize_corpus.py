@@ -43,6 +43,8 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
+if __package__ in (None, ""):  # run by its path: the repository root importable, as under `python -m`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tools.sentence_grammar import sentence
 
 SAMPLE_RATE = 16000

@@ -17,7 +17,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from tests.helpers import REPO, distinct_utterance_list, repo_env
+from tests.helpers import REPO, distinct_utterance_list, repo_env, venv_env
 
 # the tiny experiment's fbank: the documented defaults (docs/data.md), 25 ms windows every 10 ms
 FRAME_LENGTH_S, FRAME_SHIFT_S = 0.025, 0.010
@@ -26,11 +26,12 @@ PROFILE_CATEGORIES = {"convolution", "matmul", "softmax", "ctc", "dropout masks"
                       "memory", "other"}
 
 
-def bench(script: str, *args, cwd: Path) -> tuple[str, float]:
-    """Run ``bench/<script>``; its stdout and the process's wall-clock seconds."""
+def bench(script: str, *args, cwd: Path, env: dict | None = None) -> tuple[str, float]:
+    """Run ``bench/<script>`` (in ``env``, default :func:`repo_env`); its stdout and the
+    process's wall-clock seconds."""
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, str(REPO / "bench" / script), *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd, env=repo_env(), timeout=300)
+                          capture_output=True, text=True, cwd=cwd, env=env or repo_env(), timeout=300)
     wall = time.perf_counter() - start
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout, wall
@@ -262,14 +263,15 @@ def test_data_pipeline_runs_as_documented_and_prints_every_table(tiny_experiment
     """``bench/data_pipeline.py --help``, then its documented run with ``--model_config`` (here
     on the tiny corpus's list instead of a synthesized one, and the tiny model): the step
     breakdown used to die with ``KeyError: 'epoch'`` in speed_perturb (its samples lacked the
-    epoch), and the trainer steps trained an empty batch on lists shorter than 64 utterances."""
+    epoch), and the trainer steps trained an empty batch on lists shorter than 64 utterances.
+    Run with the venv alone (no ``PYTHONPATH``), as the docs show it."""
     script = [sys.executable, str(REPO / "bench" / "data_pipeline.py")]
-    usage = subprocess.run([*script, "--help"], capture_output=True, text=True, cwd=tmp_path, env=repo_env(), timeout=60)
+    usage = subprocess.run([*script, "--help"], capture_output=True, text=True, cwd=tmp_path, env=venv_env(), timeout=60)
     assert usage.returncode == 0 and "--data_list" in usage.stdout and "--model_config" in usage.stdout
     data_list = tiny_experiment.corpus.splits["train"].data_list
     config = tiny_experiment.config(tmp_path / "tiny.yaml")
     out, wall = bench("data_pipeline.py", "--data_list", data_list, "--repeats", 1, "--workdir", tmp_path / "work",
-                      "--model_config", config, cwd=tmp_path)
+                      "--model_config", config, cwd=tmp_path, env=venv_env())
     files = wavs(data_list)
     audio = audio_seconds(files)
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]

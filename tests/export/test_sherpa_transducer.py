@@ -27,7 +27,7 @@ from asrkit.export.sherpa import read_metadata
 from asrkit.metrics import align
 from asrkit.models import build_model
 from asrkit.text.vocabulary import Vocabulary
-from tests.train.test_cpu_precision import cpuinfo_flags
+from tests.helpers import cpuinfo_flags
 from tests.models.transducer.tiny import TINY_TRANSDUCER, tiny_transducer
 from tests.models.transducer.wenet_transducer import FIXTURES, load_wenet_transducer
 

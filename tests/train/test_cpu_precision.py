@@ -10,7 +10,7 @@ import torch
 from asrkit.train import checkpoint as ckpt
 from asrkit.train.executor import Executor
 from asrkit.train.precision import CpuCapabilities, cpu_capabilities, cpu_precision
-from tests.helpers import train_here
+from tests.helpers import cpuinfo_flags, train_here
 
 pytestmark = pytest.mark.usefixtures("restore_threads")
 
@@ -64,17 +64,6 @@ class Recorder:
                     out = {**out, "loss": out["loss"] * 1e4}
             return out
         monkeypatch.setattr(Executor, "_forward", forward)
-
-
-def cpuinfo_flags() -> set[str]:
-    """The ``flags`` of /proc/cpuinfo's first processor (empty where there is none)."""
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 def first_keys(exp, tmp_path, cfg, monkeypatch, count: int) -> list[str]:
