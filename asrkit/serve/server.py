@@ -168,6 +168,9 @@ class RecognitionServer:
         return response(405, b"GET or POST\n", "text/plain; charset=utf-8")
 
     async def _upload(self, connection, request):
+        if connection.body_error is not None:
+            status, message = connection.body_error
+            return json_response(status, {"error": message})
         if connection.body_too_large:
             return json_response(413, {"error": f"upload larger than {self.limits.max_upload_bytes} bytes"})
         if not connection.body:

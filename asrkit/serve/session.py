@@ -3,7 +3,8 @@
 
 * :class:`ChunkSession` -- a chunk-trained model streamed chunk by chunk: a
   :class:`asrkit.stream.recognizer.StreamingRecognizer` (partial results after every chunk,
-  a rescored final result at each endpoint and at the end);
+  a rescored final result at each endpoint and at the end; its endpoints read silence from
+  the CTC blank probabilities);
 * :class:`SegmentSession` -- a full-context model, which chunks would garble, is never
   chunk-decoded: audio collects into the current segment; every ``partial_interval_s`` of
   audio the segment so far is checked for an endpoint (the voice-activity detector's speech
@@ -15,12 +16,24 @@
   at fixed audio positions, so the final results do not depend on how the client cuts its
   messages.
 
+In both, a segment in which the voice-activity detector finds no speech gives no text, as
+``transcribe`` gives none for it (:func:`has_speech`, ``transcribe``'s own decision): a model
+emits tokens on silence, noise or tones that no one spoke (a full-context model decoding 5 s
+of digital zeros whole, a chunk model on a tone).  Its final result is one empty hypothesis
+without word times, and it gives no partial result; a segment with speech is decoded exactly
+as without the check.  A final result checks the whole segment; partial results are checked
+on the segment so far until one finds speech, and the segment's later partial results follow
+unchecked (the detector runs over the segment so far, so checking every partial would cost
+a detector pass over the segment per chunk).  A chunk session checks only where there is
+text to withhold (a hypothesis with tokens); a segment session checks before decoding, and
+does not decode a segment without speech.
+
 Both take 16-bit PCM bytes and give :class:`Event` lists; neither is thread-safe (the server
 runs one call of a stream at a time).  A chunk session also runs in steps, for the server's
 batcher (:mod:`asrkit.serve.batcher`) to run several streams' chunks through the encoder
 together.  State is bounded: a chunk session keeps one segment's
-encoder frames, a segment session one segment's samples (at most ``max_segment_s``, the
-endpoint rules' 20 s, plus one interval).
+encoder frames and samples, a segment session one segment's samples (at most the endpoint
+rules' 20 s, plus a chunk or one interval, plus what a client's message holds beyond them).
 """
 from __future__ import annotations
 
@@ -34,7 +47,7 @@ from asrkit.data.audio import resample
 from asrkit.decode.alignment import AlignmentError, forced_alignment
 from asrkit.stream.endpoint import DEFAULT_RULES, EndpointDetector
 from asrkit.stream.recognizer import Result, StreamingRecognizer
-from asrkit.transcribe import AudioError, Segmentation
+from asrkit.transcribe import AudioError, Segmentation, Transcriber
 from asrkit.transcribe.result import TokenTime, WordTime, group_words
 from asrkit.transcribe import vad
 
@@ -59,6 +72,16 @@ def pcm_to_float(data: bytes) -> torch.Tensor:
     return torch.from_numpy(np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0)
 
 
+def has_speech(transcriber: Transcriber, samples: np.ndarray) -> bool:
+    """Whether ``transcribe`` decodes anything of ``samples`` (float32 ``[T]`` at the model's
+    rate): whether :meth:`Transcriber.segments` -- the cutting ``asrkit transcribe`` and the
+    server's upload do, with the default :class:`Segmentation` -- gives at least one part.  It
+    gives none where the voice-activity detector finds no speech (digital silence, noise,
+    tones), and ``transcribe`` then decodes nothing and its text is empty."""
+    wav = torch.from_numpy(np.ascontiguousarray(samples, dtype=np.float32))
+    return bool(transcriber.segments(wav[None], transcriber.sample_rate, wav, Segmentation()))
+
+
 class ChunkSession:
     """A stream through :class:`StreamingRecognizer` (``served``: the
     :class:`~asrkit.serve.model.ServedModel`; ``options``: this stream's decoding options,
@@ -69,13 +92,24 @@ class ChunkSession:
 
     def __init__(self, served, sample_rate: int, options, fusion=None, nbest: int = 1):
         backend = served.transcriber.backend
-        self.backend, self.n = backend, nbest
+        self.transcriber, self.backend, self.n = served.transcriber, backend, nbest
+        self.rate = sample_rate
         self.recognizer = StreamingRecognizer(backend.model, options, sample_rate=sample_rate,
                                               fusion=fusion, nbest=True, **backend.fbank_options())
         self.frame_s = backend.subsampling * backend.frame_shift / 1000.0
         self.chunks, self.chunks_s, self.encoder_s = 0, 0.0, 0.0  # chunks run, their compute, its encoder part
+        # The samples the voice-activity check reads (module docstring): the stream's from the
+        # current segment's first chunk on.  Chunk k starts at feature frame k * stride (every
+        # chunk but the stream's last moves the features on by one stride), so a segment whose
+        # first chunk is the k-th starts at k * stride frames -- the recognizer's
+        # segment_start_s -- and times are feature frames x frame shift, as the recognizer's.
+        self.stride_s = self.recognizer.stride * self.recognizer.frame_shift_s
+        self.samples = np.zeros(0, dtype=np.float32)
+        self.samples_from = 0          # the stream's sample index of samples[0]
+        self.speech_found = False      # a partial result of the current segment found speech
 
     def accept(self, data: bytes) -> list[Event]:
+        self._keep(data)
         return self._events(self.recognizer.accept_waveform(pcm_to_float(data)))
 
     def finish(self) -> list[Event]:
@@ -86,6 +120,7 @@ class ChunkSession:
     # the batcher's encode, then advance; at the end finish_chunks.
 
     def feed(self, data: bytes) -> None:
+        self._keep(data)
         self.recognizer.add_waveform(pcm_to_float(data))
 
     def end_input(self) -> None:
@@ -100,6 +135,14 @@ class ChunkSession:
     def finish_chunks(self) -> list[Event]:
         return self._events(self.recognizer.finish_chunks())
 
+    def _keep(self, data: bytes) -> None:
+        self.samples = np.concatenate([self.samples, pcm_to_float(data).numpy()])
+
+    def _speech(self, end_s: float) -> bool:
+        """:func:`has_speech` of the current segment's samples up to ``end_s`` (seconds since
+        the stream started: a result's ``audio_s``)."""
+        return has_speech(self.transcriber, self.samples[:max(0, round(end_s * self.rate) - self.samples_from)])
+
     def _events(self, results: list[Result]) -> list[Event]:
         events = []
         for r in results:
@@ -108,13 +151,22 @@ class ChunkSession:
                                                               self.encoder_s + r.encoder_s)
             nbest = (r.nbest or [r.tokens])[:self.n]  # (the hypotheses the client asked for, no more)
             if r.final:
-                log_probs = None
-                if r.encoder_out is not None and self.backend.has_ctc:
-                    with torch.inference_mode():
-                        log_probs = self.backend.searcher.ctc_log_probs(r.encoder_out)[0].float()
-                events.append(Event(True, [self.backend.text(h) for h in nbest],
-                                    [self._words(h, log_probs, r.segment_start_s) for h in nbest]))
-            elif r.tokens:
+                if any(nbest) and not self._speech(r.audio_s):
+                    events.append(Event(True, [""], [[]]))
+                else:
+                    log_probs = None
+                    if r.encoder_out is not None and self.backend.has_ctc:
+                        with torch.inference_mode():
+                            log_probs = self.backend.searcher.ctc_log_probs(r.encoder_out)[0].float()
+                    events.append(Event(True, [self.backend.text(h) for h in nbest],
+                                        [self._words(h, log_probs, r.segment_start_s) for h in nbest]))
+                # the next segment starts with the next chunk: its samples are all the check reads
+                start = round(self.chunks * self.stride_s * self.rate)
+                self.samples = self.samples[max(0, start - self.samples_from):]
+                self.samples_from = max(self.samples_from, start)
+                self.speech_found = False
+            elif r.tokens and (self.speech_found or self._speech(r.audio_s)):
+                self.speech_found = True
                 events.append(Event(False, [self.backend.text(h) for h in nbest]))
         return events
 
@@ -137,7 +189,8 @@ class ChunkSession:
 
 
 class SegmentSession:
-    """A stream through a full-context model: segments decoded whole (module docstring)."""
+    """A stream through a full-context model: segments decoded whole, a segment without speech
+    not at all (module docstring)."""
 
     kind = "segments"
 
@@ -151,6 +204,7 @@ class SegmentSession:
         self.options, self.partial_options = options, served.partial_options  # (transcribe builds the fusion)
         frame_s = vad.FRAME_SAMPLES / vad.VAD_RATE
         self.endpoint = EndpointDetector(frame_s, DEFAULT_RULES, 1.0 - Segmentation().speech_threshold)
+        self.speech_found = False  # a partial result of the current segment found speech
 
     def accept(self, data: bytes) -> list[Event]:
         samples = pcm_to_float(data).numpy()
@@ -179,6 +233,10 @@ class SegmentSession:
             return [self._final()]
         if not partial:
             return []
+        if not self.speech_found:
+            if not has_speech(self.served.transcriber, self.segment):
+                return []
+            self.speech_found = True
         texts, _ = self._decode(self.partial_options)
         return [Event(False, texts)] if texts[0] else []
 
@@ -194,7 +252,11 @@ class SegmentSession:
         return ([t.text] + t.nbest[0][1:] if t.nbest else [t.text]), words
 
     def _final(self) -> Event:
-        texts, words = self._decode(self.options, self.n)
+        """The segment's final result -- decoded whole where it has speech, else one empty
+        hypothesis without word times -- and a new segment."""
+        texts, words = (self._decode(self.options, self.n) if has_speech(self.served.transcriber, self.segment)
+                        else ([""], []))
         self.offset_s += self.segment.size / self.rate
         self.segment = self.segment[:0]
+        self.speech_found = False
         return Event(True, texts, [words] + [[] for _ in texts[1:]])  # (the others: no word times)

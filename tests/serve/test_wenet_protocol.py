@@ -10,13 +10,20 @@
 * a full-context model: the segment decoded whole, the text ``transcribe`` gives for it;
   with ``nbest`` 3 the decoding mode's own n-best (attention rescoring's ranked beam), the
   nbest-1 result first;
+* silence and non-speech give no text (``transcribe`` gives none for them either): digital
+  zeros and noise through a full-context model (which decodes them whole into words), a
+  tone after an utterance through a chunk model (whose own recognizer makes words of it) --
+  finals empty, no partial results -- while the utterance's final is the recognizer's;
 * per-stream phrases (``context``), refused when the model's units cannot spell them;
 * HTTP on the same port: the page, ``/info``, a file POSTed to ``/transcribe`` giving
-  ``transcribe``'s JSON, an upload that is not audio or too large refused."""
+  ``transcribe``'s JSON, an upload that is not audio or too large refused; a POST in
+  ``Transfer-Encoding: chunked`` decoded as the same file with ``Content-Length``, bodies it
+  cannot read answered at once with a one-line error."""
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import urllib.error
 import urllib.request
 
@@ -176,3 +183,74 @@ def test_the_page_info_and_file_uploads_on_the_same_port(chunk_server, chunk_mod
             urllib.request.urlopen(urllib.request.Request(chunk_server.http + "/transcribe?name=x.wav", data=body,
                                                           method="POST"), timeout=30)
         assert e.value.code == status and "error" in json.loads(e.value.read())
+
+
+def tone(seconds: float, hz: float = 440.0) -> np.ndarray:
+    t = np.arange(int(seconds * 16000)) / 16000
+    return (8000 * np.sin(2 * np.pi * hz * t)).astype(np.int16)
+
+
+def test_silence_and_noise_give_no_text_from_a_full_context_model(full_server, full_model):
+    zeros = np.zeros(5 * 16000, np.int16)
+    noise = np.random.default_rng(0).normal(0, 300, 6 * 16000).astype(np.int16)
+    whole = Segmentation.whole()
+    assert full_model.transcribe(zeros, 16000, segmentation=whole).text  # (decoded whole, they make words)
+    assert full_model.transcribe(noise, 16000, segmentation=whole).text
+    pcm = np.concatenate([zeros, noise])
+    start = {"signal": "start", "nbest": 3, "continuous_decoding": True}
+    s = asyncio.run(stream(full_server.url, pcm.tobytes(), piece_bytes=32000, start=start))
+    finals = s.of_type("final_result")  # (two ended by the rule of 5 s without speech, one by the end)
+    assert [r.sentences() for r in finals] == [[""]] * 3 and all(r.word_pieces() == [] for r in finals)
+    assert not s.of_type("partial_result") and s.replies[-1].type == "speech_end"
+    one = asyncio.run(stream(full_server.url, zeros.tobytes(), piece_bytes=32000))
+    assert [(r.type, r.sentences()) for r in one.replies[1:-1]] == [("final_result", [""])]
+    assert one.replies[-1].type == "speech_end"
+
+
+def test_silence_and_tones_give_no_text_from_a_chunk_model(chunk_server, chunk_model, utterances):
+    pcm = np.concatenate([with_silence(utterances[1][1], after_s=2.6), tone(2.0)])
+    expected = alone(chunk_model, pcm)
+    assert len(expected) == 2 and all(expected), expected  # (the recognizer alone makes words of the tone)
+    s = asyncio.run(stream(chunk_server.url, pcm.tobytes(), start={"signal": "start", "continuous_decoding": True}))
+    finals = s.of_type("final_result")
+    assert [r.sentences() for r in finals] == [[expected[0]], [""]] and finals[1].word_pieces() == []
+    assert [r.type for r in s.replies[s.replies.index(finals[0]):]] == ["final_result"] * 2 + ["speech_end"]
+    zeros = asyncio.run(stream(chunk_server.url, np.zeros(6 * 16000, np.int16).tobytes()))
+    assert [(r.type, r.sentences()) for r in zeros.replies[1:-1]] == [("final_result", [""])]
+    assert zeros.replies[-1].type == "speech_end"
+
+
+def raw_http(port: int, request: bytes) -> tuple[int, dict]:
+    """``request`` sent whole to 127.0.0.1:``port`` from a plain socket: the reply's status
+    and JSON body (read to the server's end of the connection, 30 s at most)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(request)
+        reply = b""
+        while data := sock.recv(1 << 16):
+            reply += data
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 "), reply[:200]
+    return int(head.split(b" ", 2)[1]), json.loads(body)
+
+
+def chunked(data: bytes, size: int) -> bytes:
+    """``data`` in Transfer-Encoding: chunked (chunks of ``size`` bytes, a chunk extension
+    on each, a trailer field)."""
+    chunks = [data[i:i + size] for i in range(0, len(data), size)]
+    return b"".join(b"%x;n=%d\r\n%s\r\n" % (len(c), i, c) for i, c in enumerate(chunks)) + b"0\r\nX-Sum: 0\r\n\r\n"
+
+
+def test_a_chunked_upload_is_transcribed_and_bodies_it_cannot_read_get_an_error_at_once(chunk_server, tiny_corpus):
+    port = chunk_server.server.port
+    wav = sorted(tiny_corpus.splits["test"].dir.rglob("*.wav"))[1]
+    head = b"POST /transcribe?name=%s HTTP/1.1\r\nHost: 127.0.0.1\r\n" % wav.name.encode()
+    data = wav.read_bytes()
+    plain = raw_http(port, head + b"Content-Length: %d\r\n\r\n" % len(data) + data)
+    assert plain[0] == 200 and plain[1]["text"]
+    assert raw_http(port, head + b"Transfer-Encoding: chunked\r\n\r\n" + chunked(data, 4000)) == plain
+    for request, status in ((b"Transfer-Encoding: gzip, chunked\r\n\r\n" + chunked(data, 4000), 501),
+                            (b"Transfer-Encoding: chunked\r\nContent-Length: 9\r\n\r\n" + chunked(data, 4000), 400),
+                            (b"Transfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n", 400),
+                            (b"Transfer-Encoding: chunked\r\n\r\n" + chunked(bytes(2 << 20), 1 << 16), 413)):
+        got = raw_http(port, head + request)
+        assert got[0] == status and "\n" not in got[1]["error"], (request[:60], got)
