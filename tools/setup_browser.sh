@@ -4,12 +4,12 @@
 # Idempotent and quiet: does nothing when both are there; installs them with apt-get when
 # running as root where apt-get exists; otherwise (or when apt-get fails: no network, another
 # distribution) says so and returns 0 -- the browser test then skips, giving the reason.
-# .ci/run runs it before the suite; by hand: sudo bash tools/setup_browser.sh
+# tests/run.sh (the README's test command, also CI's) runs it before the suite; by hand: sudo bash tools/setup_browser.sh
 if { command -v chromium >/dev/null || command -v chromium-browser >/dev/null; } && [ -x /usr/bin/chromedriver ]; then
   exit 0
 fi
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
-  echo "[setup_browser] chromium/chromedriver missing and not root with apt-get: the browser test will skip" >&2
+  echo "[setup_browser] chromium/chromedriver missing and not root with apt-get: the browser test will skip; install them with: sudo apt-get install -y chromium chromium-driver" >&2
   exit 0
 fi
 echo "[setup_browser] installing chromium and chromium-driver with apt-get ..." >&2
