@@ -324,7 +324,26 @@ def load_config(path: str | Path, overrides: Iterable[str] = (), cls=None,
     if cls is None:
         cls = TrainConfig
         raw = upgrade(raw, notes)
-    return build(cls, apply_overrides(raw, overrides), str(path), notes)
+    overrides = list(overrides or [])
+    try:
+        return build(cls, apply_overrides(raw, overrides), str(path), notes)
+    except ConfigError as e:
+        blamed = [_blame_override(message, overrides) for message in e.errors]
+        if blamed == e.errors:
+            raise
+        raise ConfigError(blamed, f"{path} with its overrides") from None
+
+
+def _blame_override(message: str, overrides: list[str]) -> str:
+    """``message`` (``"a.b: ..."``) led by the last ``--override`` that set ``a.b``, a key
+    under it or a mapping above it: the user's mistake is on the command line, not in the
+    file."""
+    key = message.split(":", 1)[0].strip()
+    for item in reversed(overrides):
+        target = item.split("=", 1)[0].strip()
+        if key == target or key.startswith(target + ".") or target.startswith(key + "."):
+            return f"--override {item}: {message}"
+    return message
 
 
 def to_dict(obj) -> dict:

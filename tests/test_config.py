@@ -157,3 +157,19 @@ def test_import_prints_no_warnings():
                           cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == "" and proc.stdout == ""
+
+
+def test_an_override_that_fails_validation_is_named_not_only_the_file(tmp_path):
+    """The mistake is on the command line: the error leads with the ``--override`` that set
+    the key (or a key under it); a problem of the file alone keeps its plain message."""
+    path = write(tmp_path, {"optim_conf": {"lr": 0.002}})
+    with pytest.raises(ConfigError) as e:
+        load_config(path, ["optim_conf.lr=0.1", "encoder_conf.num_blocks=abc"])
+    assert str(e.value).startswith(f"invalid {path} with its overrides: --override encoder_conf.num_blocks=abc: "
+                                   "encoder_conf.num_blocks: expected int")
+    with pytest.raises(ConfigError, match=r"--override encoder_conf.nope.deeper=3: encoder_conf.nope: unknown key"):
+        load_config(path, ["encoder_conf.nope.deeper=3"])
+    path = write(tmp_path, {"max_epoch": "x"})
+    with pytest.raises(ConfigError) as e:
+        load_config(path, ["optim_conf.lr=0.1"])
+    assert str(e.value).startswith(f"invalid {path}: max_epoch:")

@@ -62,8 +62,7 @@ def test_streaming_path_trains_u2pp_and_decodes_full_context_and_in_chunks(recip
     config (causal convolution, dynamic chunks; shrunk here) and decode with full context and
     in chunks of 16, 8 and 4 frames, each into its own folder, then export."""
     run_recipe(recipe, "--streaming", "true", "--stage", "4", "--num_workers", "0", "--average_num", "1",
-               "--train_overrides", "max_epoch=1 encoder_conf.num_blocks=2 decoder_conf.num_blocks=1 "
-               "dataset_conf.fbank_conf.num_mel_bins=40",  # (the toy run above made 40-bin CMVN)
+               "--train_overrides", "max_epoch=1 encoder_conf.num_blocks=2 decoder_conf.num_blocks=1",
                "--test_sets", "test", *PORT)
     exp = recipe / "exp" / "u2pp_cpu"
     saved = (exp / "train.yaml").read_text()
@@ -87,8 +86,8 @@ def test_model_transducer_trains_decodes_in_the_transducer_modes_and_exports(rec
     the transducer modes with WeNet's rnnt-recipe weights, stage 6 exports final.zip (with the
     transducer searches) and the sherpa-onnx transducer files."""
     proc = run_recipe(recipe, "--model", "transducer", "--stage", "4", "--num_workers", "0", "--average_num", "1",
-                      "--train_overrides", "max_epoch=1 encoder_conf.num_blocks=2 decoder_conf.num_blocks=1 "
-                      "dataset_conf.fbank_conf.num_mel_bins=40", "--test_sets", "test", *PORT)
+                      "--train_overrides", "max_epoch=1 encoder_conf.num_blocks=2 decoder_conf.num_blocks=1",
+                      "--test_sets", "test", *PORT)
     exp = recipe / "exp" / "transducer_cpu"
     saved = (exp / "train.yaml").read_text()
     assert "model: transducer" in saved and "predictor: embedding" in saved

@@ -1,0 +1,32 @@
+"""Every config a recipe ships trains on the data its stages prepare: the features it computes
+are those of the global CMVN stage 1 writes (with the recipe's default ``train_config``), so
+``--train_config conf/<any>.yaml --stage 4`` after a full run needs no other CMVN."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from asrkit.config import load_config
+from asrkit.data.features import feature_record
+from tests.helpers import REPO
+
+RECIPES = sorted(p.parent for p in REPO.glob("examples/*/s0/run.sh"))
+
+
+def default_config(recipe) -> str:
+    """The recipe's ``train_config=`` (its own run.sh, else tools/recipe_defaults.sh)."""
+    for script in (recipe / "run.sh", REPO / "tools" / "recipe_defaults.sh"):
+        found = re.search(r"^train_config=(\S+)", script.read_text(encoding="utf-8"), re.M)
+        if found:
+            return found.group(1)
+    raise AssertionError(f"{recipe}: no train_config")
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=[r.parent.name for r in RECIPES])
+def test_every_shipped_config_computes_the_features_of_the_recipes_cmvn(recipe):
+    want = feature_record(load_config(recipe / default_config(recipe)).dataset_conf)
+    configs = sorted((recipe / "conf").glob("*.yaml"))
+    assert any(c.name == "train_toy.yaml" for c in configs)
+    for config in configs:
+        assert feature_record(load_config(config).dataset_conf) == want, config.relative_to(REPO)
