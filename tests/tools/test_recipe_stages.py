@@ -123,7 +123,7 @@ def test_stages_take_what_they_use_and_print_their_number(tmp_path):
     assert "stage 7: data lists (raw): dev" in proc.stderr
     assert calls(tmp_path) == ["python tools/make_raw_list.py data/dev/wav.scp data/dev/text data/dev/data.list"]
     typo = run_stages(tmp_path, "stage_export 6 config=c checkpoint=k output=o", check=False)
-    assert typo.returncode == 2 and "stage_export takes NAME=VALUE arguments from: config checkpoint out onnx_dir -- " \
+    assert typo.returncode == 2 and "stage_export takes NAME=VALUE arguments from: config checkpoint out onnx_dir check_data -- " \
         "not 'output=o'" in typo.stderr, typo.stderr
     missing = run_stages(tmp_path, "stage_cmvn 1", check=False)
     assert missing.returncode == 2 and "stage_cmvn needs config=VALUE" in missing.stderr
