@@ -10,16 +10,22 @@ the files again.  Every tool reports :data:`BAD_INPUT` in one line and exits wit
 A checkpoint records the SHA-256 of the units file (and of the BPE model) it was trained
 with (:data:`INPUT_DIGESTS`, written by the trainer and carried by ``average_model`` and
 exported archives); :func:`check_units_size` and :func:`check_input_digests` refuse units
-that do not fit a checkpoint's model before it is built."""
+that do not fit a checkpoint's model before it is built.
+
+An experiment's ``train.yaml`` names these files by paths relative to where it was trained;
+:func:`load_experiment_config` (recognize, ``asrkit transcribe``) finds them from any
+working directory (:func:`resolve_config_paths`)."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 
-from asrkit.config import ConfigError
+from asrkit.config import ConfigError, load_config
 from asrkit.data.features import CmvnError, feature_record, load_cmvn
 from asrkit.data.lists import ListError
 from asrkit.io.checkpoint import CheckpointError
@@ -131,3 +137,66 @@ def check_input_digests(cfg, recorded: Optional[dict], checkpoint: str | Path) -
             raise error(f"{what} {path} differs from the one checkpoint {checkpoint} was trained with (SHA-256 "
                         f"{got[kind][:12]}..., recorded {want[:12]}...): the model was trained with other units; "
                         f"pass the {what} it was trained with")
+
+
+# ----------------------------------------------------------------------------- an experiment's paths
+
+# The config keys naming files a decoding tool reads (or may), with the error a missing one
+# raises and what to call it -- the loaders' own (asrkit.text, asrkit.data.features).
+CONFIG_PATH_KEYS = {"tokenizer_conf.symbol_table_path": (UnitsError, "units file"),
+                    "tokenizer_conf.bpe_path": (BpeModelError, "BPE model"),
+                    "tokenizer_conf.non_lang_syms_path": (NonLangSymsError, "non-linguistic symbols file"),
+                    "dataset_conf.cmvn_file": (CmvnError, "CMVN file"),
+                    "cmvn_conf.cmvn_file": (CmvnError, "CMVN file")}
+
+
+def _get(cfg, dotted: str):
+    node = cfg
+    for part in dotted.split("."):
+        node = getattr(node, part, None)
+        if node is None:
+            return None
+    return node
+
+
+def resolve_config_paths(cfg, config: str | Path) -> list[str]:
+    """Overrides making the relative file paths of ``cfg`` (:data:`CONFIG_PATH_KEYS`;
+    ``cfg`` loaded from the experiment's ``config``, its ``train.yaml``) absolute.  Each is
+    looked up relative to, in order, the recipe directory (the experiment directory's
+    parent's parent: ``exp/<name>/`` of the recipe whose ``run.sh`` decodes from there), the
+    experiment directory (the config's folder: a WeNet experiment, whose paths are relative
+    to where it was trained) and the working directory; the first that exists wins.
+
+    A file that decoding reads (:func:`load_model_inputs` with ``model_cmvn=False``) and that
+    is found nowhere raises its loader's error (:class:`UnitsError`, :class:`BpeModelError`,
+    :class:`NonLangSymsError`, :class:`CmvnError`) in one line naming the key, the config and
+    every path tried.  ``cmvn_conf.cmvn_file``, which decoding does not read (the checkpoint
+    holds the model layer's statistics), is left as it is when found nowhere, and the
+    ``bpe_path`` of a char tokenizer is not looked at.  Absolute paths are left to the loaders."""
+    config = Path(os.path.abspath(config))  # (".." taken lexically: exp/x/../y/train.yaml is in exp/y)
+    exp_dir = config.parent
+    bases = list(dict.fromkeys([exp_dir.parent.parent, exp_dir, Path.cwd()]))  # (in order, once each)
+    overrides = []
+    for key, (error, what) in CONFIG_PATH_KEYS.items():
+        if key == "tokenizer_conf.bpe_path" and cfg.tokenizer != "bpe":
+            continue
+        value = _get(cfg, key)
+        if not value or Path(value).is_absolute():
+            continue
+        tried = [Path(base, value).resolve() for base in bases]
+        found = next((path for path in tried if path.exists()), None)
+        if found is not None:
+            overrides.append(f"{key}={json.dumps(str(found))}")
+        elif key != "cmvn_conf.cmvn_file":
+            raise error(f"{what} not found: {value} ({key} of {config}; looked for "
+                        f"{', '.join(map(str, dict.fromkeys(tried)))}); override {key} with the file's path")
+    return overrides
+
+
+def load_experiment_config(config: str | Path, overrides: Sequence[str] = ()):
+    """The ``TrainConfig`` of an experiment's ``config`` (its ``train.yaml``) with
+    ``overrides`` (``KEY.PATH=VALUE``), its relative file paths made absolute by
+    :func:`resolve_config_paths` -- what recognize and ``asrkit transcribe`` decode with, from
+    any working directory."""
+    cfg = load_config(config, overrides)
+    return load_config(config, [*overrides, *resolve_config_paths(cfg, config)])

@@ -84,7 +84,8 @@ def main(argv=None) -> int:
     cfg = load_config(args.config, args.override)
     tokenizer = load_text_inputs(cfg, model_cmvn=False)
     entries = read_list(args.data)
-    processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False)
+    processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False,
+                                       labels=False)
     model = build_trained_model(cfg, args.checkpoint, tokenizer.vocabulary, args.device)
     refs = {e.key: e.txt for e in entries}
     if model.decoder is None:  # (no decoder: the blank penalty rows without attention_rescoring)

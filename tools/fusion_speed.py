@@ -75,7 +75,8 @@ def main(argv=None) -> int:
         if options.fused:
             print(f"{name}: built in {time.perf_counter() - start:.3f} s")
     entries = read_list(args.data)
-    processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False)
+    processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False,
+                                       labels=False)
     model = build_trained_model(cfg, args.checkpoint, tokenizer.vocabulary)
     start = time.perf_counter()
     batches = encode_all(model, entries, processor, base, "cpu")

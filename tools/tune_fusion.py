@@ -126,7 +126,8 @@ def main(argv=None) -> int:
         tokenizer = load_text_inputs(cfg, model_cmvn=False)
         fusions = [build_fusion(options, tokenizer) for options in points]
         entries = read_list(args.data)
-        processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False)
+        processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False,
+                                           labels=False)
         model = build_trained_model(cfg, args.checkpoint, tokenizer.vocabulary, args.device)
         check_modes(model, [args.mode])
     except (DecodingOptionError, ModeError, ArpaError, ContextListError, ValueError, OSError) as e:

@@ -12,11 +12,20 @@ encoder runs once per batch for all modes.  ``--decoding_chunk_size N`` (> 0) de
 a streaming model would: every encoder frame sees its chunk of N frames and
 ``--num_decoding_left_chunks`` chunks before it (-1: all); ``--simulate_streaming`` runs
 the encoder chunk by chunk with its caches, one utterance at a time (same result, the
-streaming code path).  With ``--score word|char`` it also writes
-``<result_dir>/<mode>/wer`` against the list's transcripts (see tools/compute_wer.py).
+streaming code path).  The text files hold the decoded utterances; one that cannot be
+decoded (unreadable audio, shorter than the model's shortest input, ...) is skipped,
+logged with its reason and counted.  With ``--score word|char`` it also writes
+``<result_dir>/<mode>/wer`` (:func:`write_scores`): the decoded utterances that have a
+transcript scored against it (tools/compute_wer.py's format), then one line saying what
+was not scored -- the skipped utterances by reason and those without a transcript (a list
+may leave out ``txt``: an unlabelled list decodes; it has nothing to score, which is logged
+instead of a score).  Relative paths of ``--config`` are found as ``asrkit transcribe``
+finds them (:func:`asrkit.inputs.load_experiment_config`), and ``--dtype bf16`` on a CPU
+without native bf16 logs training's warning (:func:`asrkit.precision.decoding_precision_warning`).
 Progress lines report the real-time factor (wall time / audio time; "model" counts only
 encoder and searches).  Exit status 0 on success, 1 on a clear error, 2 on bad usage --
-including a mode the model cannot run (e.g. ``attention`` on a CTC-only model) and
+including a data list that repeats a key or has a key that is not a Kaldi token
+(``asrkit.data.lists``), a mode the model cannot run (e.g. ``attention`` on a CTC-only model) and
 decoding options out of range or not fitting together (``--simulate_streaming`` without
 a chunk size, a negative penalty, ``--decoding_chunk_size`` below -1,
 ``--num_decoding_left_chunks`` below -1, ``--batch_size`` or ``--beam_size`` below 1,
@@ -44,11 +53,10 @@ import torch
 
 from asrkit.bin.bad_input import run_tool
 from asrkit.bin.search_args import add_search_args, search_options
-from asrkit.inputs import load_text_inputs
+from asrkit.inputs import load_experiment_config, load_text_inputs
 from asrkit.lm.arpa import ArpaError
-from asrkit.config import load_config
-from asrkit.data.lists import read_list
-from asrkit.data.processors import build_sample_processor
+from asrkit.data.lists import ListEntry, read_list
+from asrkit.data.processors import SkipStats, build_sample_processor
 from asrkit.decode import MODES, DecodingOptionError, DecodingOptions, ModeError
 from asrkit.decode.context_graph import ContextListError
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
@@ -58,6 +66,7 @@ from asrkit.decode.options import check_encoder_context
 from asrkit.decode.recognizer import Progress, build_trained_model, recognize, write_text
 from asrkit.metrics import format_alignment, score
 from asrkit.models.chunks import ChunkTraining
+from asrkit.precision import decoding_precision_warning
 
 log = logging.getLogger("asrkit.recognize")
 
@@ -93,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the encoder chunk by chunk with caches (needs --decoding_chunk_size > 0)")
     add_search_args(p, " ".join(fused_modes(MODES)))
     p.add_argument("--score", choices=["word", "char"], default=None,
-                   help="also score each mode against the list's transcripts (WER or CER)")
+                   help="also score each mode against the list's transcripts (WER or CER; the decoded "
+                        "utterances that have one)")
     p.add_argument("--override", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a config value (repeatable), e.g. tokenizer_conf.symbol_table_path=...")
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32",
@@ -103,14 +113,49 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def write_scores(result_dir: Path, mode: str, refs: dict[str, str], hyps: dict[str, str], unit: str) -> str:
-    totals, details = score(refs, hyps, unit)
+def unscored_line(skips: SkipStats, unlabelled: int) -> str:
+    """What a score leaves out, in one line: ``not scored: 2 skipped (1 missing_file, 1
+    too_short), 3 without transcript``."""
+    reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(skips.counts.items()))
+    return (f"not scored: {skips.total} skipped" + (f" ({reasons})" if reasons else "")
+            + f", {unlabelled} without transcript")
+
+
+def write_scores(path: Path, refs: dict[str, str], hyps: dict[str, str], unit: str, unscored: str) -> str:
+    """Write ``path`` (a mode's ``wer``): the alignment of every utterance of ``refs`` (the
+    decoded utterances' transcripts) with its hypothesis in ``hyps`` (which holds one for each,
+    and maybe others: not scored), the Kaldi totals
+    (``%WER``/``%CER``, ``%SER``), then ``scored N utterances; <unscored>`` (what the score
+    leaves out: :func:`unscored_line`).  Returns the totals line and that last line."""
+    totals, details = score(refs, {key: hyps[key] for key in refs}, unit)  # (the unlabelled ones left out)
     label = "CER" if unit == "char" else "WER"
-    with open(result_dir / mode / "wer", "w", encoding="utf-8") as f:
+    summary = f"{totals.summary(label)}; scored {totals.utts} utterances, {unscored}"
+    with open(path, "w", encoding="utf-8") as f:
         for key, alignment in details:
             f.write(format_alignment(key, alignment, label) + "\n")
-        f.write(totals.summary(label) + "\n" + totals.sentence_summary() + "\n")
-    return totals.summary(label)
+        f.write(totals.summary(label) + "\n" + totals.sentence_summary() + "\n"
+                + f"scored {totals.utts} utterances; {unscored}\n")
+    return summary
+
+
+def score_modes(result_dir: Path, entries: list[ListEntry], results: dict[str, dict[str, str]], unit: str,
+                skips: SkipStats) -> None:
+    """``--score``: each mode's ``wer`` over the decoded utterances with a transcript
+    (:func:`write_scores`); the skipped ones and those without a transcript are counted
+    apart, never as errors.  With no such utterance there is nothing to score: one log line,
+    and no ``wer`` (one left by an earlier decode into ``result_dir`` is removed: it scored
+    other hypotheses)."""
+    decoded = next(iter(results.values()), {})  # (every mode decodes the same utterances)
+    refs = {e.key: e.txt for e in entries if e.key in decoded and e.txt is not None}
+    unscored = unscored_line(skips, len(decoded) - len(refs))
+    if not refs:
+        for mode in results:
+            (result_dir / mode / "wer").unlink(missing_ok=True)
+        log.info("nothing to score: no decoded utterance has a transcript (%s); hypotheses written to %s",
+                 unscored, result_dir)
+        return
+    for mode, texts in results.items():
+        log.info("%s: %s", mode, write_scores(result_dir / mode / "wer", refs, texts, unit, unscored))
 
 
 def decoding_options(args: argparse.Namespace) -> DecodingOptions:
@@ -128,24 +173,32 @@ def run(args: argparse.Namespace) -> int:
     options = decoding_options(args)  # before anything loads
     if args.num_threads > 0:
         torch.set_num_threads(args.num_threads)
-    cfg = load_config(args.config, args.override)
+    slow = decoding_precision_warning(options.dtype, args.device)
+    if slow:
+        log.warning("%s", slow)
+    cfg = load_experiment_config(args.config, args.override)  # (its relative paths found as transcribe does)
     check_encoder_context(options, ChunkTraining.from_config(cfg).chunked)
     tokenizer = load_text_inputs(cfg, model_cmvn=False)  # (checked before the model is built)
     fusion = build_fusion(options, tokenizer)  # (the LM file and the phrases' units, likewise)
-    entries = read_list(args.data, cache_dir=args.result_dir)  # (a WeNet shard list's index, if not cached)
-    processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False)
+    # (keys checked; txt optional: audio nobody transcribed decodes. A WeNet shard list's index, if not cached)
+    entries = read_list(args.data, cache_dir=args.result_dir, require_txt=False)
+    unlabelled = sum(e.txt is None for e in entries)
+    if unlabelled:
+        log.info("%s: %d of %d utterances have no transcript (no txt): decoded, not scored", args.data,
+                 unlabelled, len(entries))
+    processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False,
+                                       labels=False)
     model = build_trained_model(cfg, args.checkpoint, tokenizer.vocabulary, args.device)
     progress = Progress()
     results = recognize(model, entries, processor, tokenizer, options, device=args.device, progress=progress,
                         fusion=fusion)
     result_dir = Path(args.result_dir)
-    refs = {e.key: e.txt for e in entries}
     for mode, texts in results.items():
         write_text(result_dir / mode / "text", texts)
-        if args.score:
-            log.info("%s: %s", mode, write_scores(result_dir, mode, refs, texts, args.score))
+    if args.score:
+        score_modes(result_dir, entries, results, args.score, progress.skips)
     print(f"RTF {progress.rtf:.4f} (model {progress.model_rtf:.4f}) over {progress.audio_s:.1f} s of audio, "
-          f"{progress.utts} utterances, {progress.skipped} skipped")
+          f"{progress.utts} utterances decoded, {progress.skips.summary()}")
     return 0
 
 

@@ -1,7 +1,8 @@
 """What every kind of data list reads into, and the checks the kinds share.
 
 :class:`ListEntry` is one utterance of any list (raw, shard, WeNet shard); :class:`ListError`
-is a malformed list line.  Here too: the member checks of a shard list line
+is a malformed list line.  Here too: the keys every list must have -- Kaldi tokens, each
+once (:func:`key_problem`, :func:`check_keys`) --, the member checks of a shard list line
 (:func:`shard_entries`), the names a tar member may not have (:func:`unsafe_member_name`),
 how a WeNet shard list is told from a JSON-lines one (:func:`is_wenet_shard_list`), and
 the text of an asrkit shard list (:func:`shard_list_text`).  The formats themselves are
@@ -13,8 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 # Audio member extensions of a shard tar: WeNet's AUDIO_FORMAT_SETS.  Those libsndfile
 # decodes (wav, flac, ogg/opus, mp3) are read; the others (m4a, wma) are counted skips.
@@ -35,11 +37,14 @@ class ListEntry:
 
     ``duration`` is the length in seconds of the utterance (of the segment when
     ``start``/``end`` are set); ``0.0`` when it could not be measured (the file is
-    missing or unreadable: loading it later is a counted skip).
+    missing or unreadable: loading it later is a counted skip).  ``txt`` is the
+    transcript; ``None`` for an unlabelled utterance (a raw line without ``txt``, which
+    only ``read_list(..., require_txt=False)`` accepts: decoding).  ``""`` is a transcript:
+    an utterance labelled as saying nothing.
     """
 
     key: str
-    txt: str
+    txt: Optional[str]
     duration: float
     wav: Optional[str] = None
     start: Optional[float] = None
@@ -51,6 +56,45 @@ class ListEntry:
     @property
     def is_shard_member(self) -> bool:
         return self.tar is not None
+
+
+# What a key may not hold: Kaldi's rule for a token (IsToken: not empty, no whitespace, no
+# ASCII control character), with whitespace taken as str.split() takes it (any Unicode space:
+# asrkit's and WeNet's Python readers split Kaldi lines there).  Everything else is allowed.
+_UNSAFE_KEY_CHAR = re.compile(r"[\s\x00-\x1f\x7f]")
+
+
+def key_problem(key: str) -> Optional[str]:
+    """Why ``key`` cannot name an utterance (None when it can): empty, or a whitespace or
+    ASCII control character in it -- a key is the first field of the Kaldi ``text`` lines
+    decoding writes and scoring reads, so it must be one whitespace-free token (Kaldi's
+    rule; any other character, ``/`` ``-`` ``.`` or non-ASCII letters, is allowed)."""
+    if not key:
+        return "is empty"
+    bad = _UNSAFE_KEY_CHAR.search(key)
+    if bad is not None:
+        kind = "whitespace" if bad.group().isspace() else "a control character"
+        return f"holds {kind} ({bad.group()!r} at position {bad.start()})"
+    return None
+
+
+def check_keys(entries: Sequence[ListEntry], places: Sequence[str], source: str | Path) -> None:
+    """Raise :class:`ListError` at the first entry of ``entries`` whose key is not
+    Kaldi-safe (:func:`key_problem`) or repeats an earlier entry's key.  ``places[i]`` says
+    where entry ``i`` is in ``source`` (``"line 3"``); the error names the list file, the
+    key and the place (both places for a repeat).  A key names one utterance everywhere --
+    in results and scoring (hypothesis and reference are paired by key), in its per-key
+    random draws, in a resume's plan -- so a list that repeats one is refused, never read."""
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(entries):
+        problem = key_problem(entry.key)
+        if problem:
+            raise ListError(f"{source}: {places[i]}: key {entry.key!r} {problem}; a key must be one Kaldi token "
+                            f"(it is the first field of the text files decoding writes)")
+        first = seen.setdefault(entry.key, i)
+        if first != i:
+            raise ListError(f"{source}: duplicate key {entry.key!r} at {places[first]} and {places[i]}: every "
+                            f"utterance needs its own key (results and scores are matched by key)")
 
 
 def checked_field(obj: dict, name: str, kinds: tuple, where: str, required: bool = True) -> Any:

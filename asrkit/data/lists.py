@@ -41,6 +41,17 @@ members an asrkit shard list of those tars gives.
 **Paths** (``wav``, ``tar``): absolute, or relative to the *working directory* (the
 recipe directory), as WeNet and ``tools/make_raw_list.py`` write them.
 
+**Keys**: every entry of a list, of any kind, has its own key, a Kaldi token (not empty, no
+whitespace or control character: ``asrkit.data.list_entries.key_problem``).  A key names the
+utterance in the ``text`` files decoding writes, in scoring (references and hypotheses are
+paired by key) and in its per-key random draws, so a list with a repeated or unsafe key is
+refused when it is read (:func:`asrkit.data.list_entries.check_keys`: the error names the
+file, the key and both lines) -- by training and decoding alike.
+
+**Transcripts**: ``txt`` is required, except by ``read_list(..., require_txt=False)``
+(decoding: audio nobody transcribed), where a raw line may omit it or give ``null``: the
+entry is unlabelled (``txt`` None).  ``"txt": ""`` is a transcript, not a missing one.
+
 A line that is not valid JSON, or lacks a required field, or has a field of the wrong
 type, raises :class:`ListError` naming the file and line.  Empty lines are ignored.
 """
@@ -54,9 +65,9 @@ from typing import Optional
 
 import soundfile
 
-from asrkit.data.list_entries import (AUDIO_EXTENSIONS, ListEntry, ListError, checked_field, is_wenet_shard_list,
-                                      shard_entries, shard_list_text, unsafe_member_name)
-from asrkit.data.wenet_shards import load_wenet_shard_list
+from asrkit.data.list_entries import (AUDIO_EXTENSIONS, ListEntry, ListError, check_keys, checked_field,
+                                      is_wenet_shard_list, shard_entries, shard_list_text, unsafe_member_name)
+from asrkit.data.wenet_shards import load_wenet_shard_list, tar_lines
 from asrkit.io.files import atomic_write_text
 
 # The entry types and checks live in asrkit.data.list_entries, below both list readers (this
@@ -80,11 +91,11 @@ def measure_duration(wav: str, start: Optional[float], end: Optional[float]) -> 
     return max(0.0, total - (start or 0.0))
 
 
-def _raw_entry(obj: dict, where: str) -> tuple[ListEntry, bool]:
+def _raw_entry(obj: dict, where: str, require_txt: bool = True) -> tuple[ListEntry, bool]:
     """Entry of a raw line, and whether its duration still has to be measured."""
     key = checked_field(obj, "key", (str,), where)
     wav = checked_field(obj, "wav", (str,), where)
-    txt = checked_field(obj, "txt", (str,), where)
+    txt = checked_field(obj, "txt", (str,), where, required=require_txt)
     start = checked_field(obj, "start", (int, float), where, required=False)
     end = checked_field(obj, "end", (int, float), where, required=False)
     duration = checked_field(obj, "duration", (int, float), where, required=False)
@@ -100,22 +111,30 @@ def _raw_entry(obj: dict, where: str) -> tuple[ListEntry, bool]:
     return entry, duration is None
 
 
-def read_list(path: str | Path, cache_dir: Optional[str | Path] = None) -> list[ListEntry]:
+def read_list(path: str | Path, cache_dir: Optional[str | Path] = None, *,
+              require_txt: bool = True) -> list[ListEntry]:
     """All entries of a raw list or shard list (detected per line: a line with ``tar``
     is a shard, one with ``key`` a raw entry), shard members flattened in tar order; or
     of a WeNet shard list (:func:`is_wenet_shard_list`), whose index is cached next to the
     list or, when that folder cannot be written, under ``cache_dir`` (the experiment
     folder; ``asrkit.data.wenet_shards.load_wenet_shard_list``).
 
+    ``require_txt`` False (decoding): a raw line without ``txt`` (or with ``null``) gives
+    an unlabelled entry (``txt`` None) instead of an error.
+
     Missing durations are measured from the audio headers; entries whose file cannot
     be measured are kept with ``duration`` 0.0 and a warning (their load is a counted
-    skip).  Raises :class:`ListError` on a malformed line, FileNotFoundError when
-    ``path`` does not exist.
+    skip).  Raises :class:`ListError` on a malformed line and on a key that is repeated
+    or not a Kaldi token (module docstring: naming the file, the key and the line(s)),
+    FileNotFoundError when ``path`` does not exist.
     """
     path = Path(path)
     if is_wenet_shard_list(path):
-        return load_wenet_shard_list(path, cache_dir).entries
+        entries = load_wenet_shard_list(path, cache_dir).entries
+        check_keys(entries, _wenet_places(path, entries), path)
+        return entries
     entries: list[ListEntry] = []
+    places: list[str] = []  # (where each entry is, for the key checks' errors)
     to_measure: list[int] = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
@@ -129,14 +148,18 @@ def read_list(path: str | Path, cache_dir: Optional[str | Path] = None) -> list[
             if not isinstance(obj, dict):
                 raise ListError(f"{where}: expected a JSON object, got {line.strip()[:120]!r}")
             if "tar" in obj:
-                entries.extend(shard_entries(obj, where))
+                members = shard_entries(obj, where)
+                entries.extend(members)
+                places.extend(f"line {lineno} (member {i})" for i in range(len(members)))
             elif "key" in obj:
-                entry, measure = _raw_entry(obj, where)
+                entry, measure = _raw_entry(obj, where, require_txt)
                 if measure:
                     to_measure.append(len(entries))
                 entries.append(entry)
+                places.append(f"line {lineno}")
             else:
                 raise ListError(f"{where}: neither a raw entry (key, wav, txt) nor a shard (tar, members)")
+    check_keys(entries, places, path)  # (before measuring: a refused list costs no header reads)
     unmeasured = []
     for i in to_measure:
         e = entries[i]
@@ -150,6 +173,31 @@ def read_list(path: str | Path, cache_dir: Optional[str | Path] = None) -> list[
                        "audio), kept with duration 0: %s", path, len(unmeasured),
                        "y" if len(unmeasured) == 1 else "ies", ", ".join(unmeasured[:10]))
     return entries
+
+
+def _wenet_places(path: Path, entries: list[ListEntry]) -> list[str]:
+    """Where each entry of a WeNet shard list is: ``"line N (tar T)"``, N the list line of
+    its tar.  The entries hold the members of the listed tars line after line (a tar
+    without members gives none), so a line's members are the next run of entries from its
+    tar; a tar listed on k consecutive lines gives a run of k equal copies."""
+    lines = [(int(where.rsplit(":", 1)[1]), tar) for where, tar in tar_lines(path)]
+    places: list[str] = []
+    i = j = 0
+    while i < len(entries):
+        tar = entries[i].tar
+        while lines[j][1] != tar:  # (tars without members)
+            j += 1
+        k = j
+        while k < len(lines) and lines[k][1] == tar:
+            k += 1
+        run = i
+        while run < len(entries) and entries[run].tar == tar:
+            run += 1
+        copies = k - j
+        size = (run - i) // copies
+        places.extend(f"line {lines[j + n // size][0]} (tar {tar})" for n in range(run - i))
+        i, j = run, k
+    return places
 
 
 def write_shard_list(path: str | Path, shards: list[tuple[str, list[ListEntry]]]) -> None:

@@ -138,6 +138,13 @@ def tokenize(sample: Sample, generator, *, tokenizer) -> Sample:
     return sample
 
 
+def no_tokens(sample: Sample, generator) -> Sample:
+    """Adds empty ``tokens`` whatever the transcript (none, empty, or one the units cannot
+    spell): decoding reads the audio alone; a transcript is for scoring, which compares text."""
+    sample["tokens"] = []
+    return sample
+
+
 def resample(sample: Sample, generator, *, resample_rate: int) -> Sample:
     """Resamples ``wav`` to ``resample_rate`` Hz when it differs."""
     if sample["sample_rate"] != resample_rate:
@@ -266,19 +273,21 @@ class SampleProcessor:
 
 
 def build_sample_processor(dataset_conf, tokenizer, *, train: bool, seed: int,
-                           apply_filter: bool = True, cmvn_stats=None) -> SampleProcessor:
+                           apply_filter: bool = True, labels: bool = True, cmvn_stats=None) -> SampleProcessor:
     """The chain ``dataset_conf`` (a :class:`asrkit.data.schema.ProcessorKeys`, e.g. the
     ``dataset_conf`` of the root config) describes.
 
     ``train=False`` (CV, decoding): no speed perturbation, reverberation, noise or volume
     change, no dither, no SpecAugment / spec_sub / spec_trim.  ``apply_filter=False`` (decoding: every test utterance must be
     scored) drops the length filter; empty or unreadable input is still skipped.
+    ``labels=False`` (decoding) reads no transcript: :func:`no_tokens` instead of
+    :func:`tokenize`, so unlabelled entries and empty transcripts decode too.
     When ``cmvn_file`` is set, its statistics are ``cmvn_stats`` (``(mean, istd)``, as
     ``asrkit.inputs.ModelInputs.data_cmvn`` holds them) or, without them, loaded here once.
     """
     conf = dataset_conf
     fb = conf.fbank_conf
-    steps: list[Step] = [functools.partial(tokenize, tokenizer=tokenizer),
+    steps: list[Step] = [functools.partial(tokenize, tokenizer=tokenizer) if labels else no_tokens,
                          functools.partial(resample, resample_rate=conf.resample_conf.resample_rate)]
     if apply_filter:
         fc = conf.filter_conf

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+from asrkit.data.processors import Skip, SkipStats
 from asrkit.decode.batch import decode
 from asrkit.decode.fusion import Fusion, build_fusion
 from asrkit.decode.modes import check_modes, fused_modes
@@ -47,13 +48,18 @@ def build_trained_model(cfg, checkpoint: str | Path, vocabulary, device: str = "
 @dataclasses.dataclass
 class Progress:
     """Running totals; ``rtf`` = wall time / audio seconds, ``model_rtf`` counts only
-    encoder + searches (not audio loading and features)."""
+    encoder + searches (not audio loading and features).  ``utts`` and ``audio_s`` count
+    the decoded utterances; ``skips`` the skipped ones, per reason (each logged once)."""
 
     utts: int = 0
     audio_s: float = 0.0
     wall_s: float = 0.0
     model_s: float = 0.0
-    skipped: int = 0
+    skips: SkipStats = dataclasses.field(default_factory=SkipStats)
+
+    @property
+    def skipped(self) -> int:
+        return self.skips.total
 
     @property
     def rtf(self) -> float:
@@ -80,19 +86,24 @@ def duration_batches(entries: Sequence, batch_size: int) -> list[list[int]]:
 def recognize(model: AsrModel, entries: Sequence, processor, tokenizer, options: DecodingOptions, *,
               device: str = "cpu", log_every_s: float = 10.0,
               progress: Optional[Progress] = None, fusion: Optional[Fusion] = None) -> dict[str, dict[str, str]]:
-    """Decode ``entries`` (``asrkit.data.lists.ListEntry``) with ``processor`` (from
-    ``build_sample_processor(..., train=False, apply_filter=False)``) in every mode of
-    ``options``, ``options.batch_size`` utterances per :func:`asrkit.decode.batch.decode`.
+    """Decode ``entries`` (``asrkit.data.lists.ListEntry``, unique keys: ValueError
+    otherwise) with ``processor`` (from ``build_sample_processor(..., train=False,
+    apply_filter=False, labels=False)``: the audio alone is read) in every mode of ``options``, ``options.batch_size`` utterances per
+    :func:`asrkit.decode.batch.decode`.
 
-    Returns ``{mode: {key: text}}`` in the order of ``entries``.  A skipped utterance
-    (unreadable audio) is left out and counted; an utterance shorter than the
-    encoder's minimum input gets the empty text in every mode, with a warning.  A mode
-    the model cannot run raises :class:`asrkit.decode.modes.ModeError` before anything
-    is decoded.  Progress (:class:`asrkit.progress.ProgressReport`): a bar over the
-    utterances when stderr is a terminal, else a log line every ``log_every_s`` seconds.
+    Returns ``{mode: {key: text}}`` of the decoded utterances, in the order of ``entries``.
+    An utterance that cannot be decoded is left out of every mode and counted in
+    ``progress.skips`` with its reason (each logged once): a data fault of its audio
+    (missing, unreadable, empty, ...: ``asrkit.data.processors``), or ``too_short``, fewer
+    feature frames than the encoder's minimum input.  A mode the model cannot run raises
+    :class:`asrkit.decode.modes.ModeError` before anything is decoded.  Progress
+    (:class:`asrkit.progress.ProgressReport`): a bar over the utterances when stderr is a
+    terminal, else a log line every ``log_every_s`` seconds.
     ``fusion``: the LM and context graph of ``options``
     (:func:`asrkit.decode.fusion.build_fusion`; built here from ``tokenizer`` when ``None``)."""
     modes = check_modes(model, options.modes)
+    if len({e.key for e in entries}) != len(entries):  # (read_list refuses such lists, naming the lines)
+        raise ValueError("the entries repeat a key: results are keyed by utterance, each key must be unique")
     if fusion is None and options.fused:
         fusion = build_fusion(options, tokenizer)
     if fusion is not None:
@@ -112,19 +123,15 @@ def recognize(model: AsrModel, entries: Sequence, processor, tokenizer, options:
     for indices in duration_batches(entries, options.batch_size):
         samples = [processor(entries[i], 0) for i in indices]
         batch = processor.collate(samples)
-        if batch["skipped"]:
-            progress.skipped += len(batch["skipped"])
-            for skip in batch["skipped"]:
-                log.warning("skipped %s (%s): %s", skip.key, skip.reason, skip.detail)
+        for skip in batch["skipped"]:
+            progress.skips.add(skip)
         position = {entries[i].key: i for i in indices}
         kept = [position[k] for k in batch["keys"]]
         lengths = batch["feats_lengths"]
         long_enough = lengths >= min_frames
         for row in (~long_enough).nonzero().flatten().tolist():
-            log.warning("%s has %d frames, fewer than the model's minimum %d: empty hypothesis",
-                        batch["keys"][row], int(lengths[row]), min_frames)
-            for mode in modes:
-                texts[mode][kept[row]] = ""
+            progress.skips.add(Skip(batch["keys"][row], "too_short", f"{int(lengths[row])} feature frames, fewer "
+                                    f"than the model's minimum input of {min_frames}"))
         rows = long_enough.nonzero().flatten()
         if rows.numel():
             t0 = time.perf_counter()
@@ -135,8 +142,8 @@ def recognize(model: AsrModel, entries: Sequence, processor, tokenizer, options:
             for mode in modes:
                 for j, row in enumerate(rows.tolist()):
                     texts[mode][kept[row]] = tokenizer.decode(hyps[mode][j])
-        progress.utts += len(kept)
-        progress.audio_s += sum(entries[i].duration for i in kept)
+            progress.utts += rows.numel()
+            progress.audio_s += sum(entries[kept[row]].duration for row in rows.tolist())
         progress.wall_s = time.perf_counter() - start
         report.advance(len(indices))
     report.close()

@@ -1,24 +1,11 @@
-"""Mixed precision on a CPU: decided by what the CPU can do.
+"""Mixed precision of a training run: decided by what the device can do.
 
 ``dtype: bf16`` and ``dtype: fp16`` train under ``torch.autocast`` (CTC stays fp32,
 ``asrkit/models/ctc.py``); fp16 adds a dynamic ``torch.amp.GradScaler`` for the device.
 On a GPU the device decides (preflight: bf16 needs compute capability 8.0+).  On a CPU the
-instruction set does:
-
-* **bf16 with native support** -- the ``avx512_bf16`` or ``amx_bf16`` flag (AMD Zen 4 and
-  later, Intel Cooper Lake / Sapphire Rapids and later), or ``bf16`` on Arm: the fast
-  precision of the machine (a bf16 matmul ~3x an fp32 one on the 2-core EPYC of
-  docs/performance.md), logged;
-* **bf16 without it**: oneDNN emulates bf16 with fp32 instructions plus conversions --
-  measured ~27x slower than fp32 on an AVX2 machine (docs/experiments/cpu_precision_avx2.md);
-  it runs, with a warning that says so;
-* **fp16** (no native fp16 arithmetic on x86 before AVX512-FP16 / AMX-FP16): runs with the
-  CPU GradScaler, with a warning when the CPU has neither flag -- it is there to exercise the
-  fp16 path (loss scaling, its calibration skips, its state in checkpoints) where no GPU is;
-  bf16 is a CPU's fast mixed precision.
-
-:func:`cpu_capabilities` reads the flags of ``/proc/cpuinfo`` (Linux; elsewhere none are
-known and the warnings say so); tests pass their own :class:`CpuCapabilities`.
+instruction set does (:mod:`asrkit.precision`: :func:`cpu_capabilities` reads the flags and
+:func:`cpu_precision` gives the line to log -- a warning for emulated bf16 or fp16; they
+live there, below training, because decoding warns with the same line).
 
 ``dtype: auto`` (asrkit's value, not WeNet's) is :func:`resolve_auto_dtype`: bf16 where the
 device computes it natively -- the recipes' choice, measured to keep their accuracy
@@ -26,74 +13,15 @@ device computes it natively -- the recipes' choice, measured to keep their accur
 """
 from __future__ import annotations
 
-import dataclasses
-from pathlib import Path
 from typing import Optional
 
 import torch
 
-AVX2_BF16_SLOWDOWN = "~27x slower than fp32 (measured on an AVX2 machine, docs/experiments/cpu_precision_avx2.md)"
+from asrkit.precision import (AVX2_BF16_SLOWDOWN, CpuCapabilities, PrecisionChoice, cpu_capabilities,
+                              cpu_precision)
 
-
-@dataclasses.dataclass(frozen=True)
-class CpuCapabilities:
-    """What the CPU offers for 16-bit floats: its feature ``flags`` (lower case, as
-    ``/proc/cpuinfo`` lists them) and ``isa``, torch's kernel level
-    (``torch.backends.cpu.get_cpu_capability()``: ``AVX2``, ``AVX512``, ...)."""
-
-    flags: frozenset
-    isa: str
-
-    def native(self, dtype: str) -> list[str]:
-        """The flags that give ``dtype`` (``bf16`` or ``fp16``) native arithmetic."""
-        wanted = {"bf16": ("avx512_bf16", "amx_bf16", "bf16"), "fp16": ("avx512_fp16", "amx_fp16", "fphp")}[dtype]
-        return [f for f in wanted if f in self.flags]
-
-
-def cpu_capabilities(cpuinfo: Path = Path("/proc/cpuinfo")) -> CpuCapabilities:
-    """This machine's :class:`CpuCapabilities` (no flags where ``cpuinfo`` cannot be read)."""
-    flags: set[str] = set()
-    try:
-        for line in cpuinfo.read_text(errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() in ("flags", "Features"):  # x86, Arm
-                flags.update(value.split())
-                break
-    except OSError:
-        pass
-    return CpuCapabilities(frozenset(flags), torch.backends.cpu.get_cpu_capability())
-
-
-@dataclasses.dataclass(frozen=True)
-class PrecisionChoice:
-    """The decision for one run: the line to log and whether it is a warning."""
-
-    line: str
-    warning: bool
-
-
-def cpu_precision(dtype: str, caps: Optional[CpuCapabilities] = None) -> Optional[PrecisionChoice]:
-    """The decision for ``dtype`` (``fp32``, ``bf16``, ``fp16``) on a CPU with ``caps``
-    (default: this one's); None for fp32 (nothing to decide).  Never a refusal: every
-    precision runs on every CPU, the slow ones with a warning (module docstring)."""
-    if dtype == "fp32":
-        return None
-    caps = caps or cpu_capabilities()
-    native = caps.native(dtype)
-    if dtype == "bf16":
-        if native:
-            return PrecisionChoice(f"bf16 autocast on a CPU with native bf16 ({', '.join(native)}; torch {caps.isa} "
-                                   "kernels); CTC is computed in fp32", warning=False)
-        return PrecisionChoice(f"dtype: bf16 on a CPU without native bf16 (no avx512_bf16 / amx_bf16 flag; torch "
-                               f"{caps.isa} kernels): bf16 is emulated there, {AVX2_BF16_SLOWDOWN}; dtype: fp32 is "
-                               "the fast choice on this CPU", warning=True)
-    if native:
-        return PrecisionChoice(f"fp16 autocast on a CPU with native fp16 ({', '.join(native)}) and a dynamic "
-                               "GradScaler; CTC is computed in fp32", warning=False)
-    return PrecisionChoice(f"dtype: fp16 on a CPU without native fp16 (no avx512_fp16 / amx_fp16 flag; torch "
-                           f"{caps.isa} kernels): fp16 is emulated and runs for checking the fp16 path (loss "
-                           "scaling with a dynamic GradScaler); bf16 is a CPU's fast mixed precision where it "
-                           "has avx512_bf16 or amx_bf16", warning=True)
+__all__ = ["AVX2_BF16_SLOWDOWN", "CpuCapabilities", "PrecisionChoice", "cpu_capabilities", "cpu_precision",
+           "resolve_auto_dtype"]
 
 
 def resolve_auto_dtype(device: torch.device, caps: Optional[CpuCapabilities] = None,

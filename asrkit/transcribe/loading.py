@@ -1,8 +1,9 @@
 """The two kinds of model :func:`asrkit.load_model` takes, behind one interface
 (:class:`Backend`): features in, encoder output and a searcher out.
 
-* an **experiment directory** (:class:`EagerBackend`): ``train.yaml`` and a checkpoint,
-  built and loaded as ``asrkit.bin.recognize`` does (:func:`asrkit.decode.recognizer.build_trained_model`);
+* an **experiment directory** (:class:`EagerBackend`): ``train.yaml`` (its relative paths
+  resolved by :func:`asrkit.inputs.load_experiment_config`) and a checkpoint, built and
+  loaded as ``asrkit.bin.recognize`` does (:func:`asrkit.decode.recognizer.build_trained_model`);
   features go through the config's data-pipeline CMVN (``dataset_conf.cmvn_file``) when set;
 * an **exported archive** ``final.zip`` (:class:`ScriptBackend`): the TorchScript module of
   ``asrkit.bin.export`` (:func:`asrkit.export.load_exported`), which takes raw fbank.
@@ -18,8 +19,7 @@ from typing import Optional, Sequence
 import torch
 import yaml
 
-from asrkit.config import load_config
-from asrkit.data.features import FBANK_OPTION_DEFAULTS, CmvnError, apply_cmvn, load_cmvn
+from asrkit.data.features import FBANK_OPTION_DEFAULTS, apply_cmvn, load_cmvn
 from asrkit.decode.batch import encoder_output
 from asrkit.decode.ctc_search import apply_blank_penalty
 from asrkit.decode.modes import ModeError, check_modes
@@ -27,16 +27,9 @@ from asrkit.decode.options import DecodingOptionError, DecodingOptions
 from asrkit.decode.recognizer import build_trained_model
 from asrkit.decode.searcher import Searcher
 from asrkit.export.archive import EXTRA_CONFIG, EXTRA_META, load_exported
-from asrkit.inputs import load_text_inputs
+from asrkit.inputs import load_experiment_config, load_text_inputs
 from asrkit.io.checkpoint_names import checkpoint_to_decode
 from asrkit.models.chunks import ChunkTraining
-from asrkit.text.tokenizer import BpeModelError
-from asrkit.text.units import UnitsError
-from asrkit.text.wenet import NonLangSymsError
-
-# the config keys naming files a transcription reads, resolved by resolve_config_paths
-CONFIG_PATH_KEYS = ("tokenizer_conf.symbol_table_path", "tokenizer_conf.bpe_path",
-                    "tokenizer_conf.non_lang_syms_path", "dataset_conf.cmvn_file", "cmvn_conf.cmvn_file")
 
 
 class ModelLoadError(ValueError):
@@ -229,43 +222,12 @@ def find_checkpoint(exp_dir: Path) -> Path:
     return chosen
 
 
-def _get(cfg, dotted: str):
-    node = cfg
-    for part in dotted.split("."):
-        node = getattr(node, part, None)
-        if node is None:
-            return None
-    return node
-
-
-def resolve_config_paths(cfg, exp_dir: Path) -> list[str]:
-    """Overrides making the relative file paths of ``cfg`` (:data:`CONFIG_PATH_KEYS`)
-    absolute: each is looked up relative to the recipe directory (the experiment's
-    grandparent: ``exp/<name>/`` of the recipe whose ``run.sh`` ran recognize from there),
-    then the experiment directory (a WeNet experiment, whose paths are relative to where
-    it was trained), then the working directory; the first that exists wins.  A path found
-    nowhere is left as it is (the loader names it)."""
-    bases = [exp_dir.parent.parent, exp_dir, Path.cwd()]
-    overrides = []
-    for key in CONFIG_PATH_KEYS:
-        value = _get(cfg, key)
-        if not value or Path(value).is_absolute():
-            continue
-        for base in bases:
-            candidate = (base / value).resolve()
-            if candidate.exists():
-                overrides.append(f"{key}={json.dumps(str(candidate))}")
-                break
-    return overrides
-
-
 def load_experiment(exp_dir: Path, checkpoint: Optional[str | Path], device: str,
                     overrides: Sequence[str]) -> EagerBackend:
     config = exp_dir / "train.yaml"
     if not config.is_file():
         raise ModelLoadError(f"{exp_dir}: no train.yaml (an experiment directory holds the training config)")
-    cfg = load_config(config, overrides)
-    cfg = load_config(config, [*overrides, *resolve_config_paths(cfg, exp_dir)])
+    cfg = load_experiment_config(config, overrides)  # (relative paths found as recognize finds them)
     if checkpoint is None:
         path = find_checkpoint(exp_dir)
     else:
@@ -274,11 +236,7 @@ def load_experiment(exp_dir: Path, checkpoint: Optional[str | Path], device: str
             path = exp_dir / path
         if not path.is_file():
             raise ModelLoadError(f"checkpoint not found: {checkpoint}")
-    try:
-        tokenizer = load_text_inputs(cfg, model_cmvn=False)
-    except (UnitsError, BpeModelError, NonLangSymsError, CmvnError) as e:
-        raise type(e)(f"{e} (relative paths of train.yaml are looked up in {exp_dir.parent.parent}, {exp_dir} "
-                      f"and the working directory; pass overrides=['KEY.PATH=/absolute/path'])") from None
+    tokenizer = load_text_inputs(cfg, model_cmvn=False)
     model = build_trained_model(cfg, path, tokenizer.vocabulary, device)
     return EagerBackend(model, cfg, tokenizer, f"{exp_dir} ({path.name})")
 

@@ -13,6 +13,7 @@ when set).  Decoding is :mod:`asrkit.decode`'s: the encoder output of
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -30,11 +31,14 @@ from asrkit.decode.fusion import Fusion, build_fusion
 from asrkit.decode.modes import REGISTRY, SharedOutputs, mode_nbest
 from asrkit.decode.options import DecodingOptionError, DecodingOptions, check_encoder_context
 from asrkit.decode.transducer_modes import TIMED
+from asrkit.precision import decoding_precision_warning
 from asrkit.stream.features import StreamingFbank
 from asrkit.transcribe.loading import ModelLoadError, load_archive, load_experiment
 from asrkit.transcribe.result import TokenTime, Transcript, group_words
 from asrkit.transcribe.segments import Segment, Segmentation, fixed_pieces, speech_segments
 from asrkit.transcribe.vad import VAD_RATE
+
+log = logging.getLogger("asrkit.transcribe")
 
 FBANK_PIECE_S = 30.0
 _FAULTS = {"missing_file": "no such file", "unreadable_audio": "not a readable audio file",
@@ -102,6 +106,7 @@ class Transcriber:
         self.units = backend.units
         self.description = backend.description
         self._fusion: tuple = (None, None)  # (the options' fusion fields, their Fusion): the last one built
+        self._warned_dtypes: set[str] = set()  # (a slow precision is said once per model, not per file)
 
     def check_mode(self, mode: str) -> None:
         """:class:`asrkit.decode.ModeError` unless this model runs decoding mode ``mode``."""
@@ -210,9 +215,17 @@ class Transcriber:
         hypothesis for a mode without one); the first is the part's result.
 
         Memory: the samples (and their copy at the model's rate and at 16 kHz, where those
-        differ) plus one part's features and decoding, whatever the length."""
+        differ) plus one part's features and decoding, whatever the length.
+
+        ``options.dtype`` ``bf16`` on a CPU without native bf16 logs training's warning
+        (:func:`asrkit.precision.decoding_precision_warning`), once per model."""
         self.check_options(options)
         fusion = self.fusion(options)
+        if options.dtype not in self._warned_dtypes:
+            self._warned_dtypes.add(options.dtype)
+            slow = decoding_precision_warning(options.dtype, self.device)  # (bf16 emulated on this CPU)
+            if slow:
+                log.warning("%s", slow)
         mode = options.modes[0]
         b = self.backend
         samples, rate, name = read_samples(audio, sample_rate)
@@ -328,7 +341,7 @@ def load_model(source: Union[str, os.PathLike], checkpoint: Optional[Union[str, 
 
     * an experiment directory: its ``train.yaml`` (with ``overrides``, ``KEY.PATH=VALUE``
       as recognize's ``--override``; relative file paths resolved as
-      :func:`asrkit.transcribe.loading.resolve_config_paths` says) and ``checkpoint``, or
+      :func:`asrkit.inputs.resolve_config_paths` says) and ``checkpoint``, or
       by default the one :func:`asrkit.transcribe.loading.find_checkpoint` picks
       (``avg_<N>.pt`` with the largest N, else ``final.pt``, else the newest
       ``epoch_*``/``step_*`` checkpoint by recorded step);

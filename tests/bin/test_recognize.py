@@ -1,4 +1,6 @@
 """asrkit.bin.recognize: train.yaml + checkpoint + data.list -> one text file per mode."""
+import json
+import logging
 import subprocess
 import sys
 
@@ -11,6 +13,7 @@ from asrkit.config import load_config
 from asrkit.data.lists import read_list
 from asrkit.data.processors import build_sample_processor
 from asrkit.decode import DecodingOptions, decode
+from asrkit.metrics import read_text as read_kaldi_text, score
 from asrkit.models import AsrModel, build_model
 from asrkit.text import build_tokenizer, write_units
 from tests.helpers import REPO
@@ -309,3 +312,170 @@ def test_lm_and_phrase_list_bad_input_exit_2_in_one_line(experiment, tiny_corpus
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and message in errors[0] and "\n" not in errors[0], errors
     assert not (tmp_path / "d").exists()
+
+
+# ----------------------------------------------------------------------------- lists, scoring, skips
+
+
+def dev_rows(tiny_corpus) -> list[dict]:
+    return [json.loads(line) for line in tiny_corpus.splits["dev"].data_list.read_text().splitlines()]
+
+
+def write_rows(path, rows) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return str(path)
+
+
+def hypotheses(path) -> dict[str, str]:
+    return read_kaldi_text(path.read_text(encoding="utf-8").splitlines(), str(path))
+
+
+def errors_of(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+
+
+@pytest.mark.parametrize("case", ["duplicate", "space", "tab", "empty"])
+def test_a_list_repeating_a_key_or_with_a_key_kaldi_cannot_read_is_refused_in_one_line(
+        experiment, tiny_corpus, tmp_path, caplog, case):
+    """A repeated key would pair one line's reference with another's hypothesis (it scored
+    12.90 % where the list without the repeat scores 2.63 %); a key with whitespace would be
+    written unquoted into the Kaldi text.  Both: exit 2, one line naming the list, the key
+    and the line(s), before the model loads; nothing written."""
+    root, _, _ = experiment
+    rows = dev_rows(tiny_corpus)[:4]
+    rows, message = {
+        "duplicate": (rows + [dict(rows[1], wav=rows[3]["wav"])],
+                      f"duplicate key {rows[1]['key']!r} at line 2 and line 5"),
+        "space": ([*rows[:2], dict(rows[2], key="spk utt")], "line 3: key 'spk utt' holds whitespace (' '"),
+        "tab": ([*rows[:2], dict(rows[2], key="spk\tutt")], "line 3: key 'spk\\tutt' holds whitespace ('\\t'"),
+        "empty": ([dict(rows[0], key="")], "line 1: key '' is empty")}[case]
+    data = write_rows(tmp_path / "data.list", rows)
+    code = main(["--config", str(root / "train.yaml"), "--checkpoint", str(tmp_path / "never_read.pt"),
+                 "--data", data, "--result_dir", str(tmp_path / "d"), "--score", "char"])
+    assert code == 2
+    errors = errors_of(caplog)
+    assert len(errors) == 1 and errors[0].startswith(f"{data}: ") and message in errors[0], errors
+    assert "\n" not in errors[0] and not (tmp_path / "d").exists()
+
+
+def test_an_unlabelled_list_decodes_and_a_mixed_one_scores_its_labelled_utterances(experiment, tiny_corpus,
+                                                                                  tmp_path, caplog):
+    """No txt: the hypotheses are written (the same as for the labelled list) and, with
+    --score, nothing is scored -- one log line, no wer file (a stale one is removed).  Some
+    without txt: only the others are scored, and the wer file says how many were not.
+    "txt": "" is a transcript (silence): decoded and scored, not skipped."""
+    caplog.set_level(logging.INFO, logger="asrkit.recognize")
+    root, _, _ = experiment
+    rows = dev_rows(tiny_corpus)
+    common = ["--config", str(root / "train.yaml"), "--checkpoint", str(root / "ckpt.pt"),
+              "--modes", "ctc_greedy_search", "--score", "char"]
+    labelled = write_rows(tmp_path / "labelled.list", rows)
+    assert main(common + ["--data", labelled, "--result_dir", str(tmp_path / "labelled")]) == 0
+    hyps = hypotheses(tmp_path / "labelled" / "ctc_greedy_search" / "text")
+    assert len(hyps) == len(rows)
+
+    stale = tmp_path / "none" / "ctc_greedy_search" / "wer"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("%CER 99.00 [ from an earlier decode ]\n")
+    caplog.clear()
+    unlabelled = write_rows(tmp_path / "unlabelled.list", [{k: v for k, v in r.items() if k != "txt"} for r in rows])
+    assert main(common + ["--data", unlabelled, "--result_dir", str(tmp_path / "none")]) == 0
+    assert hypotheses(tmp_path / "none" / "ctc_greedy_search" / "text") == hyps
+    assert not stale.exists()
+    assert any("nothing to score: no decoded utterance has a transcript (not scored: 0 skipped, 12 without "
+               "transcript)" in m for m in caplog.messages), caplog.messages
+    assert not any("%CER" in m for m in caplog.messages)
+
+    mixed_rows = [dict(r, txt=None) if i % 3 == 0 else r for i, r in enumerate(rows)]
+    mixed_rows[1] = dict(mixed_rows[1], txt="")
+    mixed = write_rows(tmp_path / "mixed.list", mixed_rows)
+    assert main(common + ["--data", mixed, "--result_dir", str(tmp_path / "mixed")]) == 0
+    assert hypotheses(tmp_path / "mixed" / "ctc_greedy_search" / "text") == hyps
+    refs = {r["key"]: r["txt"] for r in mixed_rows if r["txt"] is not None}
+    totals, _ = score(refs, {k: hyps[k] for k in refs}, "char")
+    wer = (tmp_path / "mixed" / "ctc_greedy_search" / "wer").read_text(encoding="utf-8").splitlines()
+    assert wer[-3:] == [totals.summary("CER"), totals.sentence_summary(),
+                        "scored 8 utterances; not scored: 0 skipped, 4 without transcript"]
+    assert [line.split()[1] for line in wer if line.startswith("utt: ")] == list(refs)
+
+
+def test_skipped_utterances_are_reported_apart_and_never_scored(experiment, tiny_corpus, tmp_path, caplog):
+    """A missing file, an empty one and one shorter than the model's shortest input are not
+    decoded: left out of the text, counted by reason in the log and on the wer file's last
+    line, and not in the score, which covers the decoded utterances exactly."""
+    from tests.data.audio_helpers import tone, write_wav
+    caplog.set_level(logging.INFO, logger="asrkit.recognize")
+    root, _, _ = experiment
+    rows = dev_rows(tiny_corpus)[:6]
+    short = write_wav(tmp_path / "short.wav", tone(0.05))  # 3 feature frames < 7
+    empty = write_wav(tmp_path / "empty.wav", tone(0.0))
+    bad = [dict(rows[0], key="gone", wav=str(tmp_path / "gone.wav")),
+           dict(rows[1], key="short", wav=str(short), duration=0.05),
+           dict(rows[2], key="empty", wav=str(empty), duration=0.0)]
+    data = write_rows(tmp_path / "data.list", rows[:3] + bad + rows[3:])
+    assert main(["--config", str(root / "train.yaml"), "--checkpoint", str(root / "ckpt.pt"), "--data", data,
+                 "--result_dir", str(tmp_path / "d"), "--modes", "ctc_greedy_search", "attention",
+                 "--beam_size", "2", "--score", "char"]) == 0
+    line = "not scored: 3 skipped (1 empty_audio, 1 missing_file, 1 too_short), 0 without transcript"
+    for mode in ("ctc_greedy_search", "attention"):
+        hyps = hypotheses(tmp_path / "d" / mode / "text")
+        assert list(hyps) == [r["key"] for r in rows]  # (list order, the skipped ones left out)
+        totals, _ = score({r["key"]: r["txt"] for r in rows}, hyps, "char")
+        wer = (tmp_path / "d" / mode / "wer").read_text(encoding="utf-8").splitlines()
+        assert wer[-3:] == [totals.summary("CER"), totals.sentence_summary(), f"scored 6 utterances; {line}"]
+        assert f"{mode}: {totals.summary('CER')}; scored 6 utterances, {line}" in caplog.messages
+    skips = {m.split(" (")[0] for m in caplog.messages if m.startswith("skipped ")}
+    assert skips == {"skipped gone", "skipped short", "skipped empty"}
+
+
+def test_relative_config_paths_are_found_from_anywhere_as_transcribe_finds_them(experiment, tiny_corpus, tmp_path,
+                                                                                monkeypatch, caplog):
+    """A recipe's train.yaml (recipe/exp/x/) naming its units relative to the recipe decodes
+    from another working directory; a file found nowhere is one line naming every path
+    tried, exit 2.  The model layer's CMVN, which decoding takes from the checkpoint, need
+    not exist."""
+    import shutil
+    root, _, _ = experiment
+    recipe, exp, elsewhere = tmp_path / "recipe", tmp_path / "recipe" / "exp" / "x", tmp_path / "elsewhere"
+    for folder in (recipe / "data" / "dict", exp, elsewhere):
+        folder.mkdir(parents=True)
+    shutil.copy(root / "units.txt", recipe / "data" / "dict" / "units.txt")
+    config = yaml.safe_load((root / "train.yaml").read_text(encoding="utf-8"))
+    config["tokenizer_conf"]["symbol_table_path"] = "data/dict/units.txt"
+    config["cmvn_conf"]["cmvn_file"] = "data/gone/global_cmvn"
+    (exp / "train.yaml").write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
+    common = ["--checkpoint", str(root / "ckpt.pt"), "--data", str(tiny_corpus.splits["dev"].data_list),
+              "--modes", "ctc_greedy_search"]
+    assert main(common + ["--config", str(root / "train.yaml"), "--result_dir", str(tmp_path / "want")]) == 0
+    monkeypatch.chdir(elsewhere)  # neither the recipe nor the experiment
+    assert main(common + ["--config", "../recipe/exp/x/train.yaml", "--result_dir", str(tmp_path / "got")]) == 0
+    assert hypotheses(tmp_path / "got" / "ctc_greedy_search" / "text") == \
+        hypotheses(tmp_path / "want" / "ctc_greedy_search" / "text")
+    config["tokenizer_conf"]["symbol_table_path"] = "data/dict/other.txt"
+    (exp / "train.yaml").write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
+    assert main(common + ["--config", "../recipe/exp/x/train.yaml", "--result_dir", str(tmp_path / "no")]) == 2
+    [error] = errors_of(caplog)
+    tried = [(d / "data/dict/other.txt").resolve() for d in (recipe, exp, elsewhere)]
+    assert error.startswith("units file not found: data/dict/other.txt (tokenizer_conf.symbol_table_path of "
+                            f"{exp / 'train.yaml'}; looked for {', '.join(map(str, tried))})"), error
+    assert not (tmp_path / "no").exists()
+
+
+@pytest.mark.parametrize("dtype, flags, warned", [("bf16", {"avx2", "fma"}, True),
+                                                  ("bf16", {"avx2", "avx512_bf16"}, False),
+                                                  ("fp32", {"avx2", "fma"}, False)])
+def test_bf16_on_a_cpu_without_native_bf16_logs_trainings_warning(experiment, tiny_corpus, tmp_path, monkeypatch,
+                                                                 caplog, dtype, flags, warned):
+    """The CPU's flags injected (this machine has avx512_bf16, CI's alternate with AVX2-only
+    ones): --dtype bf16 without native bf16 logs the line training logs, once."""
+    import asrkit.precision as precision
+    caps = precision.CpuCapabilities(frozenset(flags), "AVX2")
+    monkeypatch.setattr(precision, "cpu_capabilities", lambda cpuinfo=None: caps)
+    root, _, _ = experiment
+    assert main(["--config", str(root / "train.yaml"), "--checkpoint", str(root / "ckpt.pt"), "--data",
+                 str(tiny_corpus.splits["dev"].data_list), "--result_dir", str(tmp_path / "d"),
+                 "--modes", "ctc_greedy_search", "--dtype", dtype]) == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "asrkit.recognize"]
+    assert warnings == ([precision.cpu_precision("bf16", caps).line] if warned else [])
+    if warned:
+        assert "without native bf16" in warnings[0]

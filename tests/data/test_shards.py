@@ -89,9 +89,23 @@ def test_stale_or_truncated_shards_are_counted_skips(packed, tmp_path):
     last = shard["members"][-1]
     cut.write_bytes(data[: last["offset"] + last["size"] // 2])
     broken = [stale, {"tar": str(cut), "members": [last]},
-              {"tar": str(tmp_path / "none.tar"), "members": [last]}]
+              {"tar": str(tmp_path / "none.tar"), "members": [dict(last, key="gone")]}]  # (keys are unique)
     write_list(tmp_path / "broken.list", broken)
     cfg = config(units)
     proc = build_sample_processor(cfg.dataset_conf, tokenizer_for(units), train=False, seed=0)
     reasons = [proc(e, 0).reason for e in read_list(tmp_path / "broken.list")]
     assert reasons == ["shard_mismatch", "truncated_audio", "missing_file"]
+
+
+@pytest.mark.parametrize("line, why", [
+    ('{"key": "a", "wav": "a.wav", "txt": "one", "duration": 1}', "{}: duplicate key 'a' at line 1 and line 2"),
+    ('{"key": "b", "wav": "b.wav"', "{}:2: not valid JSON")])
+def test_a_list_the_reader_refuses_is_one_error_and_status_2_nothing_written(tmp_path, capsys, line, why):
+    from tools import make_shard_list
+    raw = tmp_path / "raw.list"
+    raw.write_text('{"key": "a", "wav": "a.wav", "txt": "one", "duration": 1}\n' + line + "\n")
+    with pytest.raises(SystemExit) as exit_info:
+        make_shard_list.main([str(raw), str(tmp_path / "tars"), str(tmp_path / "shards.list")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and f"error: {why.format(raw)}" in err and "Traceback" not in err
+    assert not (tmp_path / "tars").exists() and not (tmp_path / "shards.list").exists()

@@ -104,15 +104,17 @@ def test_hostile_tar_members_are_rejected_as_counted_skips(tiny_units, tmp_path)
     assert proc(entry("up", "../up.wav"), 0).reason == "unsafe_tar_member"
 
 
-@pytest.mark.parametrize("key", ["../evil", "/abs/evil", "a/../../evil", "back\\slash", "new\nline"])
-def test_make_shard_list_refuses_keys_that_are_unsafe_member_names(tiny_corpus, tmp_path, capsys, key):
+@pytest.mark.parametrize("key, why", [(k, f"key {k!r} cannot name a tar member") for k in
+                                      ["../evil", "/abs/evil", "a/../../evil", "back\\slash"]]
+                         + [("new\nline", "line 2: key 'new\\nline' holds whitespace")])  # (not a Kaldi token)
+def test_make_shard_list_refuses_keys_that_are_unsafe_member_names(tiny_corpus, tmp_path, capsys, key, why):
     rows = [json.loads(r) for r in tiny_corpus.splits["dev"].data_list.read_text().splitlines()[:2]]
     rows[1]["key"] = key
     raw = tmp_path / "raw.list"
     raw.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(SystemExit) as exit_info:
         make_shard_list.main([str(raw), str(tmp_path / "shards"), str(tmp_path / "shards.list")])
-    assert exit_info.value.code == 2 and f"key {key!r} cannot name a tar member" in capsys.readouterr().err
+    assert exit_info.value.code == 2 and why in capsys.readouterr().err
     assert not (tmp_path / "shards.list").exists() and not list(tmp_path.rglob("*.tar"))
 
 

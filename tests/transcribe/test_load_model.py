@@ -255,6 +255,36 @@ def test_config_paths_resolve_from_the_recipe_dir_or_by_override(tmp_path, monke
     assert model.transcribe(MIKE).text == want
 
 
+def test_bf16_on_a_cpu_without_native_bf16_logs_trainings_warning_once(u2pp, monkeypatch, caplog):
+    """The CPU's flags injected (CI's machines alternate between avx512_bf16 and AVX2-only):
+    bf16 emulated is warned about with training's line, once per model (not per file), by
+    the API and by ``asrkit transcribe``; with native bf16, or in fp32, nothing is said."""
+    import asrkit.precision as precision
+    from asrkit.bin import cli
+    from asrkit.transcribe.transcriber import Transcriber
+    avx2 = precision.CpuCapabilities(frozenset({"avx2", "fma"}), "AVX2")
+    line = precision.cpu_precision("bf16", avx2).line
+    monkeypatch.setattr(precision, "cpu_capabilities", lambda cpuinfo=None: avx2)
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "asrkit.transcribe"]
+    model = Transcriber(u2pp.backend)  # (a fresh model sharing the loaded one's backend)
+    model.transcribe(MIKE, mode="ctc_greedy_search")
+    assert warnings() == []
+    for _ in range(2):
+        model.transcribe(MIKE, mode="ctc_greedy_search", dtype="bf16")
+    assert warnings() == [line]
+    caplog.clear()
+    assert cli.main(["transcribe", "--model", str(FIXTURES / "u2pp"), "--mode", "ctc_greedy_search", "--dtype",
+                     "bf16", str(MIKE), str(MIKE)]) == 0
+    assert warnings() == [line]
+    caplog.clear()
+    native = precision.CpuCapabilities(frozenset({"avx2", "avx512_bf16"}), "AVX512")
+    monkeypatch.setattr(precision, "cpu_capabilities", lambda cpuinfo=None: native)
+    Transcriber(u2pp.backend).transcribe(MIKE, mode="ctc_greedy_search", dtype="bf16")
+    assert warnings() == []
+
+
 def test_bad_input_raises_one_line_errors(u2pp, tmp_path):
     (tmp_path / "text.wav").write_text("not audio")
     sf.write(tmp_path / "empty.wav", np.zeros(0, np.float32), 16000)
