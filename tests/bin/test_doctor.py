@@ -66,7 +66,7 @@ def test_single_node_all_ok_through_the_asrkit_command(in_recipe, capsys):
     assert lines and all(line.startswith("OK ") for line in lines), out
     for expected in ("OK versions: python ", "OK network: the route to the master 127.0.0.1 (127.0.0.1) uses lo",
                      "OK config: conf/train_toy.yaml loaded", "OK files: units data/dict/units.txt",
-                     "CMVN data/train/global_cmvn (40 dims)",
+                     "CMVN data/train/global_cmvn (80 dims)",
                      "OK files: train data list data/train/data.list: 48 entries",
                      "OK files: CV data list data/dev/data.list: 12 entries", "audio of the first 3 readable",
                      "is free on this host", "OK allreduce: single node"):
