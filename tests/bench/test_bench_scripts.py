@@ -129,7 +129,8 @@ def test_train_throughput_counts_the_frames_it_trained_and_the_flops_of_its_mode
     assert shares["convolution"] >= sum(s for op, s in top.items() if "convolution" in op)
 
 
-@pytest.mark.slow  # (two torchrun launches: 25-45 s on 2 shared cores)
+@pytest.mark.slow
+@pytest.mark.heavy  # (two torchrun launches: 20-45 s on 2 shared cores; last output: docs/experiments/heavy_tests.md)
 def test_ddp_scaling_compares_two_gloo_processes_with_one(pipeline_args, train_list, tmp_path):
     frames_per_step = sum(fbank_frames(w) for w in wavs(train_list))
     out = tmp_path / "ddp.jsonl"
@@ -160,6 +161,8 @@ def test_ddp_scaling_compares_two_gloo_processes_with_one(pipeline_args, train_l
     assert two["train_flops_per_frame"] == pytest.approx(one["train_flops_per_frame"], rel=0.3)
 
 
+@pytest.mark.heavy  # (11-20 s; the executor's one collective a step is the suite's
+# tests/train/test_collectives_per_step.py; last output: docs/experiments/heavy_tests.md)
 def test_step_overhead_counts_the_one_collective_the_executor_makes_per_step(tmp_path):
     """docs/performance.md: the executor's only Python-level collective while training is the
     step all-reduce, one per optimizer step whatever ``accum_grad`` (5 per step at

@@ -1,5 +1,6 @@
-"""bench/gpu_check.py without a GPU: the CPU dry run runs every stage end to end (so a GPU
-run never meets a typo), the environment check says in one line what is missing, the
+"""bench/gpu_check.py without a GPU: the CPU dry run runs the stages end to end (so a GPU
+run never meets a typo; the suite runs the test collection and the AISHELL stage, the heavy
+test every stage), the environment check says in one line what is missing, the
 budget skips what it cannot fit, a stage cut off at its deadline leaves what it measured,
 and the carried corpus unpacks to the corpus the fixtures synthesize."""
 from __future__ import annotations
@@ -92,32 +93,37 @@ def test_a_stage_cut_off_at_its_deadline_is_interrupted_and_its_group_killed(tmp
     assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
 
 
-@pytest.mark.slow
-def test_cpu_dry_run_runs_every_stage(carried, tmp_path):
+def dry_run(carried: Path, tmp_path: Path, stages: tuple) -> tuple[dict, Path, str]:
+    """``bench.gpu_check --cpu_dry_run`` over ``stages``; each stage's record, the work
+    folder and stdout, after the checks every dry run passes (archive, statuses, table)."""
     archive, work = tmp_path / "results.tar.gz", tmp_path / "work"
     proc = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--cpu_dry_run", "--corpus", str(carried),
-                           "--work", str(work), "--archive", str(archive)],
+                           "--work", str(work), "--archive", str(archive), "--stages", ",".join(stages)],
                           capture_output=True, text=True, cwd=REPO, env=repo_env(), timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with tarfile.open(archive) as tar:
         names = set(tar.getnames())
     assert archive.stat().st_size < 16 * 2**20
-    assert {f"gpu_check/{s}.json" for s in STAGE_FILES} <= names and "gpu_check/profile_bf16.txt" in names
-    stages = {s: json.loads((work / f"{s}.json").read_text()) for s in STAGE_FILES}
-    assert all(r["status"] == "done" and r["returncode"] == 0 for r in stages.values()), \
-        {s: (r["status"], r["summary"]) for s, r in stages.items()}
+    assert {f"gpu_check/{s}.json" for s in stages} <= names
+    records = {s: json.loads((work / f"{s}.json").read_text()) for s in stages}
+    assert all(r["status"] == "done" and r["returncode"] == 0 for r in records.values()), \
+        {s: (r["status"], r["summary"]) for s, r in records.items()}
+    table = proc.stdout[proc.stdout.index("stage "):]
+    for stage in stages:
+        assert f"\n{stage} " in table
+    assert "ran on: CPU (dry run)" in table
+    return records, work, proc.stdout
 
-    tests = stages["gpu_tests"]["results"]["pytest"]["tests"]
+
+def check_gpu_tests(record: dict) -> None:
+    tests = record["results"]["pytest"]["tests"]
     assert any("test_cuda_paths.py::" in t for t in tests) and any("test_amp.py::" in t for t in tests)
     assert all(t["outcome"] == "skipped" for t in tests.values())  # no CUDA here
 
-    digits = stages["digits"]["results"]
-    for name in ("fp32", "bf16", "fp16"):
-        assert digits[name]["steps"] == 3 and digits[name]["nonfinite_steps"] == 0 and digits[name]["cv_loss"] > 0
-        assert digits[name]["host_syncs"]["syncs_per_step"] is None  # counted on CUDA only
-    assert "cv_vs_fp32" in digits["bf16"] and "cv_vs_fp32" in digits["fp16"]
 
-    aishell = stages["aishell"]["results"]
+def check_aishell(record: dict, work: Path, stdout: str) -> None:
+    """The AISHELL stage (8/8's measurement) and the epoch projected from it."""
+    aishell = record["results"]
     assert aishell["setup"]["data"]["units"] == 4233 and aishell["bf16"]["params_M"] > 0
     rate = aishell["bf16"]["real_frames_per_s"]
     assert rate == pytest.approx(aishell["bf16"]["real_frames"] / aishell["bf16"]["seconds"], rel=1e-2)
@@ -126,12 +132,30 @@ def test_cpu_dry_run_runs_every_stage(carried, tmp_path):
     workers = aishell["bf16_workers1"]  # a loader with a worker process, the trainer on one thread
     assert workers["real_frames_per_s"] > 0 and workers["trainer_threads"] == 1 and workers["variant"]["workers"] == 1
     assert "Self CPU" in (work / "profile_bf16.txt").read_text()
-    assert "compiled" in stages["compile"]["results"] and "eager" in stages["compile"]["results"]
-
     projection = json.loads((work / "projection.json").read_text())
     assert projection["epoch_seconds"]["bf16"] == pytest.approx(150 * 360_000 / rate, rel=1e-3)
-    assert "150 h x 360,000 frames/h / real frames/s" in proc.stdout
-    table = proc.stdout[proc.stdout.index("stage "):]
-    for stage in (*STAGE_FILES, "projection"):
-        assert f"\n{stage} " in table
-    assert "ran on: CPU (dry run)" in table
+    assert "150 h x 360,000 frames/h / real frames/s" in stdout
+    assert "\nprojection " in stdout[stdout.index("stage "):]
+
+
+@pytest.mark.slow
+def test_cpu_dry_run_of_the_test_and_aishell_stages(carried, tmp_path):
+    """The suite's dry run: the GPU tests' collection and the AISHELL measurement with its
+    projection (the stages a GPU session needs first); every stage: the heavy test below."""
+    records, work, stdout = dry_run(carried, tmp_path, ("gpu_tests", "aishell"))
+    check_gpu_tests(records["gpu_tests"])
+    check_aishell(records["aishell"], work, stdout)
+
+
+@pytest.mark.slow
+@pytest.mark.heavy  # (~35 s on 2 cores; last output: docs/experiments/heavy_tests.md)
+def test_cpu_dry_run_runs_every_stage(carried, tmp_path):
+    records, work, stdout = dry_run(carried, tmp_path, STAGE_FILES)
+    check_gpu_tests(records["gpu_tests"])
+    check_aishell(records["aishell"], work, stdout)
+    digits = records["digits"]["results"]
+    for name in ("fp32", "bf16", "fp16"):
+        assert digits[name]["steps"] == 3 and digits[name]["nonfinite_steps"] == 0 and digits[name]["cv_loss"] > 0
+        assert digits[name]["host_syncs"]["syncs_per_step"] is None  # counted on CUDA only
+    assert "cv_vs_fp32" in digits["bf16"] and "cv_vs_fp32" in digits["fp16"]
+    assert "compiled" in records["compile"]["results"] and "eager" in records["compile"]["results"]

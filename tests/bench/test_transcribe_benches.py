@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from asrkit.transcribe import TokenTime, Transcript, WordTime
 from bench import transcribe_timestamps
@@ -62,6 +63,8 @@ def test_the_timestamp_bench_runs_and_reports_every_mode(tmp_path):
     assert "on time %" in proc.stdout
 
 
+@pytest.mark.heavy  # (11-16 s; long files against their parts are the suite's tests/transcribe/
+# test_long_recordings.py; last output: docs/experiments/heavy_tests.md)
 def test_the_long_file_bench_reports_long_files_against_their_parts_and_non_speech(tmp_path):
     out = tmp_path / "long.json"
     proc = subprocess.run([sys.executable, "-m", "bench.transcribe_long", "--model", str(FIXTURES / "u2pp"),
