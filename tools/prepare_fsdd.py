@@ -6,8 +6,8 @@
 
 ``--corpus_dir`` is the dataset's layout: ``<digit>_<speaker>_<take>.wav`` (or ``.flac``, as
 ``corpora/fsdd/recordings.tar.gz`` unpacks) in the folder or in its ``recordings/``.  Every
-speaker is in one split only: ``--test_speakers`` and ``--dev_speakers`` name theirs, the
-others train (``--train_speakers`` limits them).  Written, each with ``wav.scp``, ``text``
+speaker is in one split only: ``--test_speakers`` and ``--dev_speakers`` (none: an
+evaluation-only preparation) name theirs, the others train (``--train_speakers`` limits them).  Written, each with ``wav.scp``, ``text``
 and ``utt2spk``:
 
 * ``<out>/train``: the train speakers' isolated takes and their connected utterances;
@@ -144,7 +144,7 @@ def main(argv=None) -> int:
     p.add_argument("--corpus_dir", type=Path, required=True, help="FSDD recordings in the dataset's layout")
     p.add_argument("--out", type=Path, required=True, help="where data/<set> folders go")
     p.add_argument("--test_speakers", nargs="+", required=True)
-    p.add_argument("--dev_speakers", nargs="+", required=True)
+    p.add_argument("--dev_speakers", nargs="*", default=[], help="none: no dev speaker (evaluation only)")
     p.add_argument("--train_speakers", nargs="+", default=None, help="default: every other speaker")
     p.add_argument("--connected", type=int, default=200, help="connected utterances per speaker (default 200)")
     p.add_argument("--seed", type=int, default=1)
