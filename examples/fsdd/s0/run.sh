@@ -21,6 +21,9 @@ prepare_seed=1
 # training
 train_config=conf/train_conformer_cpu.yaml
 dir=exp/conformer_cpu
+# fine-tuning: start from a trained model's encoder, decoder and CTC (WeNet's --enc_init), e.g. the
+# digits recipe's ../../digits/s0/exp/conformer_cpu/avg_3.pt (the same units); empty: from scratch
+init_checkpoint=
 num_workers=1
 cpu_nproc_per_node=2
 # decoding: isolated takes (SER: one digit each) and connected utterances (CER)
@@ -49,8 +52,10 @@ fi
 run_stage 1 && stage_cmvn 1 config="$train_config"
 run_stage 2 && stage_units 2 what="char units" units=data/dict/units.txt
 run_stage 3 && stage_data_lists 3 type="$data_type" per_shard="$num_utts_per_shard" -- train dev dev_connected test test_connected
+init=()
+[ -z "$init_checkpoint" ] || init=(--enc_init "$init_checkpoint" --enc_init_mods "encoder.,decoder.,ctc.")
 run_stage 4 && stage_train 4 "${launch[@]}" config="$train_config" dir="$dir" type="$data_type" \
-  checkpoint="$checkpoint" workers="$num_workers" threads="$num_threads" overrides="$train_overrides"
+  checkpoint="$checkpoint" workers="$num_workers" threads="$num_threads" overrides="$train_overrides" -- "${init[@]}"
 
 decode_checkpoint=${decode_checkpoint:-$dir/avg_${average_num}.pt}
 # shellcheck disable=SC2086  # test_sets is a word list
