@@ -67,7 +67,7 @@ import soundfile
 
 from asrkit.data.list_entries import (AUDIO_EXTENSIONS, ListEntry, ListError, check_keys, checked_field,
                                       is_wenet_shard_list, shard_entries, shard_list_text, unsafe_member_name)
-from asrkit.data.wenet_shards import load_wenet_shard_list, tar_lines
+from asrkit.data.wenet_shards import load_wenet_shard_list
 from asrkit.io.files import atomic_write_text
 
 # The entry types and checks live in asrkit.data.list_entries, below both list readers (this
@@ -130,9 +130,9 @@ def read_list(path: str | Path, cache_dir: Optional[str | Path] = None, *,
     """
     path = Path(path)
     if is_wenet_shard_list(path):
-        entries = load_wenet_shard_list(path, cache_dir).entries
-        check_keys(entries, _wenet_places(path, entries), path)
-        return entries
+        index = load_wenet_shard_list(path, cache_dir)
+        check_keys(index.entries, index.places, path)
+        return index.entries
     entries: list[ListEntry] = []
     places: list[str] = []  # (where each entry is, for the key checks' errors)
     to_measure: list[int] = []
@@ -173,31 +173,6 @@ def read_list(path: str | Path, cache_dir: Optional[str | Path] = None, *,
                        "audio), kept with duration 0: %s", path, len(unmeasured),
                        "y" if len(unmeasured) == 1 else "ies", ", ".join(unmeasured[:10]))
     return entries
-
-
-def _wenet_places(path: Path, entries: list[ListEntry]) -> list[str]:
-    """Where each entry of a WeNet shard list is: ``"line N (tar T)"``, N the list line of
-    its tar.  The entries hold the members of the listed tars line after line (a tar
-    without members gives none), so a line's members are the next run of entries from its
-    tar; a tar listed on k consecutive lines gives a run of k equal copies."""
-    lines = [(int(where.rsplit(":", 1)[1]), tar) for where, tar in tar_lines(path)]
-    places: list[str] = []
-    i = j = 0
-    while i < len(entries):
-        tar = entries[i].tar
-        while lines[j][1] != tar:  # (tars without members)
-            j += 1
-        k = j
-        while k < len(lines) and lines[k][1] == tar:
-            k += 1
-        run = i
-        while run < len(entries) and entries[run].tar == tar:
-            run += 1
-        copies = k - j
-        size = (run - i) // copies
-        places.extend(f"line {lines[j + n // size][0]} (tar {tar})" for n in range(run - i))
-        i, j = run, k
-    return places
 
 
 def write_shard_list(path: str | Path, shards: list[tuple[str, list[ListEntry]]]) -> None:

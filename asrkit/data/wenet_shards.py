@@ -99,8 +99,9 @@ _MAGIC = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"), (b"
 class WenetShardIndex:
     """A WeNet shard list read: its ``entries`` (shard members, list order then tar order),
     the ``digest`` and byte ``size`` of the index as an asrkit shard list, the cache file
-    used or written (``None``: not cached), the skipped members per reason and how many
-    tars this read ``scanned`` (0: all came from the cache)."""
+    used or written (``None``: not cached), the skipped members per reason, how many
+    tars this read ``scanned`` (0: all came from the cache) and, per entry, its ``places``
+    in the list (``"line N (tar T)"``, for errors that name an entry)."""
 
     entries: list[ListEntry]
     digest: str
@@ -108,6 +109,7 @@ class WenetShardIndex:
     cache_path: Optional[Path]
     skipped: dict[str, int]
     scanned: int
+    places: list[str]
 
 
 def cache_paths(list_path: Path, cache_dir: Optional[str | Path] = None) -> list[Path]:
@@ -351,12 +353,14 @@ def load_wenet_shard_list(path: str | Path, cache_dir: Optional[str | Path] = No
     shards = [(r["tar"], shard_entries(r, r["tar"])) for r in rows]
     text = shard_list_text(shards)
     entries = [e for _, members in shards for e in members]
+    places = [f"line {where.rsplit(':', 1)[1]} (tar {tar})" for (where, tar, _), (_, members) in zip(listed, shards)
+              for _ in members]
     skipped = _log_skips(path, list({r["abs"]: r for r in rows}.values()))
     logger.info("%s: WeNet shard list, %d tars, %d utterances (%.2f h); %d tar(s) scanned, index %s", path,
                 len(rows), len(entries), sum(e.duration for e in entries) / 3600, scanned,
                 used if used is not None else "in memory only")
     return WenetShardIndex(entries, hashlib.sha256(text.encode("utf-8")).hexdigest(), len(text.encode("utf-8")),
-                           used, skipped, scanned)
+                           used, skipped, scanned, places)
 
 
 def index_fingerprint(list_path: Optional[str | Path], cache_dir: Optional[str | Path] = None) -> Optional[dict]:
