@@ -15,7 +15,7 @@ the encoder chunk by chunk with its caches, one utterance at a time (same result
 streaming code path).  The text files hold the decoded utterances; one that cannot be
 decoded (unreadable audio, shorter than the model's shortest input, ...) is skipped,
 logged with its reason and counted.  With ``--score word|char`` it also writes
-``<result_dir>/<mode>/wer`` (:func:`write_scores`): the decoded utterances that have a
+``<result_dir>/<mode>/wer`` (:func:`asrkit.decode.recognizer.write_scores`): the decoded utterances that have a
 transcript scored against it (tools/compute_wer.py's format), then one line saying what
 was not scored -- the skipped utterances by reason and those without a transcript (a list
 may leave out ``txt``: an unlabelled list decodes; it has nothing to score, which is logged
@@ -55,16 +55,15 @@ from asrkit.bin.bad_input import run_tool
 from asrkit.bin.search_args import add_search_args, search_options
 from asrkit.inputs import load_experiment_config, load_text_inputs
 from asrkit.lm.arpa import ArpaError
-from asrkit.data.lists import ListEntry, read_list
-from asrkit.data.processors import SkipStats, build_sample_processor
+from asrkit.data.lists import read_list
+from asrkit.data.processors import build_sample_processor
 from asrkit.decode import MODES, DecodingOptionError, DecodingOptions, ModeError
 from asrkit.decode.context_graph import ContextListError
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
 from asrkit.decode.fusion import build_fusion
 from asrkit.decode.modes import fused_modes
 from asrkit.decode.options import check_encoder_context
-from asrkit.decode.recognizer import Progress, build_trained_model, recognize, write_text
-from asrkit.metrics import format_alignment, score
+from asrkit.decode.recognizer import Progress, build_trained_model, recognize, score_modes, write_text
 from asrkit.models.chunks import ChunkTraining
 from asrkit.precision import decoding_precision_warning
 
@@ -111,51 +110,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     p.add_argument("--num_threads", type=int, default=0, help="intra-op threads (0: torch default)")
     return p
-
-
-def unscored_line(skips: SkipStats, unlabelled: int) -> str:
-    """What a score leaves out, in one line: ``not scored: 2 skipped (1 missing_file, 1
-    too_short), 3 without transcript``."""
-    reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(skips.counts.items()))
-    return (f"not scored: {skips.total} skipped" + (f" ({reasons})" if reasons else "")
-            + f", {unlabelled} without transcript")
-
-
-def write_scores(path: Path, refs: dict[str, str], hyps: dict[str, str], unit: str, unscored: str) -> str:
-    """Write ``path`` (a mode's ``wer``): the alignment of every utterance of ``refs`` (the
-    decoded utterances' transcripts) with its hypothesis in ``hyps`` (which holds one for each,
-    and maybe others: not scored), the Kaldi totals
-    (``%WER``/``%CER``, ``%SER``), then ``scored N utterances; <unscored>`` (what the score
-    leaves out: :func:`unscored_line`).  Returns the totals line and that last line."""
-    totals, details = score(refs, {key: hyps[key] for key in refs}, unit)  # (the unlabelled ones left out)
-    label = "CER" if unit == "char" else "WER"
-    summary = f"{totals.summary(label)}; scored {totals.utts} utterances, {unscored}"
-    with open(path, "w", encoding="utf-8") as f:
-        for key, alignment in details:
-            f.write(format_alignment(key, alignment, label) + "\n")
-        f.write(totals.summary(label) + "\n" + totals.sentence_summary() + "\n"
-                + f"scored {totals.utts} utterances; {unscored}\n")
-    return summary
-
-
-def score_modes(result_dir: Path, entries: list[ListEntry], results: dict[str, dict[str, str]], unit: str,
-                skips: SkipStats) -> None:
-    """``--score``: each mode's ``wer`` over the decoded utterances with a transcript
-    (:func:`write_scores`); the skipped ones and those without a transcript are counted
-    apart, never as errors.  With no such utterance there is nothing to score: one log line,
-    and no ``wer`` (one left by an earlier decode into ``result_dir`` is removed: it scored
-    other hypotheses)."""
-    decoded = next(iter(results.values()), {})  # (every mode decodes the same utterances)
-    refs = {e.key: e.txt for e in entries if e.key in decoded and e.txt is not None}
-    unscored = unscored_line(skips, len(decoded) - len(refs))
-    if not refs:
-        for mode in results:
-            (result_dir / mode / "wer").unlink(missing_ok=True)
-        log.info("nothing to score: no decoded utterance has a transcript (%s); hypotheses written to %s",
-                 unscored, result_dir)
-        return
-    for mode, texts in results.items():
-        log.info("%s: %s", mode, write_scores(result_dir / mode / "wer", refs, texts, unit, unscored))
 
 
 def decoding_options(args: argparse.Namespace) -> DecodingOptions:

@@ -88,12 +88,15 @@ class SkipStats:
         """Zero the counts (keys already logged stay logged)."""
         self._counts.clear()
 
+    def reasons(self) -> str:
+        """``"2 missing_file, 1 too_long"``: the counts per reason, by reason (``""`` when none)."""
+        return ", ".join(f"{n} {reason}" for reason, n in sorted(self._counts.items()))
+
     def summary(self) -> str:
         """``"3 skipped: 2 missing_file, 1 too_long"`` (``"0 skipped"`` when none)."""
         if not self._counts:
             return "0 skipped"
-        parts = ", ".join(f"{n} {reason}" for reason, n in sorted(self._counts.items()))
-        return f"{self.total} skipped: {parts}"
+        return f"{self.total} skipped: {self.reasons()}"
 
 
 def sample_generator(seed: int, epoch: int, key: str, stream: str = "") -> torch.Generator:

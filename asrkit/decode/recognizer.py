@@ -1,6 +1,7 @@
 """Batch recognition of a data list: model loading from ``train.yaml`` + checkpoint,
 feature extraction through the (non-training) data chain, every requested mode from
-one encoder pass, and real-time-factor accounting."""
+one encoder pass, real-time-factor accounting, and the results written and scored
+(:func:`write_text`, :func:`score_modes`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -16,6 +17,7 @@ from asrkit.decode.modes import check_modes, fused_modes
 from asrkit.decode.options import DecodingOptions
 from asrkit.inputs import INPUT_DIGESTS, check_input_digests, check_units_size
 from asrkit.io.checkpoint import load_checkpoint
+from asrkit.metrics import format_alignment, score
 from asrkit.models import AsrModel, build_model
 from asrkit.models.state import load_weights
 from asrkit.progress import ProgressReport
@@ -160,3 +162,46 @@ def write_text(path: str | Path, texts: dict[str, str]) -> None:
         for key, text in texts.items():
             f.write(f"{key} {text}\n" if text else f"{key}\n")
 
+
+def unscored_line(skips: SkipStats, unlabelled: int) -> str:
+    """What a score leaves out, in one line: ``not scored: 2 skipped (1 missing_file, 1
+    too_short), 3 without transcript``."""
+    reasons = skips.reasons()
+    return (f"not scored: {skips.total} skipped" + (f" ({reasons})" if reasons else "")
+            + f", {unlabelled} without transcript")
+
+
+def write_scores(path: Path, refs: dict[str, str], hyps: dict[str, str], unit: str, unscored: str) -> str:
+    """Write ``path`` (a mode's ``wer``): the alignment of every utterance of ``refs`` (the
+    decoded utterances' transcripts) with its hypothesis in ``hyps`` (which holds one for each,
+    and maybe others: not scored), the Kaldi totals
+    (``%WER``/``%CER``, ``%SER``), then ``scored N utterances; <unscored>`` (what the score
+    leaves out: :func:`unscored_line`).  Returns the totals line and that last line."""
+    totals, details = score(refs, {key: hyps[key] for key in refs}, unit)  # (the unlabelled ones left out)
+    label = "CER" if unit == "char" else "WER"
+    rate = totals.summary(label)
+    with open(path, "w", encoding="utf-8") as f:
+        for key, alignment in details:
+            f.write(format_alignment(key, alignment, label) + "\n")
+        f.write(f"{rate}\n{totals.sentence_summary()}\nscored {totals.utts} utterances; {unscored}\n")
+    return f"{rate}; scored {totals.utts} utterances, {unscored}"
+
+
+def score_modes(result_dir: Path, entries: Sequence, results: dict[str, dict[str, str]], unit: str,
+                skips: SkipStats) -> None:
+    """``--score``: each mode's ``wer`` over the decoded utterances with a transcript
+    (:func:`write_scores`); the skipped ones and those without a transcript are counted
+    apart, never as errors.  With no such utterance there is nothing to score: one log line,
+    and no ``wer`` (one left by an earlier decode into ``result_dir`` is removed: it scored
+    other hypotheses)."""
+    decoded = next(iter(results.values()), {})  # (every mode decodes the same utterances)
+    refs = {e.key: e.txt for e in entries if e.key in decoded and e.txt is not None}
+    unscored = unscored_line(skips, len(decoded) - len(refs))
+    if not refs:
+        for mode in results:
+            (result_dir / mode / "wer").unlink(missing_ok=True)
+        log.info("nothing to score: no decoded utterance has a transcript (%s); hypotheses written to %s",
+                 unscored, result_dir)
+        return
+    for mode, texts in results.items():
+        log.info("%s: %s", mode, write_scores(result_dir / mode / "wer", refs, texts, unit, unscored))
