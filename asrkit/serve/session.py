@@ -47,8 +47,9 @@ from asrkit.data.audio import resample
 from asrkit.decode.alignment import AlignmentError, forced_alignment
 from asrkit.stream.endpoint import DEFAULT_RULES, EndpointDetector
 from asrkit.stream.recognizer import Result, StreamingRecognizer
-from asrkit.transcribe import AudioError, Segmentation, Transcriber
+from asrkit.transcribe import AudioError, Segmentation
 from asrkit.transcribe.result import TokenTime, WordTime, group_words
+from asrkit.transcribe.segments import speech_regions_16k
 from asrkit.transcribe import vad
 
 
@@ -72,14 +73,23 @@ def pcm_to_float(data: bytes) -> torch.Tensor:
     return torch.from_numpy(np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0)
 
 
-def has_speech(transcriber: Transcriber, samples: np.ndarray) -> bool:
-    """Whether ``transcribe`` decodes anything of ``samples`` (float32 ``[T]`` at the model's
-    rate): whether :meth:`Transcriber.segments` -- the cutting ``asrkit transcribe`` and the
-    server's upload do, with the default :class:`Segmentation` -- gives at least one part.  It
+def at_vad_rate(samples: np.ndarray, rate: int) -> np.ndarray:
+    """``samples`` (float32 ``[T]`` at ``rate`` Hz) at the voice-activity detector's 16 kHz."""
+    if rate == vad.VAD_RATE:
+        return samples
+    return resample(torch.from_numpy(np.ascontiguousarray(samples))[None], rate, vad.VAD_RATE)[0].numpy()
+
+
+def has_speech(samples_16k: np.ndarray, probs: Optional[np.ndarray] = None) -> bool:
+    """Whether ``transcribe`` decodes anything of audio whose 16 kHz version is ``samples_16k``
+    (:func:`at_vad_rate`): whether the cutting ``asrkit transcribe`` and the server's upload
+    do (:meth:`asrkit.transcribe.Transcriber.segments` with the default :class:`Segmentation`)
+    gives at least one part -- one per speech region
+    (:func:`asrkit.transcribe.segments.speech_regions_16k`).  It
     gives none where the voice-activity detector finds no speech (digital silence, noise,
-    tones), and ``transcribe`` then decodes nothing and its text is empty."""
-    wav = torch.from_numpy(np.ascontiguousarray(samples, dtype=np.float32))
-    return bool(transcriber.segments(wav[None], transcriber.sample_rate, wav, Segmentation()))
+    tones), and ``transcribe`` then decodes nothing and its text is empty.  ``probs``: the
+    detector's probabilities of ``samples_16k`` when already computed."""
+    return bool(speech_regions_16k(np.ascontiguousarray(samples_16k, dtype=np.float32), Segmentation(), probs))
 
 
 class ChunkSession:
@@ -92,7 +102,7 @@ class ChunkSession:
 
     def __init__(self, served, sample_rate: int, options, fusion=None, nbest: int = 1):
         backend = served.transcriber.backend
-        self.transcriber, self.backend, self.n = served.transcriber, backend, nbest
+        self.backend, self.n = backend, nbest
         self.rate = sample_rate
         self.recognizer = StreamingRecognizer(backend.model, options, sample_rate=sample_rate,
                                               fusion=fusion, nbest=True, **backend.fbank_options())
@@ -141,7 +151,7 @@ class ChunkSession:
     def _speech(self, end_s: float) -> bool:
         """:func:`has_speech` of the current segment's samples up to ``end_s`` (seconds since
         the stream started: a result's ``audio_s``)."""
-        return has_speech(self.transcriber, self.samples[:max(0, round(end_s * self.rate) - self.samples_from)])
+        return has_speech(at_vad_rate(self.samples[:max(0, round(end_s * self.rate) - self.samples_from)], self.rate))
 
     def _events(self, results: list[Result]) -> list[Event]:
         events = []
@@ -219,22 +229,22 @@ class SegmentSession:
     def finish(self) -> list[Event]:
         self.segment = np.concatenate([self.segment, self.pending])
         self.pending = self.pending[:0]
-        return [self._final()]
+        return [self._final(has_speech(at_vad_rate(self.segment, self.rate)))]
 
     def _check(self, partial: bool = True) -> list[Event]:
         """Finalise the segment at an endpoint, else re-decode it for a partial result (only
         at the last check of a message: audio sent faster than real time is not re-decoded
         at every step)."""
-        at_16k = self.segment if self.rate == vad.VAD_RATE else \
-            resample(torch.from_numpy(self.segment)[None], self.rate, vad.VAD_RATE)[0].numpy()
+        at_16k = at_vad_rate(self.segment, self.rate)
+        probs = vad.speech_probabilities(at_16k)  # (one detector pass: the endpoint and the speech check)
         self.endpoint.reset()
-        self.endpoint.accept(torch.from_numpy(1.0 - vad.speech_probabilities(at_16k)))
+        self.endpoint.accept(torch.from_numpy(1.0 - probs))
         if self.endpoint.detected():
-            return [self._final()]
+            return [self._final(has_speech(at_16k, probs))]
         if not partial:
             return []
         if not self.speech_found:
-            if not has_speech(self.served.transcriber, self.segment):
+            if not has_speech(at_16k, probs):
                 return []
             self.speech_found = True
         texts, _ = self._decode(self.partial_options)
@@ -251,11 +261,10 @@ class SegmentSession:
                                               for w in t.words]
         return ([t.text] + t.nbest[0][1:] if t.nbest else [t.text]), words
 
-    def _final(self) -> Event:
-        """The segment's final result -- decoded whole where it has speech, else one empty
-        hypothesis without word times -- and a new segment."""
-        texts, words = (self._decode(self.options, self.n) if has_speech(self.served.transcriber, self.segment)
-                        else ([""], []))
+    def _final(self, speech: bool) -> Event:
+        """The segment's final result -- decoded whole where it has ``speech``
+        (:func:`has_speech`), else one empty hypothesis without word times -- and a new segment."""
+        texts, words = self._decode(self.options, self.n) if speech else ([""], [])
         self.offset_s += self.segment.size / self.rate
         self.segment = self.segment[:0]
         self.speech_found = False

@@ -85,15 +85,23 @@ def fixed_pieces(num_samples: int, rate: int, max_segment_s: Optional[float]) ->
     return [Segment(s, min(num_samples, s + step)) for s in range(0, num_samples, step)]
 
 
+def speech_regions_16k(samples_16k: np.ndarray, segmentation: Segmentation,
+                       probs: Optional[np.ndarray] = None) -> list[tuple[int, int]]:
+    """The speech regions of ``samples_16k`` (:func:`asrkit.transcribe.vad.speech_regions`
+    with ``segmentation``'s settings), in samples at 16 kHz; ``probs``: the detector's
+    :func:`~asrkit.transcribe.vad.speech_probabilities` of them when already computed."""
+    probs = vad.speech_probabilities(samples_16k) if probs is None else probs
+    return vad.speech_regions(probs, samples_16k.size, threshold=segmentation.speech_threshold,
+                              min_pause_s=segmentation.min_pause_s, min_speech_s=segmentation.min_speech_s,
+                              pad_s=segmentation.pad_s, max_speech_s=segmentation.max_segment_s)
+
+
 def speech_segments(samples_16k: np.ndarray, rate: int, num_samples: int,
                     segmentation: Segmentation) -> list[Segment]:
     """The parts of audio of ``num_samples`` samples at ``rate`` Hz whose 16 kHz version is
-    ``samples_16k``: its speech regions (:func:`asrkit.transcribe.vad.speech_regions` with
-    ``segmentation``'s settings), in samples at ``rate``."""
-    probs = vad.speech_probabilities(samples_16k)
-    regions = vad.speech_regions(probs, samples_16k.size, threshold=segmentation.speech_threshold,
-                                 min_pause_s=segmentation.min_pause_s, min_speech_s=segmentation.min_speech_s,
-                                 pad_s=segmentation.pad_s, max_speech_s=segmentation.max_segment_s)
+    ``samples_16k``: its speech regions (:func:`speech_regions_16k`), in samples at ``rate``
+    (every region gives a part: it is at least a sample long at either rate)."""
+    regions = speech_regions_16k(samples_16k, segmentation)
     scale = rate / vad.VAD_RATE
     out = []
     for start, end in regions:
