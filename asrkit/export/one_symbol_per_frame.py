@@ -60,6 +60,7 @@ def search_mismatch(model: nn.Module, counts: Optional[Dict[str, int]]) -> Optio
     multi, frames = counts["multi_symbol_frames"], counts["frames"]
     if not multi:
         return None
-    return (f"{multi} of {frames} encoder frames ({100.0 * multi / frames:.1f} %) of {counts['utterances']} check "
-            f"utterance{'s' if counts['utterances'] != 1 else ''} emit more than one symbol under asrkit's greedy search (rnnt_greedy_search); sherpa-onnx's "
-            f"transducer search emits at most one per frame, so its transcripts can differ from asrkit's. {fix}")
+    utterances = f"{counts['utterances']} check utterance{'s' if counts['utterances'] != 1 else ''}"
+    return (f"{multi} of {frames} encoder frames ({100.0 * multi / frames:.1f} %) of {utterances} emit more than "
+            f"one symbol under asrkit's greedy search (rnnt_greedy_search); sherpa-onnx's transducer search emits "
+            f"at most one per frame, so its transcripts can differ from asrkit's. {fix}")
