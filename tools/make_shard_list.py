@@ -19,11 +19,11 @@ asrkit list).
 
 A list that repeats a key or has a key that is not a Kaldi token (empty, whitespace or a
 control character: ``asrkit.data.lists.read_list``), or a key that cannot safely name a tar
-member (absolute, with a ``..`` component, a backslash: ``asrkit.data.lists.unsafe_member_name``),
-is refused (exit status 2, the file, key and line named) before anything is written.  Utterances whose audio is missing, unreadable, truncated or
-empty are left out,
-each logged with its reason, and counted in a summary.  Shards are written in parallel
-(``--num_threads`` processes), each atomically (``asrkit.io.files.atomic_write``: a
+member (absolute, with a ``..`` component, a backslash:
+``asrkit.data.lists.unsafe_member_name``), is refused (exit status 2, the file, key and line
+named) before anything is written.  Utterances whose audio is missing, unreadable,
+truncated or empty are left out, each logged with its reason, and counted in a summary.
+Shards are written in parallel (``--num_threads`` processes), each atomically (``asrkit.io.files.atomic_write``: a
 temporary name renamed when complete).  A shard or the list that cannot be written (disk
 full, no permission) ends the run with a one-line ``error:`` and exit status 1.
 

@@ -60,10 +60,10 @@ def find_takes(corpus_dir: Path) -> dict[str, list[tuple[str, int, Path]]]:
         if not match:
             raise PrepareError(f"{path}: not a <digit>_<speaker>_<take>.wav (or .flac) name of the dataset")
         digit, speaker, take = match.group(1), match.group(2), int(match.group(3))
-        takes[speaker].append((WORDS[int(digit)], take, path, int(digit)))
+        takes[speaker].append((WORDS[int(digit)], take, path))
     if not takes:
         raise PrepareError(f"{corpus_dir}: no <digit>_<speaker>_<take>.wav or .flac recordings there or in recordings/")
-    return {s: [(w, t, p) for w, t, p, _ in sorted(v, key=lambda x: (x[3], x[1]))] for s, v in sorted(takes.items())}
+    return {s: sorted(v, key=lambda x: (WORDS.index(x[0]), x[1])) for s, v in sorted(takes.items())}
 
 
 def speaker_rng(seed: int, speaker: str) -> np.random.Generator:
