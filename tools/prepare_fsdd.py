@@ -6,9 +6,9 @@
 
 ``--corpus_dir`` is the dataset's layout: ``<digit>_<speaker>_<take>.wav`` (or ``.flac``, as
 ``corpora/fsdd/recordings.tar.gz`` unpacks) in the folder or in its ``recordings/``.  Every
-speaker is in one split only: ``--test_speakers`` and ``--dev_speakers`` (none: an
-evaluation-only preparation) name theirs, the others train (``--train_speakers`` limits them).  Written, each with ``wav.scp``, ``text``
-and ``utt2spk``:
+speaker is in one split only: ``--test_speakers`` and ``--dev_speakers`` name theirs (either
+may name none), the others train (``--train_speakers`` limits them).  Written, each with
+``wav.scp``, ``text`` and ``utt2spk`` -- a split without speakers writes no folder:
 
 * ``<out>/train``: the train speakers' isolated takes and their connected utterances;
 * ``<out>/dev``, ``<out>/test``: the isolated takes (one digit each: a sentence error is a
@@ -22,7 +22,8 @@ A **connected utterance** is one speaker's takes in a row, as people say digit s
 before and after (uniform draws), written as 16-bit FLAC at the recordings' rate into
 ``<out>/<set>/audio/``.  ``--connected`` utterances are made per speaker from a generator
 seeded by (``--seed``, the speaker's name), so a speaker's utterances do not depend on
-which other speakers are prepared.  Transcripts are lower-case words (``zero`` ... ``nine``,
+which other speakers are prepared.  ``--max_takes N`` keeps each speaker's first N takes of
+each digit (by take number) for every set: a small corpus for a quick run.  Transcripts are lower-case words (``zero`` ... ``nine``,
 the digits recipe's words); keys ``<speaker>-<digit>-<take>`` and ``<speaker>-c<index>``.
 A speaker named in two splits, one with no recordings, or a file name outside the dataset's
 pattern is refused in one line (exit status 2).
@@ -102,9 +103,12 @@ def write_set(folder: Path, rows: list[tuple[str, str, str, str]]) -> None:
 
 
 def prepare(corpus_dir: Path, out: Path, test: list[str], dev: list[str], train: list[str] | None,
-            count: int, seed: int) -> dict[str, int]:
+            count: int, seed: int, max_takes: int | None = None) -> dict[str, int]:
     """Write the sets (module docstring); utterances per set."""
     takes = find_takes(corpus_dir)
+    if max_takes is not None:
+        takes = {s: [t for t in v if sum(1 for u in v if u[0] == t[0] and u[1] < t[1]) < max_takes]
+                 for s, v in takes.items()}
     named = test + dev + (train or [])
     twice = sorted({s for s in named if named.count(s) > 1})
     if twice:
@@ -133,28 +137,35 @@ def prepare(corpus_dir: Path, out: Path, test: list[str], dev: list[str], train:
             sets[split] += isolated
             sets[joined_set] += joined
     for name, rows in sets.items():
+        if not rows:  # (a split without speakers: no folder, rather than an empty set a stage would trip on)
+            continue
         write_set(out / name, rows)
         if sources[name]:
             (out / name / "takes").write_text("".join(sorted(sources[name])), encoding="utf-8")
-    return {name: len(rows) for name, rows in sets.items()}
+    return {name: len(rows) for name, rows in sets.items() if rows}
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--corpus_dir", type=Path, required=True, help="FSDD recordings in the dataset's layout")
     p.add_argument("--out", type=Path, required=True, help="where data/<set> folders go")
-    p.add_argument("--test_speakers", nargs="+", required=True)
+    p.add_argument("--test_speakers", nargs="*", default=[], help="none: no test speaker (every other one trains)")
     p.add_argument("--dev_speakers", nargs="*", default=[], help="none: no dev speaker (evaluation only)")
     p.add_argument("--train_speakers", nargs="+", default=None, help="default: every other speaker")
     p.add_argument("--connected", type=int, default=200, help="connected utterances per speaker (default 200)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--max_takes", type=int, default=None,
+                   help="use only each speaker's first N takes of each digit (default: all)")
     args = p.parse_args(argv)
     if args.connected < 0:
         print(f"error: --connected {args.connected}: must be >= 0", file=sys.stderr)
         return 2
+    if args.max_takes is not None and args.max_takes < 1:
+        print(f"error: --max_takes {args.max_takes}: must be >= 1", file=sys.stderr)
+        return 2
     try:
         counts = prepare(args.corpus_dir, args.out, args.test_speakers, args.dev_speakers, args.train_speakers,
-                         args.connected, args.seed)
+                         args.connected, args.seed, args.max_takes)
     except (PrepareError, OSError, sf.LibsndfileError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

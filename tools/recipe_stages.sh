@@ -96,9 +96,13 @@ list_name() { if [ "$1" = shard ]; then echo data.shards.list; else echo data.li
 stage_cmvn() {
   local n=$1 config="" set=train rest; shift
   bind "config set" "$@" && need config || return 2
-  say "$n: global CMVN statistics (an existing data/$set/global_cmvn of the same features is kept)"
+  # (a wav.scp newer than the statistics -- stage 0 wrote another training set, e.g. another
+  # held-out speaker -- is counted again)
+  local keep=(--keep_existing)
+  stale "data/$set/global_cmvn" "data/$set/wav.scp" && keep=()
+  say "$n: global CMVN statistics (an existing data/$set/global_cmvn of the same features and data is kept)"
   python tools/compute_cmvn_stats.py --train_config "$config" --in_scp "data/$set/wav.scp" \
-    --out_cmvn "data/$set/global_cmvn" --num_workers "$(nproc)" --keep_existing
+    --out_cmvn "data/$set/global_cmvn" --num_workers "$(nproc)" "${keep[@]}"
 }
 
 # The one rule for "rebuild": UNITS.stamp records the make_units.py options and a digest of
@@ -123,8 +127,11 @@ stage_data_lists() {
   bind "type per_shard" "$@" && need type || return 2
   say "$n: data lists ($type): ${rest[*]}"
   for s in "${rest[@]}"; do
-    [ -s "data/$s/data.list" ] || python tools/make_raw_list.py "data/$s/wav.scp" "data/$s/text" "data/$s/data.list"
-    if [ "$type" = shard ] && [ ! -s "data/$s/data.shards.list" ]; then
+    # (rewritten when stage 0 wrote the set again: its wav.scp or text newer than the list)
+    if stale "data/$s/data.list" "data/$s/wav.scp" "data/$s/text"; then
+      python tools/make_raw_list.py "data/$s/wav.scp" "data/$s/text" "data/$s/data.list"
+    fi
+    if [ "$type" = shard ] && stale "data/$s/data.shards.list" "data/$s/data.list"; then
       python tools/make_shard_list.py --num_utts_per_shard "$per_shard" --num_threads "$(nproc)" \
         "data/$s/data.list" "data/$s/shards" "data/$s/data.shards.list"
     fi

@@ -8,7 +8,7 @@ pure function ``step(sample, generator) -> sample`` configured with
 them once:
 
     load -> tokenize -> resample (+ down-mix at load) -> filter -> speed perturb
-    -> reverberation -> additive noise -> volume -> fbank (dither) -> CMVN (optional)
+    -> reverberation -> additive noise -> band limit -> volume -> fbank (dither) -> CMVN (optional)
     -> SpecAugment -> spec_sub -> spec_trim
 
 **Skips.**  A step that meets a data fault raises :class:`asrkit.data.audio.DataFault`;
@@ -20,8 +20,8 @@ per reason and logs each skipped key once (logger ``asrkit.data``).
 **Randomness.**  With ``train=True`` the speed, the dither noise and the masks are drawn,
 in that order, from :func:`sample_generator` (seed, epoch, key): the same utterance is
 augmented identically in the same epoch from a raw list or a shard, in any worker,
-before or after a resume.  Reverberation, noise and volume (``asrkit.data.reverb``,
-``asrkit.data.noise``) draw from generators of their own, (seed, epoch, key, step name):
+before or after a resume.  Reverberation, noise, band limit and volume (``asrkit.data.reverb``,
+``asrkit.data.noise``, ``asrkit.data.bandwidth``) draw from generators of their own, (seed, epoch, key, step name):
 switching one on or off changes no other draw.  ``train=False`` draws nothing and
 augments nothing.
 """
@@ -36,7 +36,7 @@ from typing import Callable, Optional, Sequence, Union
 
 import torch
 
-from asrkit.data import audio, augment, features, noise, reverb
+from asrkit.data import audio, augment, bandwidth, features, noise, reverb
 from asrkit.data.audio import DataFault
 from asrkit.data.lists import ListEntry
 from asrkit.data.noise_lists import AudioCache, read_audio_list
@@ -202,6 +202,13 @@ def add_noise(sample: Sample, generator, *, noises: AudioCache, prob: float, snr
     return sample
 
 
+def limit_bandwidth(sample: Sample, generator, *, rates: Sequence[int], prob: float, seed: int) -> Sample:
+    """Passes ``wav`` through a drawn narrower band (``asrkit.data.bandwidth``)."""
+    gen = sample_generator(seed, sample["epoch"], sample["key"], "band_limit")
+    sample["wav"] = bandwidth.limit_bandwidth(sample["wav"], sample["sample_rate"], gen, rates=rates, prob=prob)
+    return sample
+
+
 def perturb_volume(sample: Sample, generator, *, prob: float, scale_low: float, scale_high: float,
                    seed: int) -> Sample:
     """Scales ``wav`` by a drawn factor (``asrkit.data.noise``)."""
@@ -280,8 +287,8 @@ def build_sample_processor(dataset_conf, tokenizer, *, train: bool, seed: int,
     """The chain ``dataset_conf`` (a :class:`asrkit.data.schema.ProcessorKeys`, e.g. the
     ``dataset_conf`` of the root config) describes.
 
-    ``train=False`` (CV, decoding): no speed perturbation, reverberation, noise or volume
-    change, no dither, no SpecAugment / spec_sub / spec_trim.  ``apply_filter=False`` (decoding: every test utterance must be
+    ``train=False`` (CV, decoding): no speed perturbation, reverberation, noise, band limit or
+    volume change, no dither, no SpecAugment / spec_sub / spec_trim.  ``apply_filter=False`` (decoding: every test utterance must be
     scored) drops the length filter; empty or unreadable input is still skipped.
     ``labels=False`` (decoding) reads no transcript: :func:`no_tokens` instead of
     :func:`tokenize`, so unlabelled entries and empty transcripts decode too.
@@ -321,7 +328,7 @@ def build_sample_processor(dataset_conf, tokenizer, *, train: bool, seed: int,
 
 
 def waveform_augmentation(conf, seed: int) -> list[Step]:
-    """The reverberation, noise and volume steps ``conf`` switches on, their lists read
+    """The reverberation, noise, band-limit and volume steps ``conf`` switches on, their lists read
     here (``asrkit.data.noise_lists.AudioListError`` for a list that cannot be used)."""
     steps: list[Step] = []
     if conf.reverb:
@@ -333,6 +340,10 @@ def waveform_augmentation(conf, seed: int) -> list[Step]:
         noises = AudioCache(read_audio_list(nc.noise_scp, "dataset_conf.noise_conf.noise_scp"), "unreadable_noise")
         steps.append(functools.partial(add_noise, noises=noises, prob=nc.noise_apply_prob,
                                        snr_range=noise.db_range(nc.noise_db_range), seed=seed))
+    if conf.band_limit:
+        bc = conf.band_limit_conf
+        steps.append(functools.partial(limit_bandwidth, rates=tuple(bc.rates), prob=bc.band_limit_apply_prob,
+                                       seed=seed))
     if conf.volume_perturb:
         vc = conf.volume_perturb_conf
         steps.append(functools.partial(perturb_volume, prob=vc.volume_apply_prob, scale_low=vc.scale_low,

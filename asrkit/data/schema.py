@@ -160,6 +160,22 @@ class NoiseConf:
     noise_db_range: Union[list[float], str, float] = checked(default_factory=lambda: [5.0, 20.0], check=_db_range_ok)
 
 
+def _band_rates_ok(rates) -> Optional[str]:
+    if not isinstance(rates, list) or not rates or not all(isinstance(r, int) and r > 0 for r in rates):
+        return f"expected a non-empty list of positive sample rates in Hz, e.g. [8000], got {rates!r}"
+    return None
+
+
+@dataclasses.dataclass
+class BandLimitConf:
+    """``band_limit_conf``: with probability ``band_limit_apply_prob`` the waveform is
+    resampled down to a rate drawn from ``rates`` (those below its own) and back up, so it
+    keeps no content above that rate's Nyquist frequency (``asrkit.data.bandwidth``)."""
+
+    rates: list[int] = checked(default_factory=lambda: [8000], check=_band_rates_ok)
+    band_limit_apply_prob: float = checked(0.5, _probability)
+
+
 @dataclasses.dataclass
 class VolumePerturbConf:
     """``volume_perturb_conf`` (Kaldi's ``perturb_data_dir_volume.sh`` scales): with
@@ -178,11 +194,11 @@ class VolumePerturbConf:
 class ProcessorKeys:
     """Per-sample processing keys of ``dataset_conf`` (``asrkit.data.processors``).
 
-    Training-time augmentation (speed perturbation, reverberation, additive noise, volume
-    perturbation, dither, SpecAugment, spec_sub, spec_trim) applies only to a pipeline built
-    with ``train=True``; ``reverb``, ``noise`` and ``volume_perturb`` switch the three
-    waveform augmentations of ``asrkit.data.reverb`` and ``asrkit.data.noise`` on
-    (docs/data.md).  ``cmvn_file``
+    Training-time augmentation (speed perturbation, reverberation, additive noise, band
+    limitation, volume perturbation, dither, SpecAugment, spec_sub, spec_trim) applies only to
+    a pipeline built with ``train=True``; ``reverb``, ``noise``, ``band_limit`` and
+    ``volume_perturb`` switch the four waveform augmentations of ``asrkit.data.reverb``,
+    ``asrkit.data.noise`` and ``asrkit.data.bandwidth`` on (docs/data.md).  ``cmvn_file``
     (asrkit addition): apply global CMVN in the data pipeline; leave it null when the
     model applies CMVN (WeNet's ``cmvn_conf``), or it is applied twice.
     """
@@ -197,6 +213,8 @@ class ProcessorKeys:
     reverb_conf: ReverbConf = dataclasses.field(default_factory=ReverbConf)
     noise: bool = False
     noise_conf: NoiseConf = dataclasses.field(default_factory=NoiseConf)
+    band_limit: bool = False
+    band_limit_conf: BandLimitConf = dataclasses.field(default_factory=BandLimitConf)
     volume_perturb: bool = False
     volume_perturb_conf: VolumePerturbConf = dataclasses.field(default_factory=VolumePerturbConf)
     spec_aug: bool = True

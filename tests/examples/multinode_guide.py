@@ -23,7 +23,9 @@ EXP = "exp/two nodes"
 TOY = ["--train_utts", "60", "--dev_utts", "12", "--test_utts", "12", "--train_config", "conf/train_toy.yaml",
        "--num_workers", "0", "--cpu_nproc_per_node", "1", "--num_threads", "1", "--dir", EXP,
        # (a few training rooms and noises, no hard test: stage 0's noise is tests/tools/test_make_noise_rooms.py's)
-       "--train_rirs", "2", "--train_noises", "4", "--test_sets", "test"]
+       "--train_rirs", "2", "--train_noises", "4", "--test_sets", "test",
+       # (the four real speakers, one take of each digit, no connected utterances)
+       "--real_takes", "1", "--real_connected", "0"]
 TIMEOUT = 300
 
 

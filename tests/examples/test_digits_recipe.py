@@ -15,7 +15,9 @@ pytestmark = pytest.mark.slow
 TOY = ["--train_utts", "60", "--dev_utts", "12", "--test_utts", "12", "--train_config", "conf/train_toy.yaml",
        "--dir", "exp/toy run", "--average_num", "2", "--num_workers", "0",
        # (a few training rooms and noises; the hard test, test_noisy, is not built: tests/tools/test_make_noise_rooms.py)
-       "--train_rirs", "2", "--train_noises", "4", "--test_sets", "test"]
+       "--train_rirs", "2", "--train_noises", "4", "--test_sets", "test",
+       # real speech as a fold: george trains (2 takes of each digit, 2 connected utterances), lucas tests
+       "--real_speakers", "george lucas", "--real_test_speaker", "lucas", "--real_takes", "2", "--real_connected", "2"]
 PORT = ["--master_port", str(free_port())]
 
 
@@ -41,6 +43,12 @@ def test_stages_0_to_6_then_idempotent_reruns(recipe):
         assert re.search(CER_LINE, cer, re.M)
     table = (exp / "decode_test" / "results.md").read_text()
     assert all(f"| {m} |" in table for m in MODES) and table in proc.stdout
+    # the fold's real speech: george trained beside the synthetic corpus, lucas is tested
+    speakers = {line.split()[1] for line in (recipe / "data" / "train" / "utt2spk").read_text().splitlines()}
+    assert "george" in speakers and "lucas" not in speakers
+    for name, count in (("real_test", 20), ("real_test_connected", 2)):
+        assert len((recipe / "data" / name / "text").read_text().splitlines()) == count
+        assert all(f"| {m} |" in (exp / f"decode_{name}" / "results.md").read_text() for m in MODES)
     assert (exp / "final.zip").is_file() and (exp / "avg_2.pt").is_file()
     onnx = sorted(p.name for p in (exp / "onnx").iterdir())
     assert onnx == ["model.int8.onnx", "model.onnx", "tokens.txt"]  # full-context model: no streaming one

@@ -83,3 +83,25 @@ def test_bad_splits_and_names_are_one_line_and_status_2(corpus, tmp_path):
     empty = run_tool("prepare_fsdd.py", "--corpus_dir", tmp_path, "--out", tmp_path / "x", "--test_speakers", "a",
                      "--dev_speakers", "b", check=False)
     assert empty.returncode == 2 and "no <digit>_<speaker>_<take>.wav or .flac recordings" in empty.stderr
+
+
+def test_without_test_or_dev_speakers_every_speaker_trains_and_no_empty_set_is_written(corpus, tmp_path):
+    """The digits recipe's preparation (all shipped speakers train): only ``train`` is written."""
+    out = tmp_path / "all"
+    run_tool("prepare_fsdd.py", "--corpus_dir", corpus, "--out", out, "--connected", "1")
+    assert sorted(p.name for p in out.iterdir()) == ["train"]
+    speakers = {line.split()[1] for line in (out / "train" / "utt2spk").read_text().splitlines()}
+    assert speakers == {"george", "jackson", "lucas", "nicolas"}
+
+
+def test_max_takes_keeps_each_speakers_first_takes_of_each_digit(corpus, tmp_path):
+    out = tmp_path / "few"
+    run_tool("prepare_fsdd.py", "--corpus_dir", corpus, "--out", out, "--test_speakers", "lucas",
+             "--train_speakers", "george", "--connected", "2", "--max_takes", "2")
+    test = sorted(kaldi(out / "test" / "text"))
+    assert test == [f"lucas-{d}-{t:02d}" for d in range(10) for t in (0, 1)]
+    assert len(kaldi(out / "train" / "text")) == 20 + 2
+    used = {name for line in (out / "train" / "takes").read_text().splitlines() for name in line.split()[1:]}
+    assert used and all(name.split("_")[2].split(".")[0] in ("0", "1") for name in used)
+    bad = run_tool("prepare_fsdd.py", "--corpus_dir", corpus, "--out", out, "--max_takes", "0", check=False)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0

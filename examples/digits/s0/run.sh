@@ -19,6 +19,18 @@ recipe_args=("$@")            # (--seeds runs this script again per seed with th
 # data
 corpus_dir=corpus/digits
 train_utts=4000; dev_utts=300; test_utts=300
+# real speech: the Free Spoken Digit Dataset speakers that train with the synthetic corpus (their
+# isolated takes and real_connected connected utterances each; tools/prepare_fsdd.py), from
+# corpora/fsdd/recordings.tar.gz (CC BY-SA 4.0) unpacked into corpus/fsdd unless fsdd_dir names
+# the dataset's own recordings; empty real_speakers: synthetic only.  real_test_speaker holds one
+# of them out -- a leave-one-speaker-out fold (docs/recipes.md): its isolated takes and connected
+# utterances become the test sets real_test and real_test_connected.  The dataset's other
+# speakers are a blind test: never train on them.
+real_speakers="george jackson lucas nicolas"
+real_test_speaker=
+real_connected=100
+real_takes=                   # N: only each speaker's first N takes of each digit (a quick run); empty: all 50
+fsdd_dir=
 # training: the default model's config and dir; --model / --streaming pick theirs below unless
 # --train_config / --dir name others
 train_config=conf/train_conformer_cpu.yaml
@@ -63,6 +75,7 @@ lm_modes=
 
 . tools/parse_options.sh || exit 1
 set -euo pipefail
+[ -z "$real_test_speaker" ] || test_sets="$test_sets real_test real_test_connected"
 # The hard test's settings, fixed before any tuning (not options): RIRs and noise of
 # tools/make_noise_rooms.py --kind test (RT60 0.7-1.1 s, chords and brown noise) at 2-5 dB SNR.
 # Training never uses them (its noise_db_range is 6-30 dB, its RT60 0.15-0.6 s, its noise types
@@ -134,8 +147,42 @@ if run_stage 0; then
   fi
   for s in $sets; do
     mkdir -p "data/$s"
+    [ "$s" != train ] || [ -z "$real_speakers" ] || continue  # (train: below, with the real speakers)
     for f in wav.scp text utt2spk; do cmp -s "$corpus_dir/$s/$f" "data/$s/$f" || cp "$corpus_dir/$s/$f" "data/$s/$f"; done
   done
+  if [ -n "$real_speakers" ]; then
+    if [ -z "$fsdd_dir" ]; then
+      fsdd_dir=corpus/fsdd
+      if [ ! -d "$fsdd_dir/recordings" ]; then
+        say "0: unpack the shipped real speech ($ASRKIT_ROOT/corpora/fsdd/recordings.tar.gz) into $fsdd_dir"
+        mkdir -p "$fsdd_dir" && tar -xzf "$ASRKIT_ROOT/corpora/fsdd/recordings.tar.gz" -C "$fsdd_dir"
+      fi
+    fi
+    real_train=$(echo " $real_speakers " | sed "s/ $real_test_speaker / /; s/^ *//; s/ *$//")
+    [ -z "$real_test_speaker" ] || [ "$real_train" != "$(echo $real_speakers)" ] || {
+      echo "$0: --real_test_speaker $real_test_speaker is not one of --real_speakers '$real_speakers'" >&2; exit 1; }
+    [ -n "$real_train" ] || { echo "$0: --real_speakers '$real_speakers' leaves no real speaker to train" >&2; exit 1; }
+    say "0: real speech: train $real_train${real_test_speaker:+, test $real_test_speaker} -> data/fsdd"
+    rm -rf data/fsdd
+    # shellcheck disable=SC2086  # the speakers are word lists
+    python tools/prepare_fsdd.py --corpus_dir "$fsdd_dir" --out data/fsdd ${real_train:+--train_speakers $real_train} \
+      ${real_test_speaker:+--test_speakers $real_test_speaker} --connected "$real_connected" \
+      ${real_takes:+--max_takes $real_takes} --seed 1
+    # the training set: the synthetic corpus and the real speakers' takes (a file is rewritten only
+    # when it changes, so a later stage redoes only what another set of speakers changed)
+    for f in wav.scp text utt2spk; do
+      sort "$corpus_dir/train/$f" data/fsdd/train/$f > "data/train/$f.new"
+      if cmp -s "data/train/$f.new" "data/train/$f"; then rm "data/train/$f.new"; else mv "data/train/$f.new" "data/train/$f"; fi
+    done
+    if [ -n "$real_test_speaker" ]; then
+      for s in test test_connected; do
+        mkdir -p "data/real_$s"
+        for f in wav.scp text utt2spk; do
+          cmp -s "data/fsdd/$s/$f" "data/real_$s/$f" || cp "data/fsdd/$s/$f" "data/real_$s/$f"
+        done
+      done
+    fi
+  fi
   mkdir -p data/noise/train
   for f in rir.scp noise.scp; do cmp -s "$noise_dir/train/$f" "data/noise/train/$f" || cp "$noise_dir/train/$f" "data/noise/train/$f"; done
 fi

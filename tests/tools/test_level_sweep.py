@@ -1,0 +1,55 @@
+"""tools/level_sweep.py: the gains that bring a recording to a level, the quiet device's
+16-bit copy, and bad arguments in one line."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from tests.helpers import run_tool
+from tools import level_sweep
+
+
+def speech_like(seconds=0.5, rate=8000):
+    t = np.arange(int(seconds * rate)) / rate
+    return (0.05 * np.sin(2 * np.pi * 300 * t) * np.hanning(t.size)).astype(np.float32)
+
+
+@pytest.mark.parametrize("target", [-45.0, -25.0])
+def test_a_dbfs_target_is_met(target):
+    x = speech_like()
+    gain, lowered = level_sweep.gain_for(x, str(target))
+    assert not lowered and level_sweep.rms_dbfs(x * gain) == pytest.approx(target, abs=1e-6)
+
+
+def test_max_puts_the_peak_at_full_scale_and_a_target_that_would_clip_is_lowered_to_it():
+    x = speech_like()
+    loudest, _ = level_sweep.gain_for(x, "max")
+    assert float(np.max(np.abs(x * loudest))) == pytest.approx(32767 / 32768)
+    gain, lowered = level_sweep.gain_for(x, "-1")  # a sine's RMS is 3 dB under its peak: -1 dBFS clips
+    assert lowered and gain == loudest
+    assert level_sweep.gain_for(np.zeros(100, np.float32), "-30") == (1.0, False)
+
+
+def test_the_written_copies_are_16_bit_at_their_level(tmp_path):
+    x = speech_like()
+    sf.write(tmp_path / "a.wav", x, 8000, subtype="PCM_16")
+    entries = [{"key": "a", "wav": str(tmp_path / "a.wav"), "txt": "one"}]
+    data, clipped = level_sweep.write_level(entries, "-45", tmp_path / "l")
+    row = json.loads(data.read_text())
+    y, rate = sf.read(row["wav"], dtype="float32")
+    assert rate == 8000 and sf.info(row["wav"]).subtype == "PCM_16" and clipped == 0
+    assert level_sweep.rms_dbfs(y) == pytest.approx(-45, abs=0.05) and row["txt"] == "one"
+    assert math.isinf(level_sweep.rms_dbfs(np.zeros(4, np.float32)))
+
+
+def test_bad_levels_and_lists_are_one_line(tmp_path):
+    (tmp_path / "bad.list").write_text('{"key": "a"}\n')
+    for args in (["--levels", "3"], ["--levels", "loud"], []):
+        data = tmp_path / ("bad.list" if not args else "missing.list")
+        out = run_tool("level_sweep.py", "--config", "c.yaml", "--checkpoint", "m.pt", "--data", data,
+                       "--out", tmp_path / "o", *args, check=False)
+        assert out.returncode == 2 and out.stderr.strip().count("\n") == 0, out.stderr
