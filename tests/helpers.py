@@ -193,3 +193,34 @@ def cpuinfo_flags() -> set[str]:
     except OSError:
         pass
     return set()
+
+
+FSDD_ARCHIVE = REPO / "corpora" / "fsdd" / "recordings.tar.gz"
+
+
+def fsdd_takes(speaker: str, takes: range = range(2)) -> list[tuple[str, "object", str]]:
+    """``(name, float32 samples, digit word)`` of the shipped FSDD recordings of ``speaker``
+    (``corpora/fsdd``, 8 kHz), the given take numbers of every digit, read from the archive."""
+    import io
+    import tarfile
+
+    import soundfile
+
+    words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+    wanted = {f"recordings/{d}_{speaker}_{t}.flac": words[d] for d in range(10) for t in takes}
+    found = {}
+    with tarfile.open(FSDD_ARCHIVE) as tar:
+        for member in tar:
+            if member.name in wanted:
+                samples, rate = soundfile.read(io.BytesIO(tar.extractfile(member).read()), dtype="float32")
+                assert rate == 8000, member.name
+                found[member.name] = samples
+    assert len(found) == len(wanted), sorted(set(wanted) - set(found))
+    return [(name.split("/")[1], found[name], wanted[name]) for name in sorted(wanted)]
+
+
+def connected_takes(pieces: list, rate: int = 8000, gap_s: float = 0.2):
+    """One utterance of ``pieces`` (float32 arrays) in a row, ``gap_s`` of silence around each."""
+    import numpy as np
+    gap = np.zeros(int(gap_s * rate), np.float32)
+    return np.concatenate([part for piece in pieces for part in (gap, piece)] + [gap])

@@ -30,8 +30,8 @@ import torch
 import yaml
 
 from asrkit.bin.bad_input import run_tool
-from asrkit.inputs import input_digests, load_text_inputs
-from asrkit.config import load_config, to_dict
+from asrkit.inputs import input_digests, load_experiment_config, load_text_inputs
+from asrkit.config import to_dict
 from asrkit.data.features import load_cmvn
 from asrkit.decode.options import FULL_CONTEXT_ONLY
 from asrkit.decode.recognizer import build_trained_model
@@ -68,7 +68,7 @@ def load_for_export(args: argparse.Namespace):
     which an exported model applies itself, or ``None``."""
     if args.num_threads > 0:
         torch.set_num_threads(args.num_threads)
-    cfg = load_config(args.config, args.override)
+    cfg = load_experiment_config(args.config, args.override)  # (its relative paths found as recognize does)
     tokenizer = load_text_inputs(cfg, model_cmvn=False)  # (checked before the model is built)
     model = build_trained_model(cfg, args.checkpoint, tokenizer.vocabulary, "cpu")
     cmvn_file = cfg.dataset_conf.cmvn_file
