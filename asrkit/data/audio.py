@@ -183,17 +183,23 @@ def load_audio(entry: ListEntry) -> tuple[torch.Tensor, int]:
 _RESAMPLERS: dict[tuple[int, int], torchaudio.transforms.Resample] = {}
 
 
+def resampler(orig_rate: int, new_rate: int) -> torchaudio.transforms.Resample:
+    """The resampler of a rate pair (torchaudio's default Hann-windowed sinc filter), built
+    once per process: the one filter every path resamples with -- :func:`resample` and the
+    streaming :class:`asrkit.stream.resample.StreamResampler`."""
+    pair = (int(orig_rate), int(new_rate))
+    found = _RESAMPLERS.get(pair)
+    if found is None:
+        found = _RESAMPLERS[pair] = torchaudio.transforms.Resample(*pair)
+    return found
+
+
 def resample(wav: torch.Tensor, orig_rate: int, new_rate: int) -> torch.Tensor:
-    """``wav`` ``[C, T]`` resampled from ``orig_rate`` to ``new_rate`` Hz (windowed-sinc,
-    torchaudio's default filter).  The filter of each rate pair is built once per
-    process and cached."""
+    """``wav`` ``[C, T]`` resampled from ``orig_rate`` to ``new_rate`` Hz with
+    :func:`resampler`'s filter."""
     if orig_rate == new_rate:
         return wav
-    pair = (int(orig_rate), int(new_rate))
-    resampler = _RESAMPLERS.get(pair)
-    if resampler is None:
-        resampler = _RESAMPLERS[pair] = torchaudio.transforms.Resample(*pair)
-    return resampler(wav)
+    return resampler(orig_rate, new_rate)(wav)
 
 
 def speed_perturb(wav: torch.Tensor, sample_rate: int, speed: float) -> torch.Tensor:

@@ -8,6 +8,12 @@ need no data-pipeline CMVN; ``segments`` (endpointed segments decoded whole, par
 from re-decoding the segment so far at a bounded rate) for a model trained with full context
 only -- which chunked decoding would garble -- and for an exported archive (whose encoder has
 no chunk-by-chunk form).
+
+A stream at any rate from :data:`MIN_STREAM_RATE` to :data:`MAX_STREAM_RATE` Hz (telephony's
+8 kHz, a browser's 44.1 or 48 kHz) is decoded at the model's rate: a chunk session resamples it
+piece by piece (:class:`asrkit.stream.resample.StreamResampler`, the filter the data pipeline
+and ``transcribe`` use, so the text is that of the same audio resampled whole), a segment
+session hands its segments with their rate to the transcriber, which resamples them.
 """
 from __future__ import annotations
 
@@ -25,6 +31,9 @@ from asrkit.decode.options import DecodingOptionError, DecodingOptions
 from asrkit.serve.protocol import Start
 from asrkit.serve.session import ChunkSession, SegmentSession
 from asrkit.transcribe import AudioError
+
+
+MIN_STREAM_RATE, MAX_STREAM_RATE = 8000, 48000  # Hz: the stream rates taken (and resampled)
 
 
 class SettingsError(ValueError):
@@ -109,8 +118,9 @@ class ServedModel:
     def new_session(self, start: Start):
         """A session for ``start``'s stream; :class:`SessionError` when the model cannot
         serve it (a sample rate other than the model's, phrases it cannot take)."""
-        if start.sample_rate != self.sample_rate:
-            raise SessionError(f"sample_rate {start.sample_rate}: this model takes {self.sample_rate} Hz audio")
+        if not MIN_STREAM_RATE <= start.sample_rate <= MAX_STREAM_RATE:
+            raise SessionError(f"sample_rate {start.sample_rate}: streams of {MIN_STREAM_RATE}-{MAX_STREAM_RATE} Hz "
+                               f"are taken (resampled to this model's {self.sample_rate} Hz)")
         options, fusion = self.options, None
         if start.context:
             tokenizer = getattr(self.transcriber.backend, "tokenizer", None)

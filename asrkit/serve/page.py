@@ -1,10 +1,11 @@
 """The page ``GET /`` serves: microphone streaming and file upload, with no external assets.
 
 The microphone: ``getUserMedia`` (echo cancellation, noise suppression and gain control off,
-so the server hears the signal as it is) into an ``AudioContext`` asked for 16 kHz; an
-``AudioWorklet`` (its code below, loaded from a Blob URL) turns the samples into 16-bit PCM at
-16 kHz -- resampling them (a box low-pass, then linear interpolation) where the browser runs
-the context at another rate -- and posts 100 ms pieces, which the page sends over the
+so the server hears the signal as it is) into an ``AudioContext`` asked for the model's rate
+(``info.sample_rate``: 16 kHz, or 8 kHz for a telephone-band model); an ``AudioWorklet`` (its
+code below, loaded from a Blob URL) turns the samples into 16-bit PCM at that rate --
+resampling them (a box low-pass, then linear interpolation) where the browser runs the context
+at another rate -- and posts 100 ms pieces, announced at that rate in the start message, which the page sends over the
 websocket at ``/`` with WeNet's protocol (``continuous_decoding`` on, the phrases of the
 hotword box as ``context``).  Partial results show in ``#partial``, finals are appended to
 ``#finals``.  The upload box POSTs the file to ``/transcribe`` and shows the JSON.
@@ -14,10 +15,11 @@ from __future__ import annotations
 import json
 
 WORKLET = r"""
-class Pcm16k extends AudioWorkletProcessor {
+class PcmAtRate extends AudioWorkletProcessor {
   constructor(options) {
     super();
-    this.ratio = options.processorOptions.inputRate / 16000;
+    this.ratio = options.processorOptions.inputRate / options.processorOptions.outputRate;
+    this.piece = Math.round(options.processorOptions.outputRate / 10);   // 100 ms
     this.pos = 0;            // input position (in input samples) of the next output sample
     this.prev = [];          // input samples kept from the last block
     this.out = [];
@@ -47,7 +49,7 @@ class Pcm16k extends AudioWorkletProcessor {
       const s = Math.max(-1, Math.min(1, x[i]));
       this.out.push(s < 0 ? Math.round(s * 32768) : Math.round(s * 32767));
     }
-    if (this.out.length >= 1600) {
+    if (this.out.length >= this.piece) {
       const pcm = Int16Array.from(this.out);
       this.out = [];
       this.port.postMessage(pcm.buffer, [pcm.buffer]);
@@ -55,7 +57,7 @@ class Pcm16k extends AudioWorkletProcessor {
     return true;
   }
 }
-registerProcessor('pcm16k', Pcm16k);
+registerProcessor('pcm-at-rate', PcmAtRate);
 """
 
 SCRIPT = r"""
@@ -82,9 +84,10 @@ function onMessage(event) {
 async function start() {
   $('start').disabled = true;
   const phrases = $('hotwords').value.split('\n').map(s => s.trim()).filter(s => s);
-  // 16 kHz from the browser where it can (?native_rate: the device's rate, resampled by the worklet)
+  // the model's rate from the browser where it can (?native_rate: the device's rate, resampled by the worklet)
+  const rate = info.sample_rate;
   const native = new URLSearchParams(location.search).has('native_rate');
-  try { ctx = native ? new AudioContext() : new AudioContext({sampleRate: 16000}); }
+  try { ctx = native ? new AudioContext() : new AudioContext({sampleRate: rate}); }
   catch (e) { ctx = new AudioContext(); }
   const url = URL.createObjectURL(new Blob([document.getElementById('worklet').textContent],
                                            {type: 'application/javascript'}));
@@ -94,10 +97,10 @@ async function start() {
   ws.onmessage = onMessage;
   ws.onclose = () => { status($('status').textContent + ' (closed)'); stopAudio(); };
   await new Promise((resolve, reject) => { ws.onopen = resolve; ws.onerror = reject; });
-  const start = {signal: 'start', nbest: 1, continuous_decoding: true, sample_rate: 16000};
+  const start = {signal: 'start', nbest: 1, continuous_decoding: true, sample_rate: rate};
   if (phrases.length) start.context = phrases;
   ws.send(JSON.stringify(start));
-  node = new AudioWorkletNode(ctx, 'pcm16k', {processorOptions: {inputRate: ctx.sampleRate}});
+  node = new AudioWorkletNode(ctx, 'pcm-at-rate', {processorOptions: {inputRate: ctx.sampleRate, outputRate: rate}});
   node.port.onmessage = (e) => { if (ws && ws.readyState === 1) ws.send(e.data); };
   const mute = ctx.createGain(); mute.gain.value = 0;
   node.connect(mute).connect(ctx.destination);
@@ -105,7 +108,7 @@ async function start() {
   stream = await navigator.mediaDevices.getUserMedia({audio: {channelCount: 1, echoCancellation: false,
                                                               noiseSuppression: false, autoGainControl: false}});
   ctx.createMediaStreamSource(stream).connect(node);
-  $('rate').textContent = ctx.sampleRate + ' Hz' + (ctx.sampleRate === 16000 ? '' : ' (resampled to 16000 Hz)');
+  $('rate').textContent = ctx.sampleRate + ' Hz' + (ctx.sampleRate === rate ? '' : ' (resampled to ' + rate + ' Hz)');
   $('stop').disabled = false;
 }
 

@@ -4,7 +4,8 @@ Client to server, on path ``/``:
 
 * a text message ``{"signal": "start", "nbest": N, "continuous_decoding": bool}`` opens the
   stream (both fields optional: 1 and false, WeNet's defaults); asrkit also reads
-  ``sample_rate`` (Hz, default 16000; a rate the model does not take is refused) and
+  ``sample_rate`` (Hz, default 16000; 8000-48000 Hz is resampled to the model's rate, another
+  is refused: ``asrkit.serve.model``) and
   ``context`` (a list of phrases to bias this stream towards, for models and modes that
   take phrases);
 * binary messages: 16-bit little-endian mono PCM (an even number of bytes);

@@ -47,6 +47,7 @@ from asrkit.data.audio import resample
 from asrkit.decode.alignment import AlignmentError, forced_alignment
 from asrkit.stream.endpoint import DEFAULT_RULES, EndpointDetector
 from asrkit.stream.recognizer import Result, StreamingRecognizer
+from asrkit.stream.resample import StreamResampler
 from asrkit.transcribe import AudioError, Segmentation
 from asrkit.transcribe.result import TokenTime, WordTime, group_words
 from asrkit.transcribe.segments import speech_regions_16k
@@ -104,7 +105,9 @@ class ChunkSession:
         backend = served.transcriber.backend
         self.backend, self.n = backend, nbest
         self.rate = sample_rate
-        self.recognizer = StreamingRecognizer(backend.model, options, sample_rate=sample_rate,
+        # the features at the model's rate: a stream at another rate is resampled on the way in
+        self.resampler = StreamResampler(sample_rate, backend.sample_rate)
+        self.recognizer = StreamingRecognizer(backend.model, options, sample_rate=backend.sample_rate,
                                               fusion=fusion, nbest=True, **backend.fbank_options())
         self.frame_s = backend.subsampling * backend.frame_shift / 1000.0
         self.chunks, self.chunks_s, self.encoder_s = 0, 0.0, 0.0  # chunks run, their compute, its encoder part
@@ -120,10 +123,17 @@ class ChunkSession:
 
     def accept(self, data: bytes) -> list[Event]:
         self._keep(data)
-        return self._events(self.recognizer.accept_waveform(pcm_to_float(data)))
+        return self._events(self.recognizer.accept_waveform(self.resampler.accept(pcm_to_float(data))))
 
     def finish(self) -> list[Event]:
-        return self._events(self.recognizer.finish())
+        events = self._events(self.recognizer.accept_waveform(self._resampler_tail()))
+        return events + self._events(self.recognizer.finish())
+
+    def _resampler_tail(self) -> torch.Tensor:
+        """The resampler's last samples; the next audio (the features start over too) starts anew."""
+        tail = self.resampler.finish()
+        self.resampler = StreamResampler(self.resampler.orig_rate, self.resampler.new_rate)
+        return tail
 
     # accept and finish in steps, the encoder of full chunks run by the server's batcher
     # (asrkit.serve.batcher): feed (or end_input at the end); while next_window() gives a window,
@@ -131,9 +141,10 @@ class ChunkSession:
 
     def feed(self, data: bytes) -> None:
         self._keep(data)
-        self.recognizer.add_waveform(pcm_to_float(data))
+        self.recognizer.add_waveform(self.resampler.accept(pcm_to_float(data)))
 
     def end_input(self) -> None:
+        self.recognizer.add_waveform(self._resampler_tail())
         self.recognizer.end_input()
 
     def next_window(self) -> Optional[torch.Tensor]:

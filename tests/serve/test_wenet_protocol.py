@@ -31,9 +31,11 @@ import numpy as np
 import pytest
 import torch
 
+from asrkit.data.audio import resample
 from asrkit.decode.modes import SharedOutputs
 from asrkit.serve import ServedModel
 from asrkit.transcribe import Segmentation
+from tests.helpers import REPO, connected_takes, fsdd_takes
 from tests.serve.serve_helpers import ServerThread, alone, with_silence
 from tools.wenet_client import stream
 
@@ -44,6 +46,19 @@ pytestmark = pytest.mark.usefixtures("threads_back")
 def chunk_server(chunk_model):
     from asrkit.serve import ServedModel, ServerLimits
     server = ServerThread(ServedModel(chunk_model), limits=ServerLimits(max_upload_bytes=1 << 20))
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def real_model():
+    from asrkit.transcribe import load_model
+    return load_model(REPO / "tests" / "fixtures" / "asrkit_digits" / "mixed_real")
+
+
+@pytest.fixture(scope="module")
+def real_server(real_model):
+    server = ServerThread(ServedModel(real_model))
     yield server
     server.close()
 
@@ -157,14 +172,55 @@ def test_a_full_context_model_endpoints_segments_in_a_continuous_stream(full_ser
     assert s.replies[-1].type == "speech_end"
 
 
-def test_phrases_per_stream_and_rates_the_model_does_not_take(chunk_server, utterances):
+def test_phrases_per_stream_and_rates_the_server_does_not_take(chunk_server, utterances):
     pcm = with_silence(utterances[4][1]).tobytes()
     biased = asyncio.run(stream(chunk_server.url, pcm, start={"signal": "start", "context": ["nine", "two"]}))
     assert biased.replies[0].type == "server_ready" and biased.of_type("final_result")
-    for start in ({"signal": "start", "context": ["qqq"]}, {"signal": "start", "sample_rate": 8000}):
+    for start in ({"signal": "start", "context": ["qqq"]}, {"signal": "start", "sample_rate": 4000},
+                  {"signal": "start", "sample_rate": 96000}):
         s = asyncio.run(stream(chunk_server.url, pcm, start=start))
         assert [r.message["status"] for r in s.replies] == ["failed"], start
         assert s.close_code is not None
+    refused = asyncio.run(stream(chunk_server.url, pcm, start={"signal": "start", "sample_rate": 4000}))
+    assert refused.replies[0].message["message"] == ("sample_rate 4000: streams of 8000-48000 Hz are taken "
+                                                      "(resampled to this model's 16000 Hz)")
+
+
+def to_pcm(samples: torch.Tensor) -> np.ndarray:
+    return (np.clip(samples.numpy(), -1, 32767 / 32768) * 32768).round().astype(np.int16)
+
+
+def test_an_8_khz_stream_gives_the_text_of_its_16_khz_copy(chunk_server, chunk_model, utterances):
+    """A chunk session resamples an 8 kHz stream piece by piece to the model's 16 kHz: the
+    finals of the stream are asrkit's streaming recognizer's on the 8 kHz audio resampled
+    whole, and those of its 16 kHz copy."""
+    for _, audio in utterances[5:7]:
+        x = torch.from_numpy(with_silence(audio).astype(np.float32) / 32768)[None]
+        narrow = to_pcm(resample(x, 16000, 8000)[0])
+        up = resample(torch.from_numpy(narrow.astype(np.float32) / 32768)[None], 8000, 16000)[0]
+        finals = []
+        for pcm, rate in ((narrow, 8000), (to_pcm(up), 16000)):
+            s = asyncio.run(stream(chunk_server.url, pcm.tobytes(), start={"signal": "start", "sample_rate": rate}))
+            assert s.replies[0].type == "server_ready", s.replies[0].message
+            finals.append([r.sentences()[0] for r in s.of_type("final_result")])
+        assert finals[0] == finals[1] == alone(chunk_model, (up.numpy() * 32768).astype(np.float32)), finals
+        assert finals[0][0]
+
+
+def test_an_8_khz_real_recording_through_a_segment_session(real_server, real_model):
+    """A full-context model (the real-speech fixture): an 8 kHz recording of a person (lucas, a
+    speaker it never heard) sent at 8 kHz gives the text of its 16 kHz copy and of ``transcribe``."""
+    takes = fsdd_takes("lucas", range(1))
+    samples = connected_takes([s for _, s, _ in takes[2:6]], gap_s=0.25)
+    noise = np.random.default_rng(1).normal(0, 3e-4, samples.shape).astype(np.float32)  # (a microphone's floor)
+    narrow = to_pcm(torch.from_numpy(samples + noise))
+    up = to_pcm(resample(torch.from_numpy(narrow.astype(np.float32) / 32768)[None], 8000, 16000)[0])
+    finals = []
+    for pcm, rate in ((narrow, 8000), (up, 16000)):
+        s = asyncio.run(stream(real_server.url, pcm.tobytes(), start={"signal": "start", "sample_rate": rate}))
+        finals.append([r.sentences()[0] for r in s.of_type("final_result")])
+    expected = real_model.transcribe(narrow.astype(np.float32) / 32768, 8000, segmentation=Segmentation.whole()).text
+    assert finals[0] == finals[1] == [expected] and expected, finals
 
 
 def test_the_page_info_and_file_uploads_on_the_same_port(chunk_server, chunk_model, tiny_corpus):
