@@ -12,7 +12,7 @@ a signal of constant magnitude 1), or ``max``, the loudest gain at which no samp
 peak at 32767/32768) -- as 16-bit PCM WAV under ``<out>/<level>/``, as a quiet device would
 store it (quantization included).  A gain that would clip a sample at a dBFS target is
 lowered to the ``max`` gain and counted.  The recordings as they are decode too (``as_is``).
-Each level is decoded with ``asrkit.bin.recognize`` (``--mode``) and scored against the
+Each level is decoded with ``asrkit.bin.recognize`` (``--mode``, in this process) and scored against the
 transcripts; the table of CER, WER, SER and the change of SER against ``as_is`` goes to
 stdout and to ``<out>/levels.md``.
 """
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 
@@ -30,6 +29,7 @@ import soundfile as sf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from asrkit.bin import recognize  # noqa: E402
 from asrkit.metrics import read_text, score  # noqa: E402
 
 FULL_SCALE = 32767 / 32768
@@ -81,6 +81,7 @@ def main(argv=None) -> int:
     p.add_argument("--levels", nargs="+", default=["-45", "-35", "-25", "max"],
                    help="dBFS RMS targets and/or max (default: -45 -35 -25 max)")
     p.add_argument("--mode", default="attention_rescoring")
+    p.add_argument("--num_threads", type=int, default=1, help="torch threads of the decoding (default 1)")
     args = p.parse_args(argv)
     for level in args.levels:
         try:
@@ -104,13 +105,11 @@ def main(argv=None) -> int:
         folder = args.out / level
         data, clipped = write_level(entries, level, folder)
         print(f"level {level}: decoding {len(entries)} utterances", file=sys.stderr, flush=True)
-        proc = subprocess.run([sys.executable, "-m", "asrkit.bin.recognize", "--config", args.config,
-                               "--checkpoint", args.checkpoint, "--data", str(data), "--modes", args.mode,
-                               "--result_dir", str(folder / "decode")], capture_output=True, text=True)
-        if proc.returncode != 0:
-            print(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"recognize failed at {level}",
-                  file=sys.stderr)
-            return proc.returncode
+        status = recognize.main(["--config", args.config, "--checkpoint", args.checkpoint, "--data", str(data),
+                                 "--modes", args.mode, "--result_dir", str(folder / "decode"),
+                                 "--num_threads", str(args.num_threads)])
+        if status != 0:
+            return status
         hyp_path = folder / "decode" / args.mode / "text"
         hyps = read_text(hyp_path.read_text(encoding="utf-8").splitlines(), str(hyp_path))
         cer, _ = score(refs, hyps, mode="char")

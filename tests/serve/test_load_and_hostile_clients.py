@@ -68,7 +68,7 @@ def _with_good_stream(server, good, hostile):
     (['[1, 2]'], "Wrong protocol"),
     (['{"nbest": 1}'], "Wrong message header"),
     (['{"signal": "start"}', b"\x00" * 3201], "even number of bytes"),
-    (['{"signal": "start", "sample_rate": 44100}'], "sample_rate 44100"),
+    (['{"signal": "start", "sample_rate": 96000}'], "sample_rate 96000: streams of 8000-48000 Hz"),
     (['{"signal": "start", "nbest": "two"}'], "integer is expected for nbest"),
     (['{"signal": "start"}', '{"signal": "start"}'], "already started"),
 ])
