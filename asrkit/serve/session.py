@@ -9,8 +9,9 @@
   chunk-decoded: audio collects into the current segment; every ``partial_interval_s`` of
   audio the segment so far is checked for an endpoint (the voice-activity detector's speech
   probabilities through the streaming recognizer's endpoint rules: 1 s of non-speech after
-  speech, 5 s without speech, 20 s of segment) and either finalised (decoded whole, as
-  ``transcribe`` decodes a part; up to ``nbest`` hypotheses, the mode's own n-best, the
+  speech, 5 s without speech, 20 s of segment) and either finalised (decoded whole from its
+  first speech region to its last, padded as ``transcribe`` pads a part -- the non-speech
+  around them is not decoded --; up to ``nbest`` hypotheses, the mode's own n-best, the
   non-best ones without word times) or re-decoded for a partial result (``ctc_greedy_search``
   where the model has CTC, the best hypothesis only; at most once per message).  Checks fall
   at fixed audio positions, so the final results do not depend on how the client cuts its
@@ -240,7 +241,7 @@ class SegmentSession:
     def finish(self) -> list[Event]:
         self.segment = np.concatenate([self.segment, self.pending])
         self.pending = self.pending[:0]
-        return [self._final(has_speech(at_vad_rate(self.segment, self.rate)))]
+        return [self._final(at_vad_rate(self.segment, self.rate))]
 
     def _check(self, partial: bool = True) -> list[Event]:
         """Finalise the segment at an endpoint, else re-decode it for a partial result (only
@@ -251,7 +252,7 @@ class SegmentSession:
         self.endpoint.reset()
         self.endpoint.accept(torch.from_numpy(1.0 - probs))
         if self.endpoint.detected():
-            return [self._final(has_speech(at_16k, probs))]
+            return [self._final(at_16k, probs)]
         if not partial:
             return []
         if not self.speech_found:
@@ -261,21 +262,36 @@ class SegmentSession:
         texts, _ = self._decode(self.partial_options)
         return [Event(False, texts)] if texts[0] else []
 
-    def _decode(self, options, nbest: int = 1) -> tuple[list[str], Optional[list[WordTime]]]:
-        """The segment's hypothesis texts (up to ``nbest``, best first) and the best one's word times."""
+    def _decode(self, options, nbest: int = 1, span: Optional[tuple[int, int]] = None
+                ) -> tuple[list[str], Optional[list[WordTime]]]:
+        """The hypothesis texts (up to ``nbest``, best first) of the segment's samples ``span``
+        (default: all of them), and the best one's word times."""
+        start, end = span or (0, self.segment.size)
         try:
-            t = self.served.transcriber.transcribe_with_options(torch.from_numpy(self.segment), options, self.rate,
-                                                                 segmentation=Segmentation.whole(), nbest=nbest)
+            t = self.served.transcriber.transcribe_with_options(
+                torch.from_numpy(self.segment[start:end]), options, self.rate, segmentation=Segmentation.whole(),
+                nbest=nbest)
         except AudioError:  # (shorter than the model's shortest input)
             return [""], []
-        words = None if t.words is None else [WordTime(w.word, w.start + self.offset_s, w.end + self.offset_s)
-                                              for w in t.words]
+        shift = self.offset_s + start / self.rate
+        words = None if t.words is None else [WordTime(w.word, w.start + shift, w.end + shift) for w in t.words]
         return ([t.text] + t.nbest[0][1:] if t.nbest else [t.text]), words
 
-    def _final(self, speech: bool) -> Event:
-        """The segment's final result -- decoded whole where it has ``speech``
-        (:func:`has_speech`), else one empty hypothesis without word times -- and a new segment."""
-        texts, words = self._decode(self.options, self.n) if speech else ([""], [])
+    def _final(self, at_16k: np.ndarray, probs: Optional[np.ndarray] = None) -> Event:
+        """The segment's final result and a new segment.  The segment (its 16 kHz samples
+        ``at_16k``, their detector ``probs`` when computed) is decoded whole from its first
+        speech region's start to its last one's end, each padded as ``transcribe`` pads a part
+        (:func:`asrkit.transcribe.segments.speech_regions_16k`): the non-speech before and after
+        -- up to the endpoint rules' 5 s, or a microphone's first digital zeros -- is not
+        decoded, as a model emits tokens on it that no one spoke.  Without a speech region
+        (:func:`has_speech`) the result is one empty hypothesis without word times."""
+        regions = speech_regions_16k(np.ascontiguousarray(at_16k, dtype=np.float32), Segmentation(), probs)
+        if regions:
+            scale = self.rate / vad.VAD_RATE
+            span = (int(regions[0][0] * scale), min(self.segment.size, int(np.ceil(regions[-1][1] * scale))))
+            texts, words = self._decode(self.options, self.n, span)
+        else:
+            texts, words = [""], []
         self.offset_s += self.segment.size / self.rate
         self.segment = self.segment[:0]
         self.speech_found = False

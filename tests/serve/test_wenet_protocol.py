@@ -35,6 +35,7 @@ from asrkit.data.audio import resample
 from asrkit.decode.modes import SharedOutputs
 from asrkit.serve import ServedModel
 from asrkit.transcribe import Segmentation
+from asrkit.transcribe.segments import speech_regions_16k
 from tests.helpers import REPO, connected_takes, fsdd_takes
 from tests.serve.serve_helpers import ServerThread, alone, with_silence
 from tools.wenet_client import stream
@@ -102,6 +103,13 @@ def test_nbest_hypotheses_best_first(chunk_server, chunk_model, utterances):
     assert max(len(r.sentences()) for r in s.of_type("partial_result")) > 1
 
 
+def speech_span(pcm: np.ndarray) -> np.ndarray:
+    """What a segment session decodes of a 16 kHz segment: its first speech region's start to
+    its last one's end, padded as ``transcribe`` pads a part (the non-speech around is left out)."""
+    regions = speech_regions_16k(pcm.astype(np.float32) / 32768.0, Segmentation())
+    return pcm[regions[0][0]:regions[-1][1]]
+
+
 def rescored_nbest(model, pcm: np.ndarray, n: int) -> list[str]:
     """attention_rescoring's own n-best texts for ``pcm`` decoded whole, computed here: the CTC
     prefix-beam n-best ranked by decoder score + ctc_weight x CTC score (the server's options)."""
@@ -128,7 +136,7 @@ def test_a_full_context_model_gives_its_modes_nbest(full_server, full_model, utt
     assert entries[0] == json.loads(best.message["nbest"])[0]  # (the nbest-1 result: text and word pieces)
     sentences = [e["sentence"] for e in entries]
     assert len(set(sentences)) == len(sentences) == 3
-    assert sentences == rescored_nbest(full_model, pcm, 3)
+    assert sentences == rescored_nbest(full_model, speech_span(pcm), 3)
     assert [p["word"] for p in entries[0]["word_pieces"]] == sentences[0].split()
     assert all(e["word_pieces"] == [] for e in entries[1:])  # (the others: no word times)
     assert all(len(r.sentences()) == 1 for r in three.of_type("partial_result"))  # (partials: the best only)
@@ -154,7 +162,8 @@ def test_continuous_decoding_gives_a_final_per_utterance_and_one_shot_ends_at_th
 def test_a_full_context_model_decodes_the_segment_whole(full_server, full_model, utterances):
     pcm = with_silence(utterances[3][1], after_s=0.2)  # (too little silence for an endpoint: the end finalises)
     s = asyncio.run(stream(full_server.url, pcm.tobytes(), piece_bytes=4000))
-    expected = full_model.transcribe(pcm, 16000, segmentation=Segmentation.whole())
+    expected = full_model.transcribe(speech_span(pcm), 16000, segmentation=Segmentation.whole())
+    assert 0 < len(speech_span(pcm)) < len(pcm)  # (the silence before and after is not decoded)
     finals = s.of_type("final_result")
     assert [r.sentences()[0] for r in finals] == [expected.text]
     assert [p["word"] for p in finals[0].word_pieces()] == [w.word for w in expected.words]
