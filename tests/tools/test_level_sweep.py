@@ -46,13 +46,15 @@ def test_the_written_copies_are_16_bit_at_their_level(tmp_path):
     assert math.isinf(level_sweep.rms_dbfs(np.zeros(4, np.float32)))
 
 
-def test_bad_levels_and_lists_are_one_line(tmp_path):
+def test_bad_levels_and_lists_are_one_line(tmp_path, capsys):
     (tmp_path / "bad.list").write_text('{"key": "a"}\n')
     for args in (["--levels", "3"], ["--levels", "loud"], []):
         data = tmp_path / ("bad.list" if not args else "missing.list")
-        out = run_tool("level_sweep.py", "--config", "c.yaml", "--checkpoint", "m.pt", "--data", data,
-                       "--out", tmp_path / "o", *args, check=False)
-        assert out.returncode == 2 and out.stderr.strip().count("\n") == 0, out.stderr
+        status = level_sweep.main(["--config", "c.yaml", "--checkpoint", "m.pt", "--data", str(data),
+                                   "--out", str(tmp_path / "o"), *args])
+        err = capsys.readouterr().err
+        assert status == 2 and err.strip().count("\n") == 0 and err.startswith("error: "), err
+    assert run_tool("level_sweep.py", "--help").returncode == 0
 
 
 def test_a_real_speech_model_holds_at_any_recording_level(tmp_path):
