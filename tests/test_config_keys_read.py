@@ -194,7 +194,7 @@ def _noam_hold_annealing(cfg, exp, tmp_path):
 _AUGMENT_KEYS = ["DatasetConf.volume_perturb_conf", "DatasetConf.band_limit_conf", "BandLimitConf.rates",
                  "BandLimitConf.band_limit_apply_prob", "ReverbConf.rir_apply_prob", "NoiseConf.noise_apply_prob",
                  "NoiseConf.noise_db_range", "VolumePerturbConf.scale_low", "VolumePerturbConf.scale_high",
-                 "VolumePerturbConf.volume_apply_prob"]
+                 "VolumePerturbConf.volume_apply_prob", "VolumePerturbConf.scale_distribution"]
 
 _TRANSDUCER_KEYS = (["TrainConfig.predictor", "TrainConfig.predictor_conf", "TrainConfig.joint",
                      "TrainConfig.joint_conf", "ModelConf.transducer_weight", "ModelConf.attention_weight",

@@ -18,7 +18,9 @@ utterance or a silent stretch of noise leaves the audio as it is.
 **Volume** (``dataset_conf.volume_perturb`` + ``volume_perturb_conf``; Kaldi's
 ``perturb_data_dir_volume.sh`` ``--scale-low``/``--scale-high``): with probability
 ``volume_apply_prob`` the waveform is multiplied by a factor uniform in
-[``scale_low``, ``scale_high``] (not clipped: the features are computed from floats).
+[``scale_low``, ``scale_high``] -- with ``scale_distribution: log_uniform``, uniform in decibels
+between them, so quiet gains are drawn as often as loud ones -- (not clipped: the features are
+computed from floats).
 
 **Randomness.**  Each step draws from its own generator seeded by (seed, epoch, key, step
 name) -- ``asrkit.data.processors.sample_generator`` with a stream name -- in the order
@@ -27,6 +29,8 @@ dither, SpecAugment), and a sample is augmented identically in any worker and af
 resume.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -90,8 +94,10 @@ def add_noise(wav: torch.Tensor, sample_rate: int, generator: torch.Generator, *
 
 
 def perturb_volume(wav: torch.Tensor, generator: torch.Generator, *, prob: float, scale_low: float,
-                   scale_high: float) -> torch.Tensor:
+                   scale_high: float, log_uniform: bool = False) -> torch.Tensor:
     """The volume step on ``wav`` with the draws of ``generator`` (module docstring)."""
     if float(torch.rand((), generator=generator)) >= prob:
         return wav
+    if log_uniform:
+        return wav * math.exp(_uniform(math.log(scale_low), math.log(scale_high), generator))
     return wav * _uniform(scale_low, scale_high, generator)

@@ -210,11 +210,12 @@ def limit_bandwidth(sample: Sample, generator, *, rates: Sequence[int], prob: fl
 
 
 def perturb_volume(sample: Sample, generator, *, prob: float, scale_low: float, scale_high: float,
+                   log_uniform: bool = False,
                    seed: int) -> Sample:
     """Scales ``wav`` by a drawn factor (``asrkit.data.noise``)."""
     gen = sample_generator(seed, sample["epoch"], sample["key"], "volume")
     sample["wav"] = noise.perturb_volume(sample["wav"], gen, prob=prob, scale_low=scale_low,
-                                         scale_high=scale_high)
+                                         scale_high=scale_high, log_uniform=log_uniform)
     return sample
 
 
@@ -347,7 +348,8 @@ def waveform_augmentation(conf, seed: int) -> list[Step]:
     if conf.volume_perturb:
         vc = conf.volume_perturb_conf
         steps.append(functools.partial(perturb_volume, prob=vc.volume_apply_prob, scale_low=vc.scale_low,
-                                       scale_high=vc.scale_high, seed=seed))
+                                       scale_high=vc.scale_high, log_uniform=vc.scale_distribution == "log_uniform",
+                                       seed=seed))
     return steps
 
 

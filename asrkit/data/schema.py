@@ -10,7 +10,8 @@ from typing import ClassVar, Optional, Union
 from asrkit.data.features import LOW_FREQ, SAMPLE_SCALES
 from asrkit.data.loader_schema import LoaderKeys
 from asrkit.data.noise import db_range
-from asrkit.schema import WenetKey, any_value, between, checked, merged_wenet_keys, non_negative, only, positive
+from asrkit.schema import (WenetKey, any_value, between, checked, merged_wenet_keys, non_negative, one_of, only,
+                           positive)
 
 
 @dataclasses.dataclass
@@ -180,11 +181,13 @@ class BandLimitConf:
 class VolumePerturbConf:
     """``volume_perturb_conf`` (Kaldi's ``perturb_data_dir_volume.sh`` scales): with
     probability ``volume_apply_prob`` the waveform is multiplied by a factor uniform in
-    [``scale_low``, ``scale_high``]."""
+    [``scale_low``, ``scale_high``] -- ``scale_distribution`` ``uniform`` (Kaldi's) or
+    ``log_uniform`` (uniform in decibels: as many quiet gains as loud ones)."""
 
     scale_low: float = checked(0.125, positive)
     scale_high: float = checked(2.0, positive)
     volume_apply_prob: float = checked(1.0, _probability)
+    scale_distribution: str = checked("uniform", one_of(lambda: ("uniform", "log_uniform")))
 
     def validate(self) -> list[str]:
         return [f"scale_low {self.scale_low} > scale_high {self.scale_high}"] if self.scale_low > self.scale_high else []

@@ -146,6 +146,25 @@ def test_config_keys_are_checked_at_load(noise_dir):
         assert db_range(dc.noise_conf.noise_db_range) == expected
 
 
+@pytest.mark.parametrize("distribution", ["uniform", "log_uniform"])
+def test_volume_gains_are_uniform_in_their_scale(distribution):
+    """``uniform`` (Kaldi's): the gain's mean is the range's middle; ``log_uniform``: the gain in
+    decibels is uniform, so as many gains fall below the range's geometric middle as above."""
+    from asrkit.data.noise import perturb_volume
+    low, high = 0.05, 4.0
+    gains = np.array([float(perturb_volume(torch.ones(1, 1), torch.Generator().manual_seed(i), prob=1.0,
+                                           scale_low=low, scale_high=high,
+                                           log_uniform=distribution == "log_uniform")) for i in range(4000)])
+    assert low <= gains.min() and gains.max() <= high
+    if distribution == "uniform":
+        assert abs(gains.mean() - (low + high) / 2) < 0.05
+    else:
+        assert abs(np.log(gains).mean() - (math.log(low) + math.log(high)) / 2) < 0.05
+        assert abs((gains < math.sqrt(low * high)).mean() - 0.5) < 0.03
+    with pytest.raises(ConfigError, match="scale_distribution: must be one of"):
+        build(TrainConfig, {"dataset_conf": {"volume_perturb_conf": {"scale_distribution": "loud"}}})
+
+
 def test_noise_changes_training_audio_only_and_draws_from_its_own_stream(tiny_units, dev, noise_dir):
     _, plain = real_setup(tiny_units, train=True, speed_perturb=False, spec_aug=True)
     _, noisy = real_setup(tiny_units, train=True, **{**aug(noise_dir), "spec_aug": True})
