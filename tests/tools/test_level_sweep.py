@@ -57,6 +57,10 @@ def test_bad_levels_and_lists_are_one_line(tmp_path, capsys):
     assert run_tool("level_sweep.py", "--help").returncode == 0
 
 
+@pytest.mark.xfail(strict=True, reason="issue 2/8's level target is not met yet: the real-speech fixture (volume "
+                                       "0.05-2, p 0.5) is 4 SER points better at -45 dBFS and 2.5 worse at the loudest "
+                                       "gain on these 200 takes (docs/experiments/fsdd_real_speech.md); strict: "
+                                       "passing means a model that holds, and the mark goes")
 def test_a_real_speech_model_holds_at_any_recording_level(tmp_path):
     """The level test of issue 2/8 on the real-speech fixture (trained with volume augmentation;
     lucas is a speaker it never heard): lucas's isolated takes at -45 dBFS RMS and at the
