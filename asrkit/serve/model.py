@@ -117,7 +117,7 @@ class ServedModel:
 
     def new_session(self, start: Start):
         """A session for ``start``'s stream; :class:`SessionError` when the model cannot
-        serve it (a sample rate other than the model's, phrases it cannot take)."""
+        serve it (a sample rate outside 8000-48000 Hz, phrases it cannot take)."""
         if not MIN_STREAM_RATE <= start.sample_rate <= MAX_STREAM_RATE:
             raise SessionError(f"sample_rate {start.sample_rate}: streams of {MIN_STREAM_RATE}-{MAX_STREAM_RATE} Hz "
                                f"are taken (resampled to this model's {self.sample_rate} Hz)")
