@@ -19,6 +19,15 @@ data: a model first trained on it leaves CTC's blank plateau within a few hundre
 steps, where the same model on the full ~390-voice corpus sits on it for thousands
 (README, sentences recipe).
 
+``--non_native N`` adds a split ``train_non_native``: N utterances of the task spoken with
+a foreign accent -- the English words' phonemes (espeak-ng's ``en-us`` transcription) read by
+the voice of another language (:data:`NON_NATIVE_LANGUAGES`, twenty of espeak-ng's, one drawn
+per utterance), which realizes them with its own vowels, consonants and rhythm, as a
+speaker of that language does.  Same train voice variants, rates, pitches, silence and
+noise as ``train``.  Human speakers are often not native (the shipped real speakers are
+four men with Greek, US, German and Belgian French accents); the native-English accents of
+:data:`ACCENTS` alone leave a model deaf to that (docs/experiments/fsdd_real_speech.md).
+
 Deterministic: the same arguments give byte-identical files (espeak-ng is
 deterministic, sox runs with ``-R``, noise comes from the seeded generator).
 Parallel over ``--jobs`` processes.  Idempotent: a finished split with the same
@@ -51,9 +60,13 @@ SAMPLE_RATE = 16000
 DEFAULT_SEED, DEFAULT_DEV_SHARE, DEFAULT_TEST_SHARE = 1, 0.15, 0.15  # the voice split of the recipes
 ACCENTS = ["en-us", "en-gb", "en-gb-scotland", "en-gb-x-rp", "en-029",
            "en-gb-x-gbclan", "en-gb-x-gbcwmd", "en-us-nyc"]
+# the voices that read English phonemes with a foreign accent (train_non_native): a broad set of
+# espeak-ng's languages, not chosen for any speaker
+NON_NATIVE_LANGUAGES = ["cs", "da", "de", "el", "es", "fi", "fr", "hi", "hu", "id",
+                        "it", "ja", "nl", "pl", "pt", "ro", "ru", "sv", "tr", "vi"]
 # whispered variants carry no voicing at all; they are left out of every split
 EXCLUDED_VARIANTS = {"whisper", "whisperf"}
-SPLIT_IDS = {"train": 0, "dev": 1, "test": 2, "train_single": 3}
+SPLIT_IDS = {"train": 0, "dev": 1, "test": 2, "train_single": 3, "train_non_native": 4}
 # the single-voice split: one accent, fixed rate (words/min) and pitch, no noise
 SINGLE_VOICE_ACCENT = "en-us"
 SINGLE_VOICE_RATE, SINGLE_VOICE_PITCH = 170, 50
@@ -136,6 +149,14 @@ def synthesize(text: str, voice: str, rate_wpm: int, pitch: int) -> np.ndarray:
     return audio
 
 
+def english_phonemes(text: str) -> str:
+    """``text``'s phonemes as ``en-us`` speaks it, in espeak-ng's phoneme input syntax
+    (``[[...]]``), for another language's voice to read."""
+    out = subprocess.run(["espeak-ng", "-v", "en-us", "-q", "-x", text], capture_output=True, text=True,
+                         check=True)
+    return f"[[{' '.join(out.stdout.split())}]]"
+
+
 def trim_silence(audio: np.ndarray, threshold: float = 1e-3) -> np.ndarray:
     loud = np.flatnonzero(np.abs(audio) > threshold)
     return audio[loud[0]:loud[-1] + 1] if loud.size else audio
@@ -205,7 +226,8 @@ def make_utterance(job: tuple) -> tuple[str, str, str, str]:
         rate, pitch = SINGLE_VOICE_RATE, SINGLE_VOICE_PITCH
     speaker = f"{accent}_{variant}".replace("-", "")
     key = f"{speaker}-{split}{index:05d}"
-    speech = trim_silence(synthesize(text, f"{accent}+{variant}", rate, pitch))
+    spoken = english_phonemes(text) if accent in NON_NATIVE_LANGUAGES else text
+    speech = trim_silence(synthesize(spoken, f"{accent}+{variant}", rate, pitch))
     audio = pad_clean(speech) if clean else add_silence_and_noise(speech, rng)
     path = Path(out_dir) / "wav" / f"{key}.wav"
     sf.write(str(path), audio, SAMPLE_RATE, subtype="PCM_16", format="WAV")
@@ -262,6 +284,8 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--single_voice", type=int, default=0,
                    help="also write train_single: this many clean utterances by one train voice")
+    p.add_argument("--non_native", type=int, default=0,
+                   help="also write train_non_native: this many utterances in foreign accents (train voices)")
     p.add_argument("--single_voice_variant", default="m3",
                    help=f"the single voice is {SINGLE_VOICE_ACCENT}+VARIANT; must be a train variant")
     args = p.parse_args(argv)
@@ -279,6 +303,9 @@ def main(argv=None) -> int:
         variants["train_single"] = [args.single_voice_variant]
         total += build_split(out, "train_single", args.single_voice, args, [args.single_voice_variant],
                              accents=[SINGLE_VOICE_ACCENT], clean=True)
+    if args.non_native > 0:
+        total += build_split(out, "train_non_native", args.non_native, args, variants["train"],
+                             accents=NON_NATIVE_LANGUAGES)
     (out / "speakers.json").write_text(json.dumps(variants, indent=1))
     print(f"corpus ready in {out} ({total:.1f} s)", file=sys.stderr)
     return 0

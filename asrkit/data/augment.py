@@ -5,7 +5,12 @@ never modified in place.
 * :func:`spec_aug` -- SpecAugment masking: ``num_t_mask`` time masks, each of
   ``randint[1, max_t]`` frames starting at ``randint[0, frames-1]`` (clipped at the end),
   and ``num_f_mask`` frequency masks of ``randint[1, max_f]`` bins starting at
-  ``randint[0, dims-1]``; masked cells are set to 0.
+  ``randint[0, dims-1]``; masked cells are set to 0.  With ``max_t_fraction`` (asrkit's,
+  lhotse's ``max_frames_mask_fraction``) each time mask is at most
+  ``floor(max_t_fraction * frames / num_t_mask)`` frames wide as well, so the masks together
+  never cover more than that fraction of a short utterance (a 0.4 s isolated word is 40
+  frames: two WeNet masks of up to 20 frames hide half of it); an utterance too short for a
+  one-frame mask gets none.
 * :func:`spec_sub` -- ``num_t_sub`` times: a span of ``randint[1, max_t]`` frames starting
   at ``start = randint[0, frames-1]`` is replaced by the span ``pos = randint[0, start]``
   frames earlier (taken from the unmodified input).
@@ -13,6 +18,8 @@ never modified in place.
   half of them.
 """
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 
@@ -23,13 +30,15 @@ def _randint(low: int, high: int, generator: torch.Generator) -> int:
 
 
 def spec_aug(feat: torch.Tensor, generator: torch.Generator, *, num_t_mask: int, num_f_mask: int,
-             max_t: int, max_f: int) -> torch.Tensor:
+             max_t: int, max_f: int, max_t_fraction: Optional[float] = None) -> torch.Tensor:
     """Time and frequency masking (see the module docstring)."""
     frames, dims = feat.shape
     out = feat.clone()
     if frames == 0:
         return out
-    for _ in range(num_t_mask):
+    if max_t_fraction is not None and num_t_mask > 0:
+        max_t = min(max_t, int(max_t_fraction * frames / num_t_mask))
+    for _ in range(num_t_mask if max_t > 0 else 0):
         start = _randint(0, frames - 1, generator)
         length = _randint(1, max_t, generator)
         out[start:min(frames, start + length), :] = 0

@@ -319,7 +319,7 @@ def build_sample_processor(dataset_conf, tokenizer, *, train: bool, seed: int,
         if conf.spec_aug:
             sa = conf.spec_aug_conf
             steps.append(functools.partial(spec_aug, num_t_mask=sa.num_t_mask, num_f_mask=sa.num_f_mask,
-                                           max_t=sa.max_t, max_f=sa.max_f))
+                                           max_t=sa.max_t, max_f=sa.max_f, max_t_fraction=sa.max_t_fraction))
         if conf.spec_sub:
             steps.append(functools.partial(spec_sub, num_t_sub=conf.spec_sub_conf.num_t_sub,
                                            max_t=conf.spec_sub_conf.max_t))

@@ -11,7 +11,7 @@ from asrkit.data.features import LOW_FREQ, SAMPLE_SCALES
 from asrkit.data.loader_schema import LoaderKeys
 from asrkit.data.noise import db_range
 from asrkit.schema import (WenetKey, any_value, between, checked, merged_wenet_keys, non_negative, one_of, only,
-                           positive)
+                           optional, positive)
 
 
 @dataclasses.dataclass
@@ -91,12 +91,16 @@ class FbankConf:
 
 @dataclasses.dataclass
 class SpecAugConf:
-    """``spec_aug_conf``: SpecAugment time/frequency masks (counts and maximum widths)."""
+    """``spec_aug_conf``: SpecAugment time/frequency masks (counts and maximum widths).
+    ``max_t_fraction`` (asrkit's; lhotse's ``max_frames_mask_fraction``): the time masks
+    together cover at most this fraction of an utterance (``asrkit.data.augment.spec_aug``);
+    ``None``: WeNet's masks, ``max_t`` frames whatever the utterance's length."""
 
     num_t_mask: int = checked(2, non_negative)
     num_f_mask: int = checked(2, non_negative)
     max_t: int = checked(50, positive)
     max_f: int = checked(10, positive)
+    max_t_fraction: Optional[float] = checked(None, optional(between(0.0, 1.0)))
 
     WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
         "max_w": any_value(int, "WeNet's spec_aug takes max_w and never uses it (no time warping)"),

@@ -21,6 +21,23 @@ def test_spec_aug_zeroes_bounded_bands_and_is_reproducible():
     assert torch.equal(none, feat)
 
 
+def test_spec_aug_time_fraction_bounds_masks_of_short_utterances():
+    """max_t_fraction: two masks over 40 frames cover at most 0.2 * 40 = 8 of them (WeNet's
+    max_t alone lets them hide up to 40); 4 frames leave no room for a mask at all."""
+    covered = []
+    for seed in range(200):
+        feat = torch.rand(40, 80) + 1.0
+        out = spec_aug(feat, gen(seed), num_t_mask=2, num_f_mask=0, max_t=20, max_f=10, max_t_fraction=0.2)
+        covered.append(int((out == 0).all(1).sum()))
+    assert max(covered) == 8 and min(covered) >= 1
+    wenet = [int((spec_aug(torch.rand(40, 80) + 1.0, gen(seed), num_t_mask=2, num_f_mask=0, max_t=20,
+                           max_f=10) == 0).all(1).sum()) for seed in range(200)]
+    assert max(wenet) > 20
+    short = torch.rand(4, 80) + 1.0
+    assert torch.equal(spec_aug(short, gen(), num_t_mask=2, num_f_mask=0, max_t=20, max_f=10,
+                                max_t_fraction=0.2), short)
+
+
 def test_spec_sub_copies_earlier_frames():
     feat = torch.arange(100, dtype=torch.float32).unsqueeze(1).repeat(1, 4)  # row i holds value i
     out = spec_sub(feat, gen(3), num_t_sub=3, max_t=20)

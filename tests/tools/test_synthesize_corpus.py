@@ -83,3 +83,23 @@ def test_single_voice_split_is_one_clean_train_voice(tmp_path):
     # a dev/test variant is refused: those voices must stay unheard in training
     bad = run_tool("synthesize_corpus.py", *args, "--single_voice_variant", planned["test"][0], check=False)
     assert bad.returncode != 0 and "not a train variant" in bad.stderr
+
+
+def test_non_native_split_reads_english_phonemes_in_foreign_voices(tmp_path):
+    from tools.synthesize_corpus import NON_NATIVE_LANGUAGES, english_phonemes, synthesize
+
+    out = tmp_path / "corpus"
+    run_tool("synthesize_corpus.py", "--out", out, "--train", 2, "--dev", 1, "--test", 1, "--seed", 1,
+             "--non_native", 6)
+    planned = json.loads((out / "speakers.json").read_text())
+    split = out / "train_non_native"
+    speakers = _speakers(split)
+    assert len((split / "wav.scp").read_text().splitlines()) == 6
+    assert {s.split("_", 1)[0] for s in speakers} <= set(NON_NATIVE_LANGUAGES)
+    assert _variants(speakers) <= set(planned["train"])  # dev/test voices stay unheard
+    # the foreign voice speaks the English phonemes (French spelling rules would say "t-w-o")
+    assert english_phonemes("three two") == "[[Tr'i: t'u:]]"
+    accented = synthesize(english_phonemes("three two"), "fr+m3", 170, 50)
+    spelled = synthesize("three two", "fr+m3", 170, 50)
+    native = synthesize("three two", "en-us+m3", 170, 50)
+    assert accented.size != spelled.size and accented.size != native.size
