@@ -36,7 +36,7 @@ from typing import Callable, Optional, Sequence, Union
 
 import torch
 
-from asrkit.data import audio, augment, bandwidth, features, noise, reverb
+from asrkit.data import audio, augment, bandwidth, features, noise, quantization, reverb
 from asrkit.data.audio import DataFault
 from asrkit.data.lists import ListEntry
 from asrkit.data.noise_lists import AudioCache, read_audio_list
@@ -209,6 +209,13 @@ def limit_bandwidth(sample: Sample, generator, *, rates: Sequence[int], prob: fl
     return sample
 
 
+def requantize(sample: Sample, generator, *, bits: Sequence[int], prob: float, seed: int) -> Sample:
+    """Rounds ``wav`` to a drawn sample depth (``asrkit.data.quantization``)."""
+    gen = sample_generator(seed, sample["epoch"], sample["key"], "requantize")
+    sample["wav"] = quantization.requantize(sample["wav"], gen, bits=bits, prob=prob)
+    return sample
+
+
 def perturb_volume(sample: Sample, generator, *, prob: float, scale_low: float, scale_high: float,
                    log_uniform: bool = False,
                    seed: int) -> Sample:
@@ -329,7 +336,7 @@ def build_sample_processor(dataset_conf, tokenizer, *, train: bool, seed: int,
 
 
 def waveform_augmentation(conf, seed: int) -> list[Step]:
-    """The reverberation, noise, band-limit and volume steps ``conf`` switches on, their lists read
+    """The reverberation, noise, band-limit, volume and requantization steps ``conf`` switches on, their lists read
     here (``asrkit.data.noise_lists.AudioListError`` for a list that cannot be used)."""
     steps: list[Step] = []
     if conf.reverb:
@@ -350,6 +357,9 @@ def waveform_augmentation(conf, seed: int) -> list[Step]:
         steps.append(functools.partial(perturb_volume, prob=vc.volume_apply_prob, scale_low=vc.scale_low,
                                        scale_high=vc.scale_high, log_uniform=vc.scale_distribution == "log_uniform",
                                        seed=seed))
+    if conf.requantize:  # (after the gain: a device quantizes what reaches it)
+        qc = conf.requantize_conf
+        steps.append(functools.partial(requantize, bits=tuple(qc.bits), prob=qc.requantize_apply_prob, seed=seed))
     return steps
 
 

@@ -181,6 +181,21 @@ class BandLimitConf:
     band_limit_apply_prob: float = checked(0.5, _probability)
 
 
+def _bits_ok(bits) -> Optional[str]:
+    if not isinstance(bits, list) or not bits or not all(isinstance(b, int) and 2 <= b <= 24 for b in bits):
+        return f"expected a non-empty list of sample depths in bits (2-24), e.g. [8], got {bits!r}"
+    return None
+
+
+@dataclasses.dataclass
+class RequantizeConf:
+    """``requantize_conf``: with probability ``requantize_apply_prob`` every sample is rounded
+    to a ``bits``-bit PCM grid, the depth drawn from ``bits`` (``asrkit.data.quantization``)."""
+
+    bits: list[int] = checked(default_factory=lambda: [8], check=_bits_ok)
+    requantize_apply_prob: float = checked(0.5, _probability)
+
+
 @dataclasses.dataclass
 class VolumePerturbConf:
     """``volume_perturb_conf`` (Kaldi's ``perturb_data_dir_volume.sh`` scales): with
@@ -202,10 +217,11 @@ class ProcessorKeys:
     """Per-sample processing keys of ``dataset_conf`` (``asrkit.data.processors``).
 
     Training-time augmentation (speed perturbation, reverberation, additive noise, band
-    limitation, volume perturbation, dither, SpecAugment, spec_sub, spec_trim) applies only to
-    a pipeline built with ``train=True``; ``reverb``, ``noise``, ``band_limit`` and
-    ``volume_perturb`` switch the four waveform augmentations of ``asrkit.data.reverb``,
-    ``asrkit.data.noise`` and ``asrkit.data.bandwidth`` on (docs/data.md).  ``cmvn_file``
+    limitation, volume perturbation, requantization, dither, SpecAugment, spec_sub, spec_trim)
+    applies only to a pipeline built with ``train=True``; ``reverb``, ``noise``, ``band_limit``,
+    ``volume_perturb`` and ``requantize`` switch the five waveform augmentations of
+    ``asrkit.data.reverb``, ``asrkit.data.noise``, ``asrkit.data.bandwidth`` and
+    ``asrkit.data.quantization`` on, in that order (docs/data.md).  ``cmvn_file``
     (asrkit addition): apply global CMVN in the data pipeline; leave it null when the
     model applies CMVN (WeNet's ``cmvn_conf``), or it is applied twice.
     """
@@ -224,6 +240,8 @@ class ProcessorKeys:
     band_limit_conf: BandLimitConf = dataclasses.field(default_factory=BandLimitConf)
     volume_perturb: bool = False
     volume_perturb_conf: VolumePerturbConf = dataclasses.field(default_factory=VolumePerturbConf)
+    requantize: bool = False
+    requantize_conf: RequantizeConf = dataclasses.field(default_factory=RequantizeConf)
     spec_aug: bool = True
     spec_aug_conf: SpecAugConf = dataclasses.field(default_factory=SpecAugConf)
     spec_sub: bool = False
