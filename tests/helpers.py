@@ -206,8 +206,8 @@ def fsdd_takes(speaker: str, takes: range = range(2)) -> list[tuple[str, "object
 
     import soundfile
 
-    words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
-    wanted = {f"recordings/{d}_{speaker}_{t}.flac": words[d] for d in range(10) for t in takes}
+    from tools.prepare_fsdd import WORDS
+    wanted = {f"recordings/{d}_{speaker}_{t}.flac": WORDS[d] for d in range(10) for t in takes}
     found = {}
     with tarfile.open(FSDD_ARCHIVE) as tar:
         for member in tar:
