@@ -13,6 +13,9 @@
 #               [checkpoint=auto|PATH] [workers=N] [threads=N] [overrides="K=V ..."] [-- ARG...]
 #                                                       torchrun -m asrkit.bin.train (1..N nodes);
 #                                                       ARGs go to train.py (--max_steps N, ...)
+#   stage_average N dir=DIR checkpoint=PT average_num=K [average_mode=best|last|ema]
+#                                                       average DIR's epochs into PT when it is avg_*.pt
+#                                                       and missing or older than an epoch checkpoint
 #   stage_average_decode_score N "${decoding[@]}" dir=DIR checkpoint=PT type=raw|shard -- SET...
 #                                                       average into PT when it is avg_*.pt, decode
 #                                                       (the transducer modes' weights too:
@@ -206,6 +209,23 @@ stage_train() {
 # kind`) is redone when any epoch checkpoint of dir is newer: training longer and rerunning the
 # stage must decode the new model, not the old average.  Another checkpoint (an epoch_N.pt
 # chosen by hand) is decoded as it is.
+stage_average() {
+  local n=$1 dir="" checkpoint="" average_num="" average_mode=best rest; shift
+  bind "dir checkpoint average_num average_mode" "$@" && need dir checkpoint average_num || return 2
+  # (the checkpoint-naming rule is asrkit.io.checkpoint_names'; the shell asks it, never globs)
+  local kind listing epochs=()
+  kind=$(python -m asrkit.bin.checkpoints kind "$checkpoint") || return 1
+  if [ "$kind" = average ] && [ -d "$dir" ]; then
+    listing=$(python -m asrkit.bin.checkpoints list "$dir" --kind epoch) || return 1
+    [ -z "$listing" ] || mapfile -t epochs <<< "$listing"
+  fi
+  if [ ! -s "$checkpoint" ] || { [ "$kind" = average ] && stale "$checkpoint" "${epochs[@]}"; }; then
+    say "$n: average $average_num checkpoints ($average_mode) -> $checkpoint"
+    python -m asrkit.bin.average_model --model_dir "$dir" --num "$average_num" --mode "$average_mode" \
+      --dst "$checkpoint"
+  fi
+}
+
 stage_average_decode_score() {
   local n=$1 dir="" checkpoint="" type="" average_num="" average_mode=best modes="" beam=10 batch=16
   local ctc_weight=0.3 reverse_weight=0.0 device=cpu length_penalty=0.0 blank_penalty=0.0 chunk=-1 left_chunks=-1
@@ -227,18 +247,8 @@ stage_average_decode_score() {
     *) echo "recipe_stages: stage_average_decode_score takes streaming=true|false, not '$streaming'" >&2
        return 2 ;;
   esac
-  # (the checkpoint-naming rule is asrkit.io.checkpoint_names'; the shell asks it, never globs)
-  local kind listing epochs=()
-  kind=$(python -m asrkit.bin.checkpoints kind "$checkpoint") || return 1
-  if [ "$kind" = average ] && [ -d "$dir" ]; then
-    listing=$(python -m asrkit.bin.checkpoints list "$dir" --kind epoch) || return 1
-    [ -z "$listing" ] || mapfile -t epochs <<< "$listing"
-  fi
-  if [ ! -s "$checkpoint" ] || { [ "$kind" = average ] && stale "$checkpoint" "${epochs[@]}"; }; then
-    say "$n: average $average_num checkpoints ($average_mode) -> $checkpoint"
-    python -m asrkit.bin.average_model --model_dir "$dir" --num "$average_num" --mode "$average_mode" \
-      --dst "$checkpoint"
-  fi
+  stage_average "$n" dir="$dir" checkpoint="$checkpoint" average_num="$average_num" average_mode="$average_mode" \
+    || return
   local lst; lst=$(list_name "$type")
   for s in "${rest[@]}"; do
     local result_dir="$dir/decode_$s$suffix"

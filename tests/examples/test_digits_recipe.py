@@ -17,7 +17,10 @@ TOY = ["--train_utts", "60", "--dev_utts", "12", "--test_utts", "12", "--train_c
        # (a few training rooms and noises; the hard test, test_noisy, is not built: tests/tools/test_make_noise_rooms.py)
        "--train_rirs", "2", "--train_noises", "4", "--test_sets", "test",
        # real speech as a fold: george trains (2 takes of each digit, 2 connected utterances), lucas tests
-       "--real_speakers", "george lucas", "--real_test_speaker", "lucas", "--real_takes", "2", "--real_connected", "2"]
+       "--real_speakers", "george lucas", "--real_test_speaker", "lucas", "--real_takes", "2", "--real_connected", "2",
+       # the second phase (fine-tuning on synthetic + non-native + real) at toy scale
+       "--non_native", "6", "--finetune_overrides",
+       "max_epoch=1 dataset_conf.band_limit=true dataset_conf.volume_perturb=true dataset_conf.fbank_conf.dither=0.0"]
 PORT = ["--master_port", str(free_port())]
 
 
@@ -43,9 +46,19 @@ def test_stages_0_to_6_then_idempotent_reruns(recipe):
         assert re.search(CER_LINE, cer, re.M)
     table = (exp / "decode_test" / "results.md").read_text()
     assert all(f"| {m} |" in table for m in MODES) and table in proc.stdout
-    # the fold's real speech: george trained beside the synthetic corpus, lucas is tested
-    speakers = {line.split()[1] for line in (recipe / "data" / "train" / "utt2spk").read_text().splitlines()}
-    assert "george" in speakers and "lucas" not in speakers
+    # two phases: the synthetic corpus alone, then from its average with the fold's real speech
+    # (george trained beside the synthetic corpus and the non-native voices, lucas is tested)
+    def speakers(name):
+        return {line.split()[1] for line in (recipe / "data" / name / "utt2spk").read_text().splitlines()}
+    assert not {"george", "lucas"} & speakers("train")
+    assert "george" in speakers("train_finetune") and "lucas" not in speakers("train_finetune")
+    assert speakers("train") < speakers("train_finetune")
+    assert any(s.startswith(("fr_", "de_", "ja_")) or s.split("_")[0] in ("cs", "da", "el") for s in speakers("train_finetune"))
+    assert (exp / "synthetic" / "avg_2.pt").is_file()
+    assert "second phase: from exp/toy run/synthetic/avg_2.pt" in proc.stderr
+    saved = (exp / "train.yaml").read_text()
+    assert "band_limit: true" in saved and "dither: 0.0" in saved
+    assert "band_limit: false" in (exp / "synthetic" / "train.yaml").read_text()
     for name, count in (("real_test", 20), ("real_test_connected", 2)):
         assert len((recipe / "data" / name / "text").read_text().splitlines()) == count
         assert all(f"| {m} |" in (exp / f"decode_{name}" / "results.md").read_text() for m in MODES)
@@ -71,6 +84,7 @@ def test_streaming_path_trains_u2pp_and_decodes_full_context_and_in_chunks(recip
     in chunks (16 and 4 frames here; the recipe's default adds 8), each into its own folder,
     then export."""
     run_recipe(recipe, "--streaming", "true", "--stage", "4", "--num_workers", "0", "--average_num", "1",
+               "--real_speakers", "",  # one phase: the synthetic corpus (the transducer test below: two)
                "--streaming_chunks", "16 4",
                "--train_overrides", "max_epoch=1 encoder_conf.num_blocks=2 decoder_conf.num_blocks=1",
                "--test_sets", "test", *PORT)
@@ -92,7 +106,9 @@ TRANSDUCER_MODES = ["rnnt_greedy_search", "rnnt_beam_search", "modified_beam_sea
 
 def test_model_transducer_trains_decodes_in_the_transducer_modes_and_exports(recipe):
     """``--model transducer`` (after the first test prepared the data): stage 4 trains
-    conf/train_transducer_cpu.yaml (shrunk here) into exp/transducer_cpu, stage 5 decodes in
+    conf/train_transducer_cpu.yaml (shrunk here) into exp/transducer_cpu/synthetic, then fine-tunes
+    all of it (predictor and joint too) with the real speech into exp/transducer_cpu (the
+    recipe's own finetune_overrides: they fit this config), stage 5 decodes in
     the transducer modes with WeNet's rnnt-recipe weights, stage 6 exports final.zip (with the
     transducer searches) and the sherpa-onnx transducer files."""
     proc = run_recipe(recipe, "--model", "transducer", "--stage", "4", "--num_workers", "0", "--average_num", "1",
@@ -100,7 +116,10 @@ def test_model_transducer_trains_decodes_in_the_transducer_modes_and_exports(rec
                       "--test_sets", "test", *PORT)
     exp = recipe / "exp" / "transducer_cpu"
     saved = (exp / "train.yaml").read_text()
-    assert "model: transducer" in saved and "predictor: embedding" in saved
+    assert "model: transducer" in saved and "predictor: embedding" in saved and "band_limit: true" in saved
+    assert (exp / "synthetic" / "avg_1.pt").is_file()
+    assert re.search(r"initialised \d+ tensors \(cmvn\.,encoder\.,decoder\.,ctc\.,predictor\.,joint\.\)",
+                     proc.stdout + proc.stderr)
     table = (exp / "decode_test" / "results.md").read_text()
     for mode in TRANSDUCER_MODES:
         assert re.search(CER_LINE, (exp / "decode_test" / mode / "cer").read_text(), re.M), mode

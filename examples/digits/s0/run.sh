@@ -31,6 +31,25 @@ real_test_speaker=
 real_connected=100
 real_takes=                   # N: only each speaker's first N takes of each digit (a quick run); empty: all 50
 fsdd_dir=
+# non_native N: N more synthesized utterances in foreign accents (tools/synthesize_corpus.py
+# --non_native) join the real speakers in the second phase below (0: none; 1,500 measured no
+# better on the development speaker: docs/experiments/fsdd_real_speech.md)
+non_native=0
+# With real speakers, stage 4 trains in two phases (docs/recipes.md): the synthetic corpus alone
+# into $dir/synthetic (the config as it is), then, from its average, the fine-tuning phase into
+# $dir on data/train_finetune -- the synthetic corpus and the real speakers -- with
+# finetune_overrides after the config's: the telephone band and recording levels (band limit,
+# volume), exact zeros as recordings hold them (no dither), time masks that leave an isolated
+# word audible, and a short schedule from a lower peak.  synthetic_model=PATH starts the
+# second phase from that model instead of training the first (leave-one-speaker-out folds share
+# the default run's: --synthetic_model exp/conformer_cpu/synthetic/avg_3.pt).
+finetune_overrides="max_epoch=4 optim_conf.lr=0.001 scheduler=NoamHoldAnnealing scheduler_conf.warmup_steps=50
+  scheduler_conf.hold_steps=200 scheduler_conf.max_steps=1030 scheduler_conf.decay_rate=1.0 scheduler_conf.min_lr=1.0e-5
+  dataset_conf.band_limit=true dataset_conf.volume_perturb=true
+  dataset_conf.volume_perturb_conf.scale_low=0.05 dataset_conf.volume_perturb_conf.scale_high=6.0
+  dataset_conf.volume_perturb_conf.scale_distribution=log_uniform
+  dataset_conf.fbank_conf.dither=0.0 dataset_conf.spec_aug_conf.max_t_fraction=0.2"
+synthetic_model=
 # training: the default model's config and dir; --model / --streaming pick theirs below unless
 # --train_config / --dir name others
 train_config=conf/train_conformer_cpu.yaml
@@ -83,6 +102,8 @@ set -euo pipefail
 noisy_test_snr="2 5"
 noisy_test_seed=3
 noisy_test_rooms=16; noisy_test_noises=16
+# (finetune_mods: the modules the second phase takes from the first -- all of them)
+finetune_mods=cmvn.,encoder.,decoder.,ctc.
 case "$model/$streaming" in
   ctc_attention/false) config=conf/train_conformer_cpu.yaml; exp=exp/conformer_cpu ;;
   ctc_attention/true) config=conf/train_u2pp_conformer_cpu.yaml; exp=exp/u2pp_cpu ;;
@@ -91,6 +112,7 @@ case "$model/$streaming" in
   *) echo "$0: --model ctc_attention|transducer and --streaming true|false, not '$model' and '$streaming'" >&2
      exit 1 ;;
 esac
+[ "$model" != transducer ] || finetune_mods=$finetune_mods,predictor.,joint.
 aug_overrides=""
 case "$augment" in
   true) aug_overrides="dataset_conf.reverb=true dataset_conf.noise=true dataset_conf.volume_perturb=true"; exp=${exp}_aug ;;
@@ -130,7 +152,9 @@ fi
 
 if run_stage 0; then
   say "0: synthesize the corpus into $corpus_dir and prepare data/{train,dev,test}"
-  python tools/synthesize_corpus.py --out "$corpus_dir" --train "$train_utts" --dev "$dev_utts" --test "$test_utts"
+  [ -n "$real_speakers" ] || non_native=0
+  python tools/synthesize_corpus.py --out "$corpus_dir" --train "$train_utts" --dev "$dev_utts" --test "$test_utts" \
+    --non_native "$non_native"
   say "0: noise and simulated rooms for training -> $noise_dir/train, data/noise/train"
   python tools/make_noise_rooms.py --out "$noise_dir/train" --kind train --seed 1 --rirs "$train_rirs" \
     --noises "$train_noises"
@@ -147,7 +171,6 @@ if run_stage 0; then
   fi
   for s in $sets; do
     mkdir -p "data/$s"
-    [ "$s" != train ] || [ -z "$real_speakers" ] || continue  # (train: below, with the real speakers)
     for f in wav.scp text utt2spk; do cmp -s "$corpus_dir/$s/$f" "data/$s/$f" || cp "$corpus_dir/$s/$f" "data/$s/$f"; done
   done
   if [ -n "$real_speakers" ]; then
@@ -168,11 +191,16 @@ if run_stage 0; then
     python tools/prepare_fsdd.py --corpus_dir "$fsdd_dir" --out data/fsdd ${real_train:+--train_speakers $real_train} \
       ${real_test_speaker:+--test_speakers $real_test_speaker} --connected "$real_connected" \
       ${real_takes:+--max_takes $real_takes} --seed 1
-    # the training set: the synthetic corpus and the real speakers' takes (a file is rewritten only
-    # when it changes, so a later stage redoes only what another set of speakers changed)
+    # the second phase's training set: the synthetic corpus (with non_native > 0 its foreign
+    # accents too) and the real speakers' takes (a file is rewritten only when it changes, so a
+    # later stage redoes only what another set of speakers changed)
+    mkdir -p data/train_finetune
     for f in wav.scp text utt2spk; do
-      sort "$corpus_dir/train/$f" data/fsdd/train/$f > "data/train/$f.new"
-      if cmp -s "data/train/$f.new" "data/train/$f"; then rm "data/train/$f.new"; else mv "data/train/$f.new" "data/train/$f"; fi
+      non_native_set=(); [ "$non_native" = 0 ] || non_native_set=("$corpus_dir/train_non_native/$f")
+      sort "$corpus_dir/train/$f" "${non_native_set[@]}" data/fsdd/train/$f \
+        > "data/train_finetune/$f.new"
+      if cmp -s "data/train_finetune/$f.new" "data/train_finetune/$f"; then rm "data/train_finetune/$f.new"
+      else mv "data/train_finetune/$f.new" "data/train_finetune/$f"; fi
     done
     if [ -n "$real_test_speaker" ]; then
       for s in test test_connected; do
@@ -191,9 +219,29 @@ run_stage 1 && stage_cmvn 1 config="$train_config"
 run_stage 2 && stage_units 2 what="character units" units=data/dict/units.txt
 
 # shellcheck disable=SC2086  # test_sets is a word list
-run_stage 3 && stage_data_lists 3 type="$data_type" per_shard="$num_utts_per_shard" -- train dev $test_sets
-run_stage 4 && stage_train 4 "${launch[@]}" config="$train_config" dir="$dir" type="$data_type" \
-  checkpoint="$checkpoint" workers="$num_workers" threads="$num_threads" overrides="$aug_overrides $train_overrides"
+run_stage 3 && stage_data_lists 3 type="$data_type" per_shard="$num_utts_per_shard" -- train dev $test_sets \
+  ${real_speakers:+train_finetune}
+if run_stage 4; then
+  if [ -z "$real_speakers" ]; then
+    stage_train 4 "${launch[@]}" config="$train_config" dir="$dir" type="$data_type" \
+      checkpoint="$checkpoint" workers="$num_workers" threads="$num_threads" overrides="$aug_overrides $train_overrides"
+  else
+    if [ -z "$synthetic_model" ]; then
+      say "4: first phase: the synthetic corpus -> $dir/synthetic"
+      stage_train 4 "${launch[@]}" config="$train_config" dir="$dir/synthetic" type="$data_type" \
+        checkpoint="$checkpoint" workers="$num_workers" threads="$num_threads" overrides="$aug_overrides $train_overrides"
+      synthetic_model=$dir/synthetic/avg_${average_num}.pt
+      stage_average 4 dir="$dir/synthetic" checkpoint="$synthetic_model" \
+        average_num="$average_num" average_mode="$average_mode"
+    fi
+    say "4: second phase: from $synthetic_model, the synthetic corpus and the real speakers -> $dir"
+    # shellcheck disable=SC2086  # finetune_overrides is a word list
+    stage_train 4 "${launch[@]}" config="$train_config" dir="$dir" train=train_finetune type="$data_type" \
+      checkpoint="$checkpoint" workers="$num_workers" threads="$num_threads" \
+      overrides="$aug_overrides $(echo $finetune_overrides) $train_overrides" -- --enc_init "$synthetic_model" \
+      --enc_init_mods "$finetune_mods"
+  fi
+fi
 
 # average_mode ema: the weight EMA of the last epoch (a run trained with ema_decay) into avg_ema.pt,
 # its scores in decode_<set>_ema beside the average's
