@@ -174,7 +174,7 @@ def _waveform_augmentation(cfg, exp, tmp_path):
     (tmp_path / "n.scp").write_text(f"n {tmp_path / 'n.wav'}\n")
     dc = cfg.dataset_conf
     dc = dataclasses.replace(
-        dc, reverb=True, noise=True, band_limit=True, volume_perturb=True,
+        dc, reverb=True, noise=True, band_limit=True, volume_perturb=True, requantize=True,
         reverb_conf=dataclasses.replace(dc.reverb_conf, rir_scp=str(tmp_path / "n.scp")),
         noise_conf=dataclasses.replace(dc.noise_conf, noise_scp=str(tmp_path / "n.scp")))
     proc = build_sample_processor(dc, build_tokenizer(cfg), train=True, seed=1)
@@ -194,7 +194,8 @@ def _noam_hold_annealing(cfg, exp, tmp_path):
 _AUGMENT_KEYS = ["DatasetConf.volume_perturb_conf", "DatasetConf.band_limit_conf", "BandLimitConf.rates",
                  "BandLimitConf.band_limit_apply_prob", "ReverbConf.rir_apply_prob", "NoiseConf.noise_apply_prob",
                  "NoiseConf.noise_db_range", "VolumePerturbConf.scale_low", "VolumePerturbConf.scale_high",
-                 "VolumePerturbConf.volume_apply_prob", "VolumePerturbConf.scale_distribution"]
+                 "VolumePerturbConf.volume_apply_prob", "VolumePerturbConf.scale_distribution",
+                 "DatasetConf.requantize_conf", "RequantizeConf.bits", "RequantizeConf.requantize_apply_prob"]
 
 _TRANSDUCER_KEYS = (["TrainConfig.predictor", "TrainConfig.predictor_conf", "TrainConfig.joint",
                      "TrainConfig.joint_conf", "ModelConf.transducer_weight", "ModelConf.attention_weight",
@@ -215,7 +216,7 @@ TARGETED = {
     "DdpConf.powersgd_start_iter": (
         "asrkit.train.dist.comm_hooks.powersgd_state (registered on the DDP model with comm_hook: powersgd)",
         "the tiny run is one process: no DDP model, no hook", _powersgd_state),
-    **{key: ("asrkit.data.processors.waveform_augmentation (reverb, noise, band_limit, volume_perturb: true)",
+    **{key: ("asrkit.data.processors.waveform_augmentation (reverb, noise, band_limit, volume_perturb, requantize: true)",
              "the tiny experiment has no noise or RIR list", _waveform_augmentation) for key in _AUGMENT_KEYS},
     **{f"SchedulerConf.{key}": ("asrkit.train.scheduler.build_scheduler (scheduler: NoamHoldAnnealing)",
                                 "the tiny run's scheduler is warmuplr", _noam_hold_annealing)

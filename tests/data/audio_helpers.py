@@ -48,6 +48,30 @@ def real_setup(units: Path, *, train: bool, **dataset_conf):
     return cfg.dataset_conf, build_sample_processor(cfg.dataset_conf, build_tokenizer(cfg), train=train, seed=17)
 
 
+def check_waveform_step_in_the_chain(units: Path, entries, step: str, prob: float, epoch: int, **keys) -> None:
+    """A waveform augmentation switched on by ``keys`` (``speed_perturb``/``spec_aug`` off)
+    changes exactly the utterances its own generator (seed 17, ``epoch``, key, ``step``) draws
+    under ``prob`` -- the same again on a second call -- and never a decoding pipeline's
+    features; some utterances of ``entries`` change and some do not."""
+    import torch
+
+    from asrkit.data.processors import sample_generator
+    keys = {**keys, "speed_perturb": False, "spec_aug": False}
+    _, proc = real_setup(units, train=True, **keys)
+    _, clean = real_setup(units, train=True, speed_perturb=False, spec_aug=False)
+    _, decode = real_setup(units, train=False, **keys)
+    _, decode_clean = real_setup(units, train=False)
+    changed = []
+    for entry in entries:
+        got = proc(entry, epoch)["feat"]
+        assert torch.equal(got, proc(entry, epoch)["feat"])  # the same draw again
+        applies = float(torch.rand((), generator=sample_generator(17, epoch, entry.key, step))) < prob
+        assert applies == (not torch.equal(got, clean(entry, epoch)["feat"])), entry.key
+        changed.append(applies)
+        assert torch.equal(decode(entry, epoch)["feat"], decode_clean(entry, epoch)["feat"])
+    assert any(changed) and not all(changed)
+
+
 AUGMENT_ALL = {"speed_perturb": True, "fbank_conf": {"dither": 1.0}, "spec_aug": True,
                "spec_sub": True, "spec_trim": True}
 

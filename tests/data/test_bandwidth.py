@@ -9,8 +9,7 @@ import torch
 from asrkit.config import ConfigError
 from asrkit.data.bandwidth import limit_bandwidth
 from asrkit.data.lists import read_list
-from asrkit.data.processors import sample_generator
-from tests.data.audio_helpers import SR, config, real_setup
+from tests.data.audio_helpers import SR, check_waveform_step_in_the_chain, config
 
 
 def band_power(wav: torch.Tensor, sr: int, low: float, high: float) -> float:
@@ -53,22 +52,8 @@ def test_the_rate_is_drawn_from_the_list():
 
 
 def test_the_chain_limits_by_seed_epoch_and_key_and_only_in_training(tiny_units, tiny_corpus):
-    entries = read_list(tiny_corpus.splits["dev"].data_list)
-    keys = {"band_limit": True, "band_limit_conf": {"rates": [8000], "band_limit_apply_prob": 0.5},
-            "speed_perturb": False, "spec_aug": False}
-    _, proc = real_setup(tiny_units, train=True, **keys)
-    _, clean = real_setup(tiny_units, train=True, speed_perturb=False, spec_aug=False)
-    _, decode = real_setup(tiny_units, train=False, **keys)
-    _, decode_clean = real_setup(tiny_units, train=False)
-    changed = []
-    for entry in entries:
-        got = proc(entry, 2)["feat"]
-        assert torch.equal(got, proc(entry, 2)["feat"])  # the same draw again
-        applies = float(torch.rand((), generator=sample_generator(17, 2, entry.key, "band_limit"))) < 0.5
-        assert applies == (not torch.equal(got, clean(entry, 2)["feat"]))
-        changed.append(applies)
-        assert torch.equal(decode(entry, 2)["feat"], decode_clean(entry, 2)["feat"])
-    assert any(changed) and not all(changed)
+    check_waveform_step_in_the_chain(tiny_units, read_list(tiny_corpus.splits["dev"].data_list), "band_limit", 0.5, 2,
+                                     band_limit=True, band_limit_conf={"rates": [8000], "band_limit_apply_prob": 0.5})
 
 
 @pytest.mark.parametrize("conf, message", [

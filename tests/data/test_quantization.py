@@ -8,9 +8,8 @@ import torch
 
 from asrkit.config import ConfigError
 from asrkit.data.lists import read_list
-from asrkit.data.processors import sample_generator
 from asrkit.data.quantization import requantize
-from tests.data.audio_helpers import config, real_setup
+from tests.data.audio_helpers import check_waveform_step_in_the_chain, config
 
 
 def speech_level(n: int = 16000) -> torch.Tensor:
@@ -42,22 +41,8 @@ def test_the_step_applies_with_its_probability_and_draws_the_depth_from_the_list
 
 
 def test_the_chain_requantizes_by_seed_epoch_and_key_and_only_in_training(tiny_units, tiny_corpus):
-    entries = read_list(tiny_corpus.splits["dev"].data_list)
-    keys = {"requantize": True, "requantize_conf": {"bits": [8], "requantize_apply_prob": 0.5},
-            "speed_perturb": False, "spec_aug": False}
-    _, proc = real_setup(tiny_units, train=True, **keys)
-    _, clean = real_setup(tiny_units, train=True, speed_perturb=False, spec_aug=False)
-    _, decode = real_setup(tiny_units, train=False, **keys)
-    _, decode_clean = real_setup(tiny_units, train=False)
-    changed = []
-    for entry in entries:
-        got = proc(entry, 3)["feat"]
-        assert torch.equal(got, proc(entry, 3)["feat"])
-        applies = float(torch.rand((), generator=sample_generator(17, 3, entry.key, "requantize"))) < 0.5
-        assert applies == (not torch.equal(got, clean(entry, 3)["feat"]))
-        changed.append(applies)
-        assert torch.equal(decode(entry, 3)["feat"], decode_clean(entry, 3)["feat"])
-    assert any(changed) and not all(changed)
+    check_waveform_step_in_the_chain(tiny_units, read_list(tiny_corpus.splits["dev"].data_list), "requantize", 0.5, 3,
+                                     requantize=True, requantize_conf={"bits": [8], "requantize_apply_prob": 0.5})
 
 
 @pytest.mark.parametrize("conf, message", [
