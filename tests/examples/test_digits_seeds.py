@@ -42,11 +42,15 @@ def test_seeds_train_and_decode_one_run_per_seed_then_print_mean_and_sd(tmp_path
     proc, lines = run(recipe, calls, "--stage", "4", "--stop_stage", "5", "--seeds", "1 2", "--augment", "true",
                       "--train_overrides", "ema_decay=0.999")
     train = [c for c in lines if "asrkit.bin.train" in c]
-    assert len(train) == 2
-    for seed, call in zip((1, 2), train):
-        assert f"--model_dir exp/conformer_cpu_aug_seed{seed} " in call
-        assert f"--override ema_decay=0.999 --override seed={seed}" in call
-        assert "--override dataset_conf.noise=true" in call and "--override dataset_conf.reverb=true" in call
+    assert len(train) == 4  # two phases per seed (the real speakers: docs/recipes.md)
+    for seed, first, second in zip((1, 2), train[::2], train[1::2]):
+        assert f"--model_dir exp/conformer_cpu_aug_seed{seed}/synthetic " in first and "--enc_init" not in first
+        assert f"--model_dir exp/conformer_cpu_aug_seed{seed} " in second
+        assert f"--enc_init exp/conformer_cpu_aug_seed{seed}/synthetic/avg_3.pt" in second
+        for call in (first, second):
+            assert f"--override ema_decay=0.999 --override seed={seed}" in call
+            assert "--override dataset_conf.noise=true" in call and "--override dataset_conf.reverb=true" in call
+        assert "--override dataset_conf.band_limit=true" in second and "band_limit" not in first
     decoded = [c.split("--result_dir ")[1].split()[0] for c in lines if "asrkit.bin.recognize" in c]
     assert decoded == [f"exp/conformer_cpu_aug_seed{s}/decode_{t}" for s in (1, 2) for t in ("test", "test_noisy")]
     assert "| test_noisy | attention_rescoring | 1.50 | 2.50 | 2.00 ± 0.71 |" in proc.stdout
@@ -67,7 +71,14 @@ def test_seeds_train_and_decode_one_run_per_seed_then_print_mean_and_sd(tmp_path
 def test_one_seed_without_options_trains_as_before(tmp_path):
     recipe = copy_recipe("digits", tmp_path / "digits")
     calls = tmp_path / "calls.log"
-    _, lines = run(recipe, calls, "--stage", "4", "--stop_stage", "4")
+    _, lines = run(recipe, calls, "--stage", "4", "--stop_stage", "4", "--real_speakers", "")
     (train,) = [c for c in lines if "asrkit.bin.train" in c]
     assert "--model_dir exp/conformer_cpu " in train and "--override" not in train.replace(
         "--override dataset_conf.num_workers=1", "")
+    # with the real speakers (the default): the first phase as before, into <dir>/synthetic
+    _, lines = run(recipe, calls, "--stage", "4", "--stop_stage", "4")
+    first, second = [c for c in lines if "asrkit.bin.train" in c]
+    assert "--model_dir exp/conformer_cpu/synthetic " in first and "--override" not in first.replace(
+        "--override dataset_conf.num_workers=1", "")
+    assert "--train_data data/train_finetune/data.list" in second
+    assert "--enc_init_mods cmvn.,encoder.,decoder.,ctc." in second
