@@ -16,31 +16,20 @@ writes the table there.  Exit 1 when no fold has a score.
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import sys
 from pathlib import Path
 
 if __package__ in (None, ""):  # run by its path: the repository root importable, as under `python -m`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tools.seed_summary import MODES_ORDER
-
-_TOTALS = {"SER": re.compile(r"^%SER\s+([0-9.]+)", re.MULTILINE), "CER": re.compile(r"^%CER\s+([0-9.]+)", re.MULTILINE)}
-
-
-def read_score(decode_dir: Path, mode: str, kind: str):
-    """The last ``%<kind>`` total of ``decode_dir/<mode>/cer``, or None."""
-    path = decode_dir / mode / "cer"
-    if not path.is_file():
-        return None
-    found = _TOTALS[kind].findall(path.read_text(encoding="utf-8"))
-    return float(found[-1]) if found else None
+from tools.score_decodes import mode_key
+from tools.seed_summary import read_total
 
 
 def summary(folds: list[Path], isolated: str, connected: str) -> str:
     modes = sorted({p.name for f in folds for d in (isolated, connected) for p in (f / f"decode_{d}").glob("*")
                     if (p / "cer").is_file()},
-                   key=lambda m: (MODES_ORDER.index(m) if m in MODES_ORDER else 99, m))
+                   key=mode_key)
     if not modes:
         return ""
     columns = [(isolated, "SER"), (connected, "CER")]
@@ -52,7 +41,7 @@ def summary(folds: list[Path], isolated: str, connected: str) -> str:
         values = {kind: [] for _, kind in columns}
         for fold in folds:
             for name, kind in columns:
-                v = read_score(fold / f"decode_{name}", mode, kind)
+                v = read_total(fold / f"decode_{name}" / mode / "cer", kind)
                 cells.append("-" if v is None else f"{v:.2f}")
                 if v is not None:
                     values[kind].append(v)

@@ -22,6 +22,12 @@ from asrkit.metrics import format_alignment, read_text, score
 MODES_ORDER = ["ctc_greedy_search", "ctc_prefix_beam_search", "attention", "attention_rescoring"]
 
 
+def mode_key(mode: str) -> tuple[int, str]:
+    """Sort key of the score tables' rows: the CTC/attention modes in :data:`MODES_ORDER`,
+    then any other mode (the transducer ones) by name."""
+    return (MODES_ORDER.index(mode) if mode in MODES_ORDER else len(MODES_ORDER), mode)
+
+
 def score_mode(refs: dict, hyp_path: Path) -> tuple[dict, int]:
     """The mode's ``{"cer": Totals, "wer": Totals}`` over the references it has a hypothesis
     for, and how many it has none for (written to ``cer`` and ``wer`` beside ``hyp_path``)."""
@@ -46,7 +52,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     refs = read_text(args.ref.read_text(encoding="utf-8").splitlines(), str(args.ref))
     modes = sorted((d.name for d in args.decode_dir.iterdir() if (d / "text").is_file()),
-                   key=lambda m: (MODES_ORDER.index(m) if m in MODES_ORDER else 99, m))
+                   key=mode_key)
     if not modes:
         print(f"error: no <mode>/text under {args.decode_dir}", file=sys.stderr)
         return 1

@@ -18,18 +18,29 @@ import re
 import statistics
 import sys
 from pathlib import Path
+from typing import Optional
 
-_TOTAL = re.compile(r"^%CER\s+([0-9.]+)", re.MULTILINE)
-MODES_ORDER = ["ctc_greedy_search", "ctc_prefix_beam_search", "attention", "attention_rescoring"]
+if __package__ in (None, ""):  # run by its path: the repository root importable, as under `python -m`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tools.score_decodes import mode_key
+
+
+def read_total(cer: Path, kind: str = "CER") -> Optional[float]:
+    """The last ``%<kind>`` total (``CER`` or ``SER``) of a ``cer`` file
+    ``tools/score_decodes.py`` wrote, or None (no such file or line)."""
+    if not cer.is_file():
+        return None
+    found = re.findall(rf"^%{kind}\s+([0-9.]+)", cer.read_text(encoding="utf-8"), re.MULTILINE)
+    return float(found[-1]) if found else None
 
 
 def read_scores(run_dir: Path) -> dict[tuple[str, str], float]:
     """``{(decode dir name, mode): CER %}`` of one run directory."""
     scores = {}
     for cer in sorted(run_dir.glob("decode_*/*/cer")):
-        match = _TOTAL.findall(cer.read_text(encoding="utf-8"))
-        if match:
-            scores[(cer.parent.parent.name, cer.parent.name)] = float(match[-1])
+        value = read_total(cer)
+        if value is not None:
+            scores[(cer.parent.parent.name, cer.parent.name)] = value
     return scores
 
 
@@ -40,7 +51,7 @@ def mean_sd(values: list[float]) -> tuple[float, float]:
 def table(runs: list[Path]) -> str:
     per_run = [read_scores(r) for r in runs]
     rows = sorted({k for s in per_run for k in s},
-                  key=lambda k: (k[0], MODES_ORDER.index(k[1]) if k[1] in MODES_ORDER else 99, k[1]))
+                  key=lambda k: (k[0], *mode_key(k[1])))
     if not rows:
         return ""
     names = [r.name for r in runs]

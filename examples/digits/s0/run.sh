@@ -222,23 +222,23 @@ run_stage 2 && stage_units 2 what="character units" units=data/dict/units.txt
 run_stage 3 && stage_data_lists 3 type="$data_type" per_shard="$num_utts_per_shard" -- train dev $test_sets \
   ${real_speakers:+train_finetune}
 if run_stage 4; then
-  if [ -z "$real_speakers" ]; then
-    stage_train 4 "${launch[@]}" config="$train_config" dir="$dir" type="$data_type" \
+  # the synthetic corpus: the whole training without real speakers, else their first phase
+  first=$dir; [ -z "$real_speakers" ] || first=$dir/synthetic
+  if [ -z "$real_speakers" ] || [ -z "$synthetic_model" ]; then
+    [ "$first" = "$dir" ] || say "4: first phase: the synthetic corpus -> $first"
+    stage_train 4 "${launch[@]}" config="$train_config" dir="$first" type="$data_type" \
       checkpoint="$checkpoint" workers="$num_workers" threads="$num_threads" overrides="$aug_overrides $train_overrides"
-  else
+  fi
+  if [ -n "$real_speakers" ]; then
     if [ -z "$synthetic_model" ]; then
-      say "4: first phase: the synthetic corpus -> $dir/synthetic"
-      stage_train 4 "${launch[@]}" config="$train_config" dir="$dir/synthetic" type="$data_type" \
-        checkpoint="$checkpoint" workers="$num_workers" threads="$num_threads" overrides="$aug_overrides $train_overrides"
-      synthetic_model=$dir/synthetic/avg_${average_num}.pt
-      stage_average 4 dir="$dir/synthetic" checkpoint="$synthetic_model" \
-        average_num="$average_num" average_mode="$average_mode"
+      synthetic_model=$first/avg_${average_num}.pt
+      stage_average 4 dir="$first" checkpoint="$synthetic_model" average_num="$average_num" average_mode="$average_mode"
     fi
     say "4: second phase: from $synthetic_model, the synthetic corpus and the real speakers -> $dir"
-    # shellcheck disable=SC2086  # finetune_overrides is a word list
+    # (stage_train splits overrides at any white space: finetune_overrides' line breaks too)
     stage_train 4 "${launch[@]}" config="$train_config" dir="$dir" train=train_finetune type="$data_type" \
       checkpoint="$checkpoint" workers="$num_workers" threads="$num_threads" \
-      overrides="$aug_overrides $(echo $finetune_overrides) $train_overrides" -- --enc_init "$synthetic_model" \
+      overrides="$aug_overrides $finetune_overrides $train_overrides" -- --enc_init "$synthetic_model" \
       --enc_init_mods "$finetune_mods"
   fi
 fi
