@@ -34,6 +34,7 @@ import yaml
 
 from asrkit.config_versions import upgrade
 from asrkit.data.schema import DataSections
+from asrkit.finetune.schema import FinetuneSections
 from asrkit.io.files import atomic_write_text
 from asrkit.models.registry import name_problems
 from asrkit.models.schema import ModelSections
@@ -59,7 +60,7 @@ class ConfigError(ValueError):
 # asrkit/models/schema.py, asrkit/text/schema.py) and are merged into the root below.
 
 
-_SECTIONS = (TrainerSections, ModelSections, DataSections, TextSections)
+_SECTIONS = (TrainerSections, FinetuneSections, ModelSections, DataSections, TextSections)
 
 
 @dataclasses.dataclass

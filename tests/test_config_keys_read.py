@@ -190,6 +190,22 @@ def _noam_hold_annealing(cfg, exp, tmp_path):
     assert isinstance(sched, NoamHoldAnnealing) and (sched.warmup_steps, sched.hold_steps) == (10, 20)
 
 
+def _finetuning(cfg, exp, tmp_path):
+    from asrkit.finetune.schema import LoraConf
+    from asrkit.finetune.setup import adapt
+    from asrkit.models import build_model
+    from asrkit.text.vocabulary import Vocabulary
+    from asrkit.train.job import ModuleInit
+    vocabulary = Vocabulary.of_size(cfg.output_dim)
+    source = tmp_path / "source.pt"
+    torch.save({"model": build_model(cfg, cfg.input_dim, vocabulary).state_dict()}, source)
+    tuned = dataclasses.replace(cfg, use_lora=True, reinit_output_layers=True,
+                                lora_conf=LoraConf(lora_reinit=True, lora_dropout=0.1))
+    model = build_model(tuned, cfg.input_dim, vocabulary)
+    adaptation = adapt(model, tuned, ModuleInit(str(source), "encoder.,ctc."))
+    assert adaptation.lora and any(k.endswith(".lora_A") for k in model.state_dict())
+
+
 # (preflight reads the switches and the lists' paths in every run)
 _AUGMENT_KEYS = ["DatasetConf.volume_perturb_conf", "DatasetConf.band_limit_conf", "BandLimitConf.rates",
                  "BandLimitConf.band_limit_apply_prob", "ReverbConf.rir_apply_prob", "NoiseConf.noise_apply_prob",
@@ -218,6 +234,11 @@ TARGETED = {
         "the tiny run is one process: no DDP model, no hook", _powersgd_state),
     **{key: ("asrkit.data.processors.waveform_augmentation (reverb, noise, band_limit, volume_perturb, requantize: true)",
              "the tiny experiment has no noise or RIR list", _waveform_augmentation) for key in _AUGMENT_KEYS},
+    **{key: ("asrkit.finetune.setup.adapt (use_lora, --enc_init reaching the output layers)",
+             "the tiny run trains from scratch, without adapters", _finetuning)
+       for key in ["TrainConfig.lora_conf", "TrainConfig.reinit_output_layers",
+                   *(f"LoraConf.{f}" for f in ("lora_modules", "lora_attn_attr", "lora_list", "lora_rank",
+                                               "lora_alpha", "lora_dropout", "lora_ckpt_path", "lora_reinit"))]},
     **{f"SchedulerConf.{key}": ("asrkit.train.scheduler.build_scheduler (scheduler: NoamHoldAnnealing)",
                                 "the tiny run's scheduler is warmuplr", _noam_hold_annealing)
        for key in ("warmup_ratio", "hold_steps", "hold_ratio", "max_steps", "decay_rate", "min_lr")},

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 from asrkit.inputs import INPUT_DIGESTS
+from asrkit.models.lora import LORA_RECORD, merge_lora_state
 from asrkit.io.checkpoint_names import (EPOCH, CheckpointSelectionError, checkpoints_to_average, parse_name,
                                         training_checkpoints)
 from asrkit.train import checkpoint as ckpt
@@ -89,7 +90,10 @@ def _write_ema(args) -> int:
     if state.get("ema") is None:
         raise CheckpointSelectionError(f"{epochs[-1]} holds no weight EMA: train with ema_decay (e.g. "
                                        f"--override ema_decay=0.999) to decode one")
-    _save(args.dst, {"model": ema_weights(state["ema"], state["model"]), "ema_of": epochs[-1].name}, state)
+    weights = ema_weights(state["ema"], state["model"])
+    if state.get(LORA_RECORD):  # (the shadow follows the model: adapters unmerged)
+        weights = merge_lora_state(weights, state[LORA_RECORD])
+    _save(args.dst, {"model": weights, "ema_of": epochs[-1].name}, state)
     print(f"wrote the weight EMA of {epochs[-1].name} ({state['ema']['updates']} updates, decay "
           f"{state['ema']['decay']:g}) into {args.dst}", file=sys.stderr)
     return 0

@@ -26,6 +26,7 @@ checkpoint at an optimizer-step boundary (``asrkit.train.preemption``): rerun wi
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from asrkit.train.entry import exit_process, run
@@ -54,6 +55,27 @@ def build_parser() -> argparse.ArgumentParser:
                         "(--checkpoint) restores its own weights instead")
     p.add_argument("--enc_init_mods", default="encoder.",
                    help="comma-separated parameter-name prefixes taken from --enc_init (default: encoder.)")
+    tune = p.add_argument_group(
+        "fine-tuning (docs/training.md): each flag sets the config key of its name, after --override; "
+        "booleans take true/false (a bare flag is true)")
+    tune.add_argument("--freeze_modules", type=_names, default=None, metavar="PREFIX[,PREFIX...]",
+                      help="parameter-name prefixes not to train (e.g. encoder.)")
+    tune.add_argument("--reinit_output_layers", type=_bool, nargs="?", const=True, default=None, metavar="BOOL",
+                      help="start the vocabulary-sized layers afresh (a changed units file)")
+    tune.add_argument("--use_lora", type=_bool, nargs="?", const=True, default=None, metavar="BOOL",
+                      help="LoRA adapters on the layers lora_conf names")
+    tune.add_argument("--only_optimize_lora", type=_bool, nargs="?", const=True, default=None, metavar="BOOL",
+                      help="train the adapters alone")
+    for name, kind, what in (("lora_modules", _names, "module lists to adapt (default encoder.encoders)"),
+                             ("lora_attn_attr", _names, "their attention modules (default self_attn,src_attn)"),
+                             ("lora_list", _names, "their linears (default linear_out,linear_q,linear_k,linear_v)"),
+                             ("lora_rank", int, "adapter rank (default 8)"),
+                             ("lora_alpha", float, "scale numerator: s = alpha / rank (default 8)"),
+                             ("lora_dropout", float, "dropout on the adapters' input (default 0)"),
+                             ("lora_ckpt_path", str, "start the adapters from this LoRA checkpoint's"),
+                             ("lora_reinit", _bool, "non-zero adapters, weights offset to match (default false)")):
+        extra = dict(nargs="?", const=True) if kind is _bool else {}
+        tune.add_argument(f"--{name}", type=kind, default=None, help=f"lora_conf.{name}: {what}", **extra)
     warm = p.add_argument_group(
         "warm start (a curriculum: first train on an easier list, e.g. one clean voice, then on "
         "--train_data from that model)")
@@ -78,13 +100,40 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _bool(text: str) -> bool:
+    """A real boolean (WeNet parses its LoRA switches with ``type=bool``, so there ``False``
+    is true)."""
+    value = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}.get(text.lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return value
+
+
+def _names(text: str) -> list[str]:
+    """A comma-separated list of names (WeNet's form of its list flags)."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+FINETUNE_FLAGS = {"freeze_modules": "freeze_modules", "reinit_output_layers": "reinit_output_layers",
+                  "use_lora": "use_lora", "only_optimize_lora": "only_optimize_lora",
+                  **{name: f"lora_conf.{name}" for name in ("lora_modules", "lora_attn_attr", "lora_list",
+                                                            "lora_rank", "lora_alpha", "lora_dropout",
+                                                            "lora_ckpt_path", "lora_reinit")}}
+
+
+def finetune_overrides(args: argparse.Namespace) -> list[str]:
+    """The config overrides the fine-tuning flags given set (JSON values: valid YAML)."""
+    return [f"{key}={json.dumps(getattr(args, flag))}" for flag, key in FINETUNE_FLAGS.items()
+            if getattr(args, flag) is not None]
+
+
 def job_from_args(args: argparse.Namespace) -> TrainJob:
     """The :class:`TrainJob` the parsed arguments describe."""
     warm = (WarmStart(args.warm_start_data, args.warm_start_steps, tuple(args.warm_start_override),
                       args.warm_start_mods) if args.warm_start_data else None)
     return TrainJob(
         config=args.config, train_data=args.train_data, cv_data=args.cv_data, model_dir=Path(args.model_dir),
-        overrides=tuple(args.override), checkpoint=args.checkpoint, max_steps=args.max_steps,
+        overrides=(*args.override, *finetune_overrides(args)), checkpoint=args.checkpoint, max_steps=args.max_steps,
         num_threads=args.num_threads, tensorboard_dir=args.tensorboard_dir,
         init=ModuleInit(args.enc_init, args.enc_init_mods) if args.enc_init else None, warm_start=warm,
         launch=LaunchFlags(args.rank, args.world_size, args.local_rank, args.init_method, args.dist_backend))

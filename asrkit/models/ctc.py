@@ -7,6 +7,8 @@ from torch import nn
 
 class CTC(nn.Module):
     """``forward(enc_out [B, T, D]) -> log-probabilities [B, T, V]`` in fp32."""
+    # the layers sized by the vocabulary (asrkit.finetune.vocabulary re-initialises them)
+    VOCABULARY_LAYERS = ("ctc_lo",)
 
     def __init__(self, vocab_size: int, encoder_output_size: int, blank_id: int = 0):
         super().__init__()

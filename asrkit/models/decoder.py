@@ -66,6 +66,8 @@ class DecoderLayer(nn.Module):
 
 class TransformerDecoder(nn.Module):
     """Embedding + absolute positions, ``num_blocks`` decoder layers, output projection."""
+    # the layers sized by the vocabulary (asrkit.finetune.vocabulary re-initialises them)
+    VOCABULARY_LAYERS = ("embed", "output_layer")
 
     def __init__(self, vocab_size: int, d_model: int, conf: DecoderConf, num_blocks: Optional[int] = None):
         super().__init__()

@@ -7,17 +7,33 @@ names -- asrkit's own (a DDP ``module.`` prefix dropped) or WeNet's
 is 0 and which asrkit does not build: :func:`without_untrained_heads`) -- and refuses an
 asrkit checkpoint written before ``config_version`` 2 whose relative positions the model
 would read differently.
+
+A fine-tuning run's checkpoint (``asrkit.finetune``) may hold only what the run changed:
+its :data:`BASE_RECORD` names the model file the frozen rest comes from (path, SHA-256 and
+the tensors' names), and its LoRA record (``asrkit.models.lora``) the adapters.
+:func:`resolved_state` puts the base's tensors back (refusing a base that is missing or
+whose bytes changed) and, for a model without adapters, merges them: every reader --
+decoding, export, averaging -- gets the plain model; a training run with adapters gets
+them unmerged to resume.
 :func:`load_weights` then requires the keys to match the model's exactly: one missing or
 one extra key, or a tensor of another shape, is a :class:`CheckpointError` naming it.
 """
 from __future__ import annotations
 
+import functools
+from pathlib import Path
 from typing import Optional
 
 from torch import nn
 
-from asrkit.io.checkpoint import CheckpointError, strip_module_prefix
+from asrkit.io.checkpoint import CheckpointError, load_checkpoint, strip_module_prefix
+from asrkit.io.files import file_digest
+from asrkit.models.lora import LORA_RECORD, has_lora, merge_lora_state
 from asrkit.models.wenet_state import from_wenet_state, is_wenet_state
+
+# the checkpoint entry of a run that stores only what it changed:
+# {"path": the base model file (absolute), "sha256": its bytes' digest, "tensors": [names]}
+BASE_RECORD = "base"
 
 
 def positional_type(model: nn.Module) -> Optional[str]:
@@ -52,12 +68,59 @@ def without_untrained_heads(state: dict, model: nn.Module) -> dict:
 
 def model_state(checkpoint: dict, model: nn.Module, source: str) -> dict:
     """The state dict of ``checkpoint`` (as :func:`asrkit.io.checkpoint.load_checkpoint`
-    returns it) under ``model``'s names (see the module docstring)."""
+    returns it) under ``model``'s names (see the module docstring); LoRA adapters merged
+    unless ``model`` has adapters itself."""
     state = strip_module_prefix(checkpoint["model"])
     if is_wenet_state(state):
         return without_untrained_heads(from_wenet_state(state, source), model)
     check_positional_version(checkpoint, model, source)
+    return resolved_state(checkpoint, source, merge_lora=not has_lora(model))
+
+
+def resolved_state(checkpoint: dict, source: str, *, merge_lora: bool = True) -> dict:
+    """The whole state of ``checkpoint`` under the names it was saved with (asrkit's, or
+    WeNet's for a WeNet checkpoint, which has no base): the tensors of its
+    :data:`BASE_RECORD` put back from the base model file (under asrkit's names, a WeNet
+    base mapped), and, with ``merge_lora``, its LoRA adapters folded into their weights
+    (:func:`asrkit.models.lora.merge_lora_state`).  :class:`CheckpointError` when the base
+    model is missing, changed, or lacks a tensor."""
+    state = strip_module_prefix(checkpoint["model"])
+    base = checkpoint.get(BASE_RECORD)
+    if base:
+        state = {**_base_tensors(base, source), **state}
+    record = checkpoint.get(LORA_RECORD)
+    if record and merge_lora:
+        try:
+            state = merge_lora_state(state, record)
+        except ValueError as e:
+            raise CheckpointError(f"{source}: {e}") from None
     return state
+
+
+def _base_tensors(base: dict, source: str) -> dict:
+    path = Path(base["path"])
+    names = list(base["tensors"])
+    if not path.is_file():
+        raise CheckpointError(f"{source} takes {len(names)} unchanged tensors from its base model {path}, which "
+                              f"is missing: put it back there (the checkpoint stores only what training changed)")
+    if _digest(str(path), path.stat().st_mtime_ns, path.stat().st_size) != base["sha256"]:
+        raise CheckpointError(f"{source} takes {len(names)} unchanged tensors from its base model {path}, whose "
+                              f"bytes changed since (SHA-256 differs from the {base['sha256'][:12]}... recorded): "
+                              f"restore the file the run started from")
+    state = resolved_state(load_checkpoint(path), str(path))
+    if is_wenet_state(state):
+        state = from_wenet_state(state, str(path))
+    missing = [n for n in names if n not in state]
+    if missing:
+        raise CheckpointError(f"{source}: its base model {path} has no '{missing[0]}'")
+    return {n: state[n] for n in names}
+
+
+@functools.lru_cache(maxsize=16)
+def _digest(path: str, mtime_ns: int, size: int) -> str:
+    """``file_digest(path)``, once per version of the file (averaging reads one base per
+    checkpoint)."""
+    return file_digest(path)
 
 
 def _names(keys) -> str:

@@ -22,10 +22,9 @@ from asrkit.config import TrainConfig
 from asrkit.data.dataset import build_dataloader
 from asrkit.data.lists import ListError, read_list
 from asrkit.data.processors import build_sample_processor
+from asrkit.finetune.setup import AdaptError, Adaptation, adapt
 from asrkit.inputs import ModelInputs, load_model_inputs
-from asrkit.io.checkpoint import CheckpointError
 from asrkit.models import build_model
-from asrkit.train.checkpoint import init_modules
 from asrkit.train.dist import MonitoredLoader, count_batchnorm, register_comm_hook, wrap_ddp
 from asrkit.train.dist.comm_hooks import describe as describe_comm_hook
 from asrkit.train.dist.context import DistContext
@@ -38,7 +37,8 @@ log = logging.getLogger("asrkit.train")
 
 
 class InitError(RuntimeError):
-    """``--enc_init`` could not be applied (missing module, shape mismatch, bad checkpoint)."""
+    """The model's start could not be set up: ``--enc_init`` (missing module, shape mismatch,
+    bad checkpoint, a changed vocabulary), LoRA or frozen modules (``asrkit.finetune``)."""
 
 
 @dataclasses.dataclass
@@ -48,6 +48,7 @@ class TrainingParts:
     ``cfg`` is the resolved config (``input_dim``/``output_dim`` filled in): what
     ``train.yaml`` and the checkpoints record.  ``train_cfg`` is the same with the world-size
     scaled ``accum_grad`` (``keep_global_batch``): what the executor steps with.
+    ``adaptation`` (``asrkit.finetune.setup``) says what the run's checkpoints store.
     ``model`` is ``bare_model`` wrapped in DDP when the process group has several ranks
     (and ``ddp=True``), with the communication hook ``comm_hook`` of ``ddp_conf`` registered
     on it (None when not wrapped); ``scaler`` is the fp16 GradScaler or None."""
@@ -65,6 +66,7 @@ class TrainingParts:
     scheduler: Any
     scaler: Optional[torch.amp.GradScaler]
     comm_hook: Optional[Any] = None  # asrkit.train.dist.comm_hooks.CommHook
+    adaptation: Adaptation = dataclasses.field(default_factory=Adaptation)  # what checkpoints store
 
 
 def seed_everything(seed: int) -> None:
@@ -163,12 +165,10 @@ def build_training(cfg: TrainConfig, ctx: DistContext, *, train_data: str, cv_da
     log.info("model: %s encoder + %s decoder, %.2f M parameters; %d train / %d CV utterances; "
              "%d threads", cfg.encoder, cfg.decoder, n_params / 1e6, len(train_entries), len(cv_entries),
              torch.get_num_threads())
-    if init:
-        try:
-            copied = init_modules(bare_model, init.checkpoint, init.prefix_list())
-        except CheckpointError as e:
-            raise InitError(f"cannot initialise from --enc_init: {e}") from e
-        log.info("initialised %d tensors (%s) from %s", len(copied), init.prefixes, init.checkpoint)
+    try:  # --enc_init, LoRA, frozen modules
+        adaptation = adapt(bare_model, cfg, init)
+    except AdaptError as e:
+        raise InitError(str(e)) from e
     if cfg.sync_batchnorm and not count_batchnorm(bare_model):
         log.info("sync_batchnorm: the model has no BatchNorm layer (encoder_conf.cnn_module_norm: %s); "
                  "nothing to convert", getattr(cfg.encoder_conf, "cnn_module_norm", "?"))
@@ -183,7 +183,8 @@ def build_training(cfg: TrainConfig, ctx: DistContext, *, train_data: str, cv_da
     if ddp:  # (the caller that wraps the model itself also chooses its hook)
         log.info(describe_comm_hook(cfg.ddp_conf, ctx.world_size if comm_hook is not None else 1))
     log.info(effective_batch(train_cfg, ctx.world_size))
-    optimizer = build_optimizer(cfg, model.parameters())
+    # frozen parameters get no optimizer state (asrkit.finetune.freeze)
+    optimizer = build_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
     scheduler = build_scheduler(cfg, optimizer)
     return TrainingParts(cfg, train_cfg, tokenizer, train_entries, cv_entries, train_loader, cv_loader,
-                         bare_model, model, optimizer, scheduler, scaler, comm_hook)
+                         bare_model, model, optimizer, scheduler, scaler, comm_hook, adaptation)

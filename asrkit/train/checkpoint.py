@@ -37,7 +37,7 @@ import yaml
 # (loading lives in asrkit.io.checkpoint, shared with inference; re-exported here for the trainer)
 from asrkit.io.checkpoint import CheckpointError, load_checkpoint, read_info, read_record
 from asrkit.io.checkpoint_names import step_checkpoints_beyond, training_checkpoints
-from asrkit.models.state import model_state
+from asrkit.models.state import model_state, resolved_state
 from asrkit.io.files import WriteError, atomic_write, atomic_write_text, remove_temporaries
 
 log = logging.getLogger("asrkit.train")
@@ -151,28 +151,33 @@ def _as_tuple(x):
 
 def average_state_dicts(paths: list[Path]) -> dict[str, torch.Tensor]:
     """Element-wise mean of the models in ``paths`` (floating tensors averaged in float64;
-    integer buffers such as BatchNorm's ``num_batches_tracked`` taken from the last)."""
+    integer buffers such as BatchNorm's ``num_batches_tracked`` taken from the last).  Each
+    checkpoint is resolved first (``asrkit.models.state.resolved_state``): a fine-tuning
+    run's base tensors put back and its LoRA adapters merged, so the mean is that of the
+    plain models (the mean of merged weights, not a merge of mean adapters)."""
     if not paths:
         raise CheckpointError("no checkpoints to average")
     total: dict[str, torch.Tensor] = {}
-    for p in paths:
-        sd = load_checkpoint(p)["model"]
+    states = (resolved_state(load_checkpoint(p), str(p)) for p in paths)
+    dtypes: dict[str, torch.dtype] = {}
+    for p, sd in zip(paths, states):
         if total and sd.keys() != total.keys():
             raise CheckpointError(f"{p} holds a different model than {paths[0]}")
         for k, v in sd.items():
+            dtypes[k] = v.dtype
             if v.is_floating_point():
                 total[k] = total[k] + v.double() if k in total else v.double().clone()
             else:
                 total[k] = v.clone()
-    ref = load_checkpoint(paths[-1])["model"]
-    return {k: (v / len(paths)).to(ref[k].dtype) if ref[k].is_floating_point() else v
+    return {k: (v / len(paths)).to(dtypes[k]) if dtypes[k].is_floating_point else v
             for k, v in total.items()}
 
 
 # ----------------------------------------------------------------------------- initialising from another run
 
 
-def init_modules(model: torch.nn.Module, path: str | Path, prefixes: list[str]) -> list[str]:
+def init_modules(model: torch.nn.Module, path: str | Path, prefixes: list[str], *,
+                 source: Optional[dict] = None, skip: tuple[str, ...] = ()) -> list[str]:
     """Copy the parameters and buffers whose names start with one of ``prefixes`` (e.g.
     ``["encoder."]``) from the model in checkpoint ``path`` (a training checkpoint or an
     averaged model) into ``model``; everything else keeps its fresh initialisation.
@@ -183,12 +188,15 @@ def init_modules(model: torch.nn.Module, path: str | Path, prefixes: list[str]) 
     and every such entry must be in the checkpoint with the same shape, else
     :class:`CheckpointError` names the first offending key (a different ``output_size`` or
     ``num_blocks`` is refused, not silently skipped).  A WeNet checkpoint is read with
-    WeNet's names mapped (:func:`asrkit.models.state.model_state`).  Returns the copied names.
+    WeNet's names mapped (:func:`asrkit.models.state.model_state`).  ``source``: that state,
+    when the caller has it already; ``skip``: prefixes within ``prefixes`` left at their
+    fresh initialisation (re-initialised output layers).  Returns the copied names.
     """
     prefixes = [p for p in prefixes if p]
     if not prefixes:
         raise CheckpointError("init_modules: no module prefix given (e.g. 'encoder.')")
-    source = model_state(load_checkpoint(path), model, f"init from {path}")
+    if source is None:
+        source = model_state(load_checkpoint(path), model, f"init from {path}")
     target = model.state_dict()
     copied: list[str] = []
     for prefix in prefixes:
@@ -197,6 +205,8 @@ def init_modules(model: torch.nn.Module, path: str | Path, prefixes: list[str]) 
             raise CheckpointError(f"init from {path}: the model has no parameter whose name starts with '{prefix}' "
                                   f"(its top-level modules: {sorted({k.split('.')[0] + '.' for k in target})})")
         for name in names:
+            if name.startswith(skip):
+                continue
             if name not in source:
                 raise CheckpointError(f"init from {path}: the checkpoint has no '{name}' (a different "
                                       f"architecture?)")

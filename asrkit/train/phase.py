@@ -117,6 +117,15 @@ def train_phase(cfg: TrainConfig, inputs: ModelInputs, job: TrainJob, ctx: DistC
     return _fit(parts, job, ctx, monitor)
 
 
+def describe_start(job: TrainJob, seed: int) -> str:
+    """The log line of a run that starts (does not resume): initialised vs resumed, said plainly."""
+    common = "step 0, epoch 0, a fresh optimizer and learning-rate schedule"
+    if job.init:
+        return (f"a new run, initialised from {job.init.checkpoint} ({job.init.prefixes}; the rest from seed "
+                f"{seed}): {common} -- a run resumes only its own checkpoints (--checkpoint)")
+    return f"a new run from freshly initialised weights (seed {seed}): {common}"
+
+
 def _resume_point(job: TrainJob, ctx: DistContext, monitor) -> Optional[str]:
     """The checkpoint this phase resumes from (None: fresh), after the ranks agreed on it."""
     resume = job.checkpoint
@@ -152,6 +161,11 @@ def _fit(parts, job: TrainJob, ctx: DistContext, monitor) -> int:
         except ckpt.CheckpointError as e:
             fatal(ctx, f"cannot resume: {e}", to_stderr=True)
             return 2
+        if job.init:
+            log.info("--enc_init %s was not applied: the run continues from its own checkpoint, which holds "
+                     "its weights, optimizer and schedule", job.init.checkpoint)
+    else:
+        log.info(describe_start(job, trainer.cfg.seed))
     monitor.set_phase("starting the training loop", "other")
     # Installed only now: a signal during start-up still ends the process at once (there is
     # nothing to save yet); from here on it is acted on at the next optimizer step.

@@ -37,6 +37,7 @@ from typing import Optional
 import torch
 
 from asrkit.config import to_dict
+from asrkit.finetune.schema import adaptation_difference
 from asrkit.inputs import INPUT_DIGESTS, check_input_digests, input_digests
 from asrkit.io.checkpoint_names import EPOCH, STEP, checkpoint_filename
 from asrkit.models.state import load_weights
@@ -86,6 +87,7 @@ class Trainer:
         self.preemption = preemption  # asrkit.train.preemption.Preemption (or None)
         self.preempted = False        # fit() stopped on a signal, after saving a checkpoint
         self.comm_hook = parts.comm_hook  # asrkit.train.dist.comm_hooks.CommHook (or None): told of a resume
+        self.adaptation = parts.adaptation  # asrkit.finetune.setup.Adaptation: what the model entry holds
         # weight EMA (asrkit.train.ema): the shadow of the unwrapped model, the same on every rank
         self.ema = WeightEma(unwrap(self.model), self.cfg.ema_decay) if self.cfg.ema_decay else None
         self.executor = Executor(self.cfg, self.model, self.optimizer, self.scheduler, ctx, self.model_dir,
@@ -97,7 +99,7 @@ class Trainer:
     def _full_state(self, sampler_state: Optional[dict], rng_ranks: list) -> dict:
         ema = {"ema": self.ema.state_dict()} if self.ema is not None else {}
         return {**ema,
-            "model": unwrap(self.model).state_dict(),
+            **self.adaptation.checkpoint_entries(unwrap(self.model).state_dict()),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler is not None else {},
@@ -163,6 +165,11 @@ class Trainer:
             check_input_digests(self.cfg, state.get(INPUT_DIGESTS), path)
         except (UnitsError, BpeModelError) as e:
             raise ckpt.CheckpointError(str(e)) from None
+        differs = adaptation_difference(state.get("config") or {}, self.config_dict)
+        if differs:
+            raise ckpt.CheckpointError(f"{path} was trained with {differs}: a run resumes with the fine-tuning "
+                                       f"set-up it started with (start a new run in another --model_dir, from "
+                                       f"this checkpoint with --enc_init, to change it)")
         load_weights(unwrap(self.model), state, str(path))
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])

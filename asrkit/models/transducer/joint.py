@@ -28,6 +28,8 @@ class TransducerJoint(nn.Module):
     ``[B, 1, U, D]``); 4-dimensional inputs are added as they are (e.g. ``[N, 1, 1, D]``
     pairs of a beam).
     """
+    # the layers sized by the vocabulary (asrkit.finetune.vocabulary re-initialises them)
+    VOCABULARY_LAYERS = ("ffn_out",)
 
     def __init__(self, vocab_size: int, enc_output_size: int, pred_output_size: int, join_dim: int,
                  prejoin_linear: bool = True, postjoin_linear: bool = False, joint_mode: str = "add",

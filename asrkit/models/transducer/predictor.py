@@ -48,6 +48,8 @@ def _keep(padding: torch.Tensor) -> torch.Tensor:
 
 class Predictor(nn.Module):
     """The interface of every predictor (see the module docstring)."""
+    # the layers sized by the vocabulary (asrkit.finetune.vocabulary re-initialises them)
+    VOCABULARY_LAYERS = ("embed",)
 
     @torch.jit.export
     def output_size(self) -> int:
