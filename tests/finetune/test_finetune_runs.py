@@ -29,7 +29,7 @@ def _tune(tiny_experiment, base, model_dir, *flags, stop=None, resume=False):
 
 
 @pytest.mark.parametrize("flags, trained", [
-    (("--use_lora", "--only_optimize_lora", "true", "--lora_rank", "2"), "lora_"),
+    (("--use_lora", "--only_optimize_lora", "true", "--lora_rank", "2", "--lora_reinit"), "lora_"),
     (("--freeze_modules", "encoder.,cmvn."), "decoder."),
 ], ids=["lora", "frozen_encoder"])
 def test_a_resumed_finetuning_run_ends_with_the_uninterrupted_runs_weights(tiny_experiment, base_model, tmp_path,
@@ -56,6 +56,9 @@ def test_a_resumed_finetuning_run_ends_with_the_uninterrupted_runs_weights(tiny_
     start = load_checkpoint(base_model[1])["model"]
     for k in base["tensors"]:
         assert torch.equal(whole[k], start[k]), k
+    # lora_reinit offsets the adapted layers' weights: stored, not read from the base
+    for layer in a.get(LORA_RECORD, {}).get("scalings", {}):
+        assert f"{layer}.weight" in a["model"] and not torch.equal(whole[f"{layer}.weight"], start[f"{layer}.weight"])
 
 
 def test_a_lora_model_decodes_merged_and_starts_where_its_base_is(tiny_experiment, base_model, tmp_path):
