@@ -99,3 +99,11 @@ class AudioProgress:
     def close(self) -> None:
         if self.report is not None:
             self.report.close()
+
+
+def clock(seconds: float) -> str:
+    """``m:ss`` (``h:mm:ss`` from an hour on) of ``seconds`` (negative: 0)."""
+    seconds = int(max(seconds, 0))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"

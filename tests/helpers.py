@@ -96,14 +96,19 @@ def concat_batches(a: dict, b: dict) -> dict:
 
 
 def train_args(exp, model_dir, config, train_list=None, cv_list=None) -> list[str]:
-    """Arguments of ``asrkit.bin.train`` for a TinyExperiment (tests/conftest.py)."""
+    """Arguments of ``asrkit.bin.train`` for a TinyExperiment (tests/conftest.py); a list of
+    ``train_list``/``cv_list`` items passes several."""
     split = exp.corpus.splits
-    return ["--config", str(config), "--train_data", str(train_list or split["train"].data_list),
-            "--cv_data", str(cv_list or split["dev"].data_list), "--model_dir", str(model_dir),
+
+    def items(value, default):
+        return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value or default)]
+    return ["--config", str(config), "--train_data", *items(train_list, split["train"].data_list),
+            "--cv_data", *items(cv_list, split["dev"].data_list), "--model_dir", str(model_dir),
             "--num_threads", "1"]
 
 
-def train_here(exp, model_dir, config, *extra, train_list=None, check: bool = True) -> subprocess.CompletedProcess:
+def train_here(exp, model_dir, config, *extra, train_list=None, cv_list=None,
+               check: bool = True) -> subprocess.CompletedProcess:
     """``asrkit.bin.train.main`` with ``train_args`` in this process (a new interpreter spends
     ~5 s importing torch): returns its exit status and what it wrote to stderr; with
     ``check`` the status must be 0.  The thread count main sets is restored afterwards."""
@@ -113,7 +118,7 @@ def train_here(exp, model_dir, config, *extra, train_list=None, check: bool = Tr
     import torch
 
     from asrkit.bin.train import main
-    argv = [*train_args(exp, model_dir, config, train_list=train_list), *map(str, extra)]
+    argv = [*train_args(exp, model_dir, config, train_list=train_list, cv_list=cv_list), *map(str, extra)]
     err, threads = io.StringIO(), torch.get_num_threads()
     try:
         with contextlib.redirect_stderr(err):

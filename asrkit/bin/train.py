@@ -36,8 +36,11 @@ from asrkit.train.job import LaunchFlags, ModuleInit, TrainJob, WarmStart
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True, help="training config (YAML)")
-    p.add_argument("--train_data", required=True, help="train data.list (raw or shard list)")
-    p.add_argument("--cv_data", required=True, help="CV data.list (raw or shard list)")
+    p.add_argument("--train_data", required=True, nargs="+", metavar="LIST[:WEIGHT]",
+                   help="train data.list (raw or shard list); several: every utterance of each once per epoch, "
+                        "or with weights (a.list:0.7 b.list:0.3) sampled in that proportion per epoch")
+    p.add_argument("--cv_data", required=True, nargs="+", metavar="LIST",
+                   help="CV data.list (raw or shard list); several: each reported apart, the CV loss over all")
     p.add_argument("--model_dir", required=True, help="experiment directory")
     p.add_argument("--checkpoint", default=None,
                    help="'auto': resume from the newest valid checkpoint in model_dir (start fresh if "
@@ -127,12 +130,17 @@ def finetune_overrides(args: argparse.Namespace) -> list[str]:
             if getattr(args, flag) is not None]
 
 
+def _one_or_all(items: list[str]) -> str | tuple[str, ...]:
+    return items[0] if len(items) == 1 else tuple(items)
+
+
 def job_from_args(args: argparse.Namespace) -> TrainJob:
     """The :class:`TrainJob` the parsed arguments describe."""
     warm = (WarmStart(args.warm_start_data, args.warm_start_steps, tuple(args.warm_start_override),
                       args.warm_start_mods) if args.warm_start_data else None)
     return TrainJob(
-        config=args.config, train_data=args.train_data, cv_data=args.cv_data, model_dir=Path(args.model_dir),
+        config=args.config, train_data=_one_or_all(args.train_data), cv_data=_one_or_all(args.cv_data),
+        model_dir=Path(args.model_dir),
         overrides=(*args.override, *finetune_overrides(args)), checkpoint=args.checkpoint, max_steps=args.max_steps,
         num_threads=args.num_threads, tensorboard_dir=args.tensorboard_dir,
         init=ModuleInit(args.enc_init, args.enc_init_mods) if args.enc_init else None, warm_start=warm,

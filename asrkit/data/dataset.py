@@ -199,7 +199,7 @@ def planned_speeds(dataset_conf, *, train: bool) -> tuple[float, ...] | None:
 
 
 def build_dataloader(entries: Sequence[Any], dataset_conf, sample_processor, *, train: bool, seed: int,
-                     rank: int, world_size: int) -> AsrDataLoader:
+                     rank: int, world_size: int, mix=None) -> AsrDataLoader:
     """The loader of rank ``rank`` of ``world_size`` over ``entries``
     (``asrkit.data.lists.read_list``), planned per ``dataset_conf`` (the root config's
     ``asrkit.data.schema.DatasetConf``) and processed by ``sample_processor``
@@ -208,9 +208,10 @@ def build_dataloader(entries: Sequence[Any], dataset_conf, sample_processor, *, 
     ``train=False`` (CV/test) never shuffles and never repeats an utterance: each one is
     in exactly one batch of one rank.  ``seed`` seeds the plan (pass the run's seed, the
     same on every rank).  ``rank``/``world_size`` are explicit so that a rank's loader can
-    be built (and tested) without ``torch.distributed``."""
+    be built (and tested) without ``torch.distributed``.  ``mix``: ``(index ranges, weights)``
+    of weighted training lists concatenated in ``entries`` (``asrkit.data.mixing``)."""
     planner = EpochPlanner.from_entries(entries, dataset_conf, train=train, seed=seed,
-                                        speeds=planned_speeds(dataset_conf, train=train))
+                                        speeds=planned_speeds(dataset_conf, train=train), mix=mix)
     sampler = RankBatchSampler(planner, rank=rank, world_size=world_size)
     loader = AsrDataLoader(entries, sample_processor, sampler, num_workers=dataset_conf.num_workers,
                            prefetch_factor=dataset_conf.prefetch_factor,

@@ -19,6 +19,8 @@ Plan of epoch ``e`` (training loader)
        permuted, so sorted windows do not give the epoch a length trend.
     Randomness of step ``k`` comes from ``numpy.random.default_rng([seed, e, k])``: the
     same on all ranks and in every run, different for every epoch.
+    With weighted training lists (``asrkit.data.mixing``) step 1 starts from the epoch's
+    selection -- whole groups drawn per list -- and permutes the selected groups.
     A CV/test loader (``train=False``) skips steps 1, 2 and 5: list order, sorted within
     windows when ``sort`` is on.
 
@@ -65,6 +67,7 @@ import numpy as np
 
 from asrkit.data.batching import (bucket_batches, dynamic_batches, permute_groups, permute_within_windows,
                                   planned_frames, sort_within_windows, split_to_multiple, static_batches)
+from asrkit.data.mixing import epoch_selection
 from asrkit.data.processors import draw_speed
 
 logger = logging.getLogger(__name__)
@@ -103,7 +106,8 @@ class EpochPlanner:
     and ``max_frames_in_batch`` see the perturbed lengths (see ``asrkit.data.batching``)."""
 
     def __init__(self, keys: Sequence[str], durations: Sequence[float], tars: Sequence[str | None],
-                 conf: Any, *, train: bool, seed: int, speeds: Sequence[float] | None = None):
+                 conf: Any, *, train: bool, seed: int, speeds: Sequence[float] | None = None,
+                 mix: tuple[Sequence[tuple[int, int]], Sequence[float]] | None = None):
         if not (len(keys) == len(durations) == len(tars)):
             raise ValueError("keys, durations and tars must have one item per utterance")
         if len(keys) == 0:
@@ -118,6 +122,9 @@ class EpochPlanner:
         self.frames = planned_frames(durations)
         self.groups = group_ids(tars)
         self._frames_cache: tuple[int, np.ndarray] | None = None
+        # weighted lists: (the lists' index ranges, their weights); a CV loader never mixes
+        self.mix = (tuple((int(a), int(b)) for a, b in mix[0]), tuple(float(w) for w in mix[1])) \
+            if mix is not None and self.train else None
         batch_conf = conf.batch_conf
         self.settings = {
             "speeds": list(self.speeds) if self.speeds else None,
@@ -132,15 +139,16 @@ class EpochPlanner:
             "max_frames_in_batch": batch_conf.max_frames_in_batch,
             "bucket_boundaries": list(batch_conf.bucket_boundaries),
             "bucket_batch_sizes": list(batch_conf.bucket_batch_sizes),
+            "mix": [list(map(list, self.mix[0])), list(self.mix[1])] if self.mix else None,
         }
         self.fingerprint = self._fingerprint(keys)
 
     @classmethod
     def from_entries(cls, entries: Sequence[Any], conf: Any, *, train: bool, seed: int,
-                     speeds: Sequence[float] | None = None) -> "EpochPlanner":
+                     speeds: Sequence[float] | None = None, mix=None) -> "EpochPlanner":
         """Planner for ``asrkit.data.lists.ListEntry`` items (uses ``key``, ``duration``, ``tar``)."""
         return cls([e.key for e in entries], [e.duration for e in entries], [e.tar for e in entries],
-                   conf, train=train, seed=seed, speeds=speeds)
+                   conf, train=train, seed=seed, speeds=speeds, mix=mix)
 
     def frames_of(self, epoch: int) -> np.ndarray:
         """Planned frames of every utterance in ``epoch`` (speed-perturbed when configured)."""
@@ -171,7 +179,14 @@ class EpochPlanner:
         """Utterance indices after plan steps 1-3 (list shuffle, shuffle, sort)."""
         s = self.settings
         order = np.arange(len(self.frames), dtype=np.int64)
-        if s["list_shuffle"]:
+        if self.mix is not None:
+            selected = epoch_selection(self.groups, self.mix[0], self.mix[1], self.seed, epoch)
+            if s["list_shuffle"]:
+                perm = permute_within_windows(np.arange(len(selected)), s["list_shuffle_size"] or max(1, len(selected)),
+                                              self._rng(epoch, _STAGE_LIST_SHUFFLE))
+                selected = [selected[i] for i in perm]
+            order = np.concatenate(selected).astype(np.int64)
+        elif s["list_shuffle"]:
             order = permute_groups(self.groups, s["list_shuffle_size"], self._rng(epoch, _STAGE_LIST_SHUFFLE))
         if s["shuffle"]:
             order = permute_within_windows(order, s["shuffle_size"], self._rng(epoch, _STAGE_SHUFFLE))

@@ -112,8 +112,17 @@ def package_digest() -> str:
     return source_digest(root.rglob("*.py"), root)[:16]
 
 
-def job_files(config: dict, train_data: str, cv_data: str) -> dict[str, Optional[str]]:
-    """The files every rank must have identical: label -> path (None: not used)."""
+def _labelled(label: str, paths) -> list[tuple[str, str]]:
+    """``(label, path)`` of one list path or several (``label 1``, ``label 2`` ...)."""
+    if paths is None:
+        return []
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    return [(label, paths[0])] if len(paths) == 1 else [(f"{label} {i}", p) for i, p in enumerate(paths, 1)]
+
+
+def job_files(config: dict, train_data, cv_data) -> dict[str, Optional[str]]:
+    """The files every rank must have identical: label -> path (None: not used).
+    ``train_data``/``cv_data``: one list path or several."""
     files: dict[str, Optional[str]] = {}
     for key, label in CONFIG_FILE_KEYS.items():
         node: Any = config
@@ -124,17 +133,17 @@ def job_files(config: dict, train_data: str, cv_data: str) -> dict[str, Optional
         files["BPE model"] = None
     if not config.get("cmvn"):
         files["CMVN file"] = None
-    files["train data list"] = train_data
-    files["CV data list"] = cv_data
+    files.update(_labelled("train data list", train_data))
+    files.update(_labelled("CV data list", cv_data))
     return files
 
 
-def shard_indexes(train_data: Optional[str], cv_data: Optional[str], cache_dir: Optional[str | Path]) -> dict:
+def shard_indexes(train_data, cv_data, cache_dir: Optional[str | Path]) -> dict:
     """``{"train shard index"/"CV shard index": fingerprint}`` for the lists that are WeNet
     shard lists (``asrkit.data.wenet_shards.index_fingerprint``; their tars are scanned
     here when not cached, the cache falling back to ``cache_dir``); ``{}`` for none."""
     out = {}
-    for label, path in (("train shard index", train_data), ("CV shard index", cv_data)):
+    for label, path in (*_labelled("train shard index", train_data), *_labelled("CV shard index", cv_data)):
         fp = index_fingerprint(path, cache_dir)
         if fp is not None:
             out[label] = fp

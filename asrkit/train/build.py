@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import random
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
@@ -21,6 +21,7 @@ import torch
 from asrkit.config import TrainConfig
 from asrkit.data.dataset import build_dataloader
 from asrkit.data.lists import ListError, read_list
+from asrkit.data.mixing import ListMix
 from asrkit.data.processors import build_sample_processor
 from asrkit.finetune.setup import AdaptError, Adaptation, adapt
 from asrkit.inputs import ModelInputs, load_model_inputs
@@ -67,6 +68,7 @@ class TrainingParts:
     scaler: Optional[torch.amp.GradScaler]
     comm_hook: Optional[Any] = None  # asrkit.train.dist.comm_hooks.CommHook
     adaptation: Adaptation = dataclasses.field(default_factory=Adaptation)  # what checkpoints store
+    cv_parts: list = dataclasses.field(default_factory=list)  # [(CV list path, its loader)] when several
 
 
 def seed_everything(seed: int) -> None:
@@ -119,12 +121,15 @@ def _scaled_accum_grad(cfg: TrainConfig, ctx: DistContext) -> int:
     return accum
 
 
-def build_training(cfg: TrainConfig, ctx: DistContext, *, train_data: str, cv_data: Optional[str] = None,
+def build_training(cfg: TrainConfig, ctx: DistContext, *, train_data: str | Sequence[str] | ListMix,
+                   cv_data: str | Sequence[str] | None = None,
                    cache_dir: Optional[Path] = None, inputs: Optional[ModelInputs] = None,
                    init: Optional[ModuleInit] = None, monitor=None, ddp: bool = True) -> TrainingParts:
     """Build every part of a training run of ``cfg`` for this rank.
 
-    ``train_data`` and ``cv_data`` are data.list paths (``cv_data`` None: no CV loader);
+    ``train_data``: a data.list path, several (concatenated), or a :class:`~asrkit.data.mixing.ListMix`
+    (weighted lists, sampled per epoch in proportion); ``cv_data``: one path or several
+    (each reported apart as well, ``cv_parts``; None: no CV loader);
     ``cache_dir`` is where the index of a WeNet shard list is cached when its own folder
     cannot be written.  ``inputs`` are the config's units/BPE/CMVN files as
     ``asrkit.inputs.load_model_inputs(cfg, model_cmvn=True)`` loaded them (loaded here when
@@ -141,24 +146,34 @@ def build_training(cfg: TrainConfig, ctx: DistContext, *, train_data: str, cv_da
 
     inputs = inputs or load_model_inputs(cfg, model_cmvn=True)
     tokenizer = inputs.tokenizer
-    train_entries = read_list(train_data, cache_dir)
-    cv_entries = read_list(cv_data, cache_dir) if cv_data else []
-    for path, entries in ((train_data, train_entries), (cv_data, cv_entries)):
-        if path and not entries:  # (preflight catches an empty file; this, e.g. a WeNet shard list of empty tars)
+    mix = train_data if isinstance(train_data, ListMix) else ListMix.parse(train_data)
+    cv_paths = ([cv_data] if isinstance(cv_data, str) else list(cv_data)) if cv_data else []
+    read = {path: read_list(path, cache_dir) for path in dict.fromkeys([*mix.paths, *cv_paths])}
+    for path, entries in read.items():
+        if not entries:  # (preflight catches an empty file; this, e.g. a WeNet shard list of empty tars)
             raise ListError(f"{path}: the data list has no entries (nothing to train or validate on)")
+    train_entries = [e for path in mix.paths for e in read[path]]
+    cv_entries = [e for path in cv_paths for e in read[path]]
+    sizes = [len(read[path]) for path in mix.paths]
+    bounds = np.cumsum([0, *sizes])
+    ranges = list(zip(bounds[:-1], bounds[1:]))
+    if len(mix.paths) > 1:
+        log.info("training lists: %s", mix.describe(sizes))
     input_dim = cfg.dataset_conf.fbank_conf.num_mel_bins
     cfg = dataclasses.replace(cfg, input_dim=input_dim, output_dim=tokenizer.vocab_size)
     train_cfg = dataclasses.replace(cfg, accum_grad=accum_grad)
 
-    def loader(entries, train: bool):
+    def loader(entries, train: bool, mixed=None):
         proc = build_sample_processor(cfg.dataset_conf, tokenizer, train=train, seed=cfg.seed,
                                       cmvn_stats=inputs.data_cmvn)
         built = build_dataloader(entries, cfg.dataset_conf, proc, train=train, seed=cfg.seed,
-                                 rank=ctx.rank, world_size=ctx.world_size)
+                                 rank=ctx.rank, world_size=ctx.world_size, mix=mixed)
         return MonitoredLoader(built, monitor, "train" if train else "cv") if monitor is not None else built
 
-    train_loader = loader(train_entries, True)
+    train_loader = loader(train_entries, True, (ranges, mix.weights) if mix.weights else None)
     cv_loader = loader(cv_entries, False) if cv_data else None
+    # several CV lists: each reported apart (the run's CV loss is over all of them together)
+    cv_parts = [(path, loader(read[path], False)) for path in cv_paths] if len(cv_paths) > 1 else []
 
     bare_model = build_model(cfg, input_dim, tokenizer.vocabulary, cmvn_stats=inputs.model_cmvn).to(ctx.device)
     n_params = sum(p.numel() for p in bare_model.parameters())
@@ -187,4 +202,4 @@ def build_training(cfg: TrainConfig, ctx: DistContext, *, train_data: str, cv_da
     optimizer = build_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
     scheduler = build_scheduler(cfg, optimizer)
     return TrainingParts(cfg, train_cfg, tokenizer, train_entries, cv_entries, train_loader, cv_loader,
-                         bare_model, model, optimizer, scheduler, scaler, comm_hook, adaptation)
+                         bare_model, model, optimizer, scheduler, scaler, comm_hook, adaptation, cv_parts)

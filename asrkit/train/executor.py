@@ -80,7 +80,8 @@ import torch
 from asrkit.models.chunks import ChunkTraining, micro_batch_index
 from asrkit.train.dist import DistContext, no_sync_if, unwrap
 from asrkit.train.grads import clip_coefficient, gradient_norm, scale_gradients, to_device_async
-from asrkit.train.loss_sums import Window, merge_names, report, summed_names
+from asrkit.progress import clock
+from asrkit.train.loss_sums import Window, cv_means, merge_names, report, summed_names
 from asrkit.train.reading import consumed_position, mark_consumed, read_ahead
 
 log = logging.getLogger("asrkit.train")
@@ -343,7 +344,7 @@ class Executor:
                 scalars[k] = v
                 parts.append(f"{k} {v:.4f}")
         parts += [f"lr {lr:.3e}", f"grad_norm {grad_norm:.3f}", f"{scalars['frames_per_s']:.0f} frames/s",
-                  f"data_wait {100 * scalars['data_wait_share']:.1f}%", f"eta {_fmt_time(eta)}"]
+                  f"data_wait {100 * scalars['data_wait_share']:.1f}%", f"eta {clock(eta)}"]
         log.info(" | ".join(parts))
         if self.writer is not None:
             for k, v in scalars.items():
@@ -358,7 +359,6 @@ class Executor:
 
     # ------------------------------------------------------------------ CV
 
-    @torch.no_grad()
     def cv(self, loader) -> dict:
         """Loss and accuracy over ``loader`` (this rank's shard), summed over all ranks.
 
@@ -366,6 +366,13 @@ class Executor:
         ranks need not run the same number of CV batches -- though the sampler gives
         them equal counts anyway.
         """
+        return cv_means(self.cv_sums(loader), self.length_normalized)
+
+    @torch.no_grad()
+    def cv_sums(self, loader) -> tuple[dict, int, int]:
+        """The summed losses, utterances and tokens of ``loader`` over all ranks (what
+        ``asrkit.train.loss_sums.cv_means`` turns into the reported means; sums of several
+        CV lists add up)."""
         model = unwrap(self.model)
         was_training = model.training
         model.eval()
@@ -383,15 +390,4 @@ class Executor:
         model.train(was_training)
         names = merge_names(self.ctx.all_gather(list(sums)))  # ranks agree on the vector's layout
         values = self.ctx.sum_floats([sums.get(k, 0.0) for k in names] + [float(utts), float(tokens)])
-        total = dict(zip(names, values[:len(names)]))
-        utts, tokens = int(values[-2]), int(values[-1])
-        norm = max(tokens if self.length_normalized else utts, 1)
-        reported = report(total, lambda v: v / norm)
-        return {"loss": reported.pop("loss"), "num_utts": utts, **reported}
-
-
-def _fmt_time(seconds: float) -> str:
-    seconds = int(max(seconds, 0))
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+        return dict(zip(names, values[:len(names)])), int(values[-2]), int(values[-1])

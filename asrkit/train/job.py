@@ -13,6 +13,8 @@ from typing import Optional
 
 import torch
 
+from asrkit.data.mixing import ListMix
+
 
 @dataclasses.dataclass(frozen=True)
 class ModuleInit:
@@ -55,7 +57,9 @@ class TrainJob:
     """One training run.
 
     ``config`` is the YAML path and ``overrides`` its ``KEY.PATH=VALUE`` overrides, applied in
-    order.  ``checkpoint``: None starts fresh, ``"auto"`` resumes from the newest valid
+    order.  ``train_data``: one data list or several, each ``PATH`` or ``PATH:WEIGHT``
+    (:attr:`train_mix`, ``asrkit.data.mixing``); ``cv_data``: one list or several, each
+    reported apart.  ``checkpoint``: None starts fresh, ``"auto"`` resumes from the newest valid
     checkpoint in ``model_dir`` (fresh when there is none), a path resumes from that file.
     ``max_steps`` stops after that many optimizer steps in total (with a checkpoint).
     ``num_threads`` 0 means this node's cores divided by its processes.  ``init`` starts
@@ -65,8 +69,8 @@ class TrainJob:
     when its own folder cannot be written (default: ``model_dir``)."""
 
     config: str
-    train_data: str
-    cv_data: str
+    train_data: str | tuple[str, ...]
+    cv_data: str | tuple[str, ...]
     model_dir: Path
     overrides: tuple[str, ...] = ()
     checkpoint: Optional[str] = None
@@ -78,6 +82,15 @@ class TrainJob:
     launch: LaunchFlags = LaunchFlags()
     device: str = dataclasses.field(default_factory=lambda: default_device())
     index_cache_dir: Optional[Path] = None
+
+    @property
+    def train_mix(self) -> ListMix:
+        """The training lists and their weights (``ListSpecError`` for a malformed item)."""
+        return ListMix.parse(self.train_data)
+
+    @property
+    def cv_lists(self) -> tuple[str, ...]:
+        return (self.cv_data,) if isinstance(self.cv_data, str) else tuple(self.cv_data)
 
     @property
     def cache_dir(self) -> Path:

@@ -88,3 +88,13 @@ class Window:
             for k, v in item.items():
                 self.sums[k] = self.sums.get(k, 0.0) + float(v)
         self._pending.clear()
+
+
+def cv_means(summed: tuple[Mapping[str, float], int, int], length_normalized: bool) -> dict:
+    """``{"loss", "num_utts", ...}`` of summed CV losses ``(sums, utterances, tokens)``
+    (``Executor.cv_sums``): each loss per utterance (per token with
+    ``length_normalized_loss``) and the accuracies."""
+    total, utts, tokens = summed
+    norm = max(tokens if length_normalized else utts, 1)
+    reported = report(total, lambda v: v / norm)
+    return {"loss": reported.pop("loss"), "num_utts": utts, **reported}

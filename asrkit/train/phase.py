@@ -13,6 +13,7 @@ import torch
 
 from asrkit.config import TrainConfig, dump_config, to_dict
 from asrkit.data.lists import ListError
+from asrkit.data.mixing import ListSpecError
 from asrkit.inputs import ModelInputs
 from asrkit.io.checkpoint_names import STEP, checkpoint_filename
 from asrkit.train import agreement
@@ -94,16 +95,22 @@ def train_phase(cfg: TrainConfig, inputs: ModelInputs, job: TrainJob, ctx: DistC
     # WeNet shard lists (plain tar paths) are indexed here, before the ranks compare the
     # indexes; the cache goes next to the list, else into the experiment folder.
     monitor.set_phase("indexing WeNet shard lists (scanning the tars not cached yet)", "other")
-    files = {**agreement.job_files(to_dict(cfg), job.train_data, job.cv_data),
-             **agreement.shard_indexes(job.train_data, job.cv_data, job.cache_dir)}
+    try:
+        mix = job.train_mix
+    except ListSpecError as e:  # (preflight refused it already; a caller without preflight)
+        fatal(ctx, str(e), to_stderr=True)
+        return 2
+    files = {**agreement.job_files(to_dict(cfg), mix.paths, job.cv_lists),
+             **agreement.shard_indexes(mix.paths, job.cv_lists, job.cache_dir)}
     monitor.set_phase("checking that the ranks agree (all-gathering config and file hashes)", "collective")
     agreement.check_agreement(ctx, to_dict(cfg), files,
                               extra={"--max_steps": job.max_steps, **init_flags(job.init),
+                                     "--train_data weights": mix.weights,
                                      "torch version": torch.__version__,
                                      "asrkit source": agreement.package_digest()})
     monitor.set_phase("building the tokenizer, loaders and model", "other")
     try:
-        parts = build_training(cfg, ctx, train_data=job.train_data, cv_data=job.cv_data, cache_dir=job.cache_dir,
+        parts = build_training(cfg, ctx, train_data=mix, cv_data=job.cv_lists, cache_dir=job.cache_dir,
                                inputs=inputs, init=job.init, monitor=monitor)
     except (InitError, ListError) as e:  # (a malformed list line: every rank read the same bytes)
         fatal(ctx, str(e), to_stderr=True)

@@ -11,6 +11,7 @@ from typing import Optional
 import torch
 
 from asrkit.config import TrainConfig
+from asrkit.data.mixing import ListSpecError
 from asrkit.data.noise_lists import AudioListError, read_audio_list
 from asrkit.train.dist import check_sync_batchnorm, comm_hook_problem, resolve_backend
 from asrkit.train.job import TrainJob
@@ -28,9 +29,14 @@ def preflight(cfg: TrainConfig, job: TrainJob, backend: Optional[str] = None) ->
 
 
 def data_list_problems(job: TrainJob) -> list[Problem]:
-    """The train and CV lists: each must be a file with at least one non-blank line."""
+    """The train and CV lists: each must be a file with at least one non-blank line (and the
+    ``--train_data`` items well-formed: ``asrkit.data.mixing``)."""
     problems = []
-    for flag, path in (("--train_data", job.train_data), ("--cv_data", job.cv_data)):
+    try:
+        train = job.train_mix.paths
+    except ListSpecError as e:
+        return [Problem(ProblemKind.UNUSABLE_PATH, str(e), "write each list as PATH or PATH:WEIGHT")]
+    for flag, path in (*(("--train_data", p) for p in train), *(("--cv_data", p) for p in job.cv_lists)):
         problem = list_file_problem(flag, path)
         if problem:
             problems.append(problem)

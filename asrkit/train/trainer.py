@@ -48,6 +48,7 @@ from asrkit.train import checkpoint as ckpt
 from asrkit.train.dist import DistContext, unwrap
 from asrkit.train.ema import WeightEma
 from asrkit.train.executor import Executor, TrainState, consumed_position
+from asrkit.train.loss_sums import cv_means
 
 log = logging.getLogger("asrkit.train")
 
@@ -75,6 +76,7 @@ class Trainer:
         self.scaler = parts.scaler
         self.train_loader = parts.train_loader
         self.cv_loader = parts.cv_loader
+        self.cv_parts = parts.cv_parts  # [(list path, loader)] of several CV lists, else []
         self.model_dir = Path(model_dir)
         self.config_dict = to_dict(parts.cfg)
         # the units/BPE files this run trains with, hashed once: what every checkpoint records
@@ -231,15 +233,30 @@ class Trainer:
                     if self.preemption is not None else "stop requested", where, self.state.step, self.state.epoch)
 
     def run_cv(self, label: str) -> dict:
-        self.cv_loader.set_epoch(0)
-        result = self.executor.cv(self.cv_loader)
+        """CV over every CV list; with several, each is logged (and written to TensorBoard
+        under ``cv/<list name>/``) apart, and the result is over all of them together."""
+        if self.cv_parts:
+            totals = []
+            for path, loader in self.cv_parts:
+                loader.set_epoch(0)
+                totals.append(self.executor.cv_sums(loader))
+                self._log_cv(f"{label} [{path}]", cv_means(totals[-1], self.executor.length_normalized), f"cv/{Path(path).parent.name}")
+            names = dict.fromkeys(k for sums, _, _ in totals for k in sums)
+            result = cv_means(({k: sum(t[0].get(k, 0.0) for t in totals) for k in names},
+                               sum(t[1] for t in totals), sum(t[2] for t in totals)), self.executor.length_normalized)
+        else:
+            self.cv_loader.set_epoch(0)
+            result = self.executor.cv(self.cv_loader)
+        self._log_cv(label if not self.cv_parts else f"{label} (all CV lists)", result, "cv")
+        return result
+
+    def _log_cv(self, label: str, result: dict, board: str) -> None:
         parts = [f"{k} {v:.4f}" for k, v in result.items() if k != "num_utts"]
         log.info("CV %s: %s (%d utterances)", label, " | ".join(parts), result["num_utts"])
         if self.writer is not None:
             for k, v in result.items():
                 if k != "num_utts":
-                    self.writer.add_scalar(f"cv/{k}", v, self.state.step)
-        return result
+                    self.writer.add_scalar(f"{board}/{k}", v, self.state.step)
 
     def _report_data(self, epoch: int, partial: bool) -> tuple[int, dict[str, int]]:
         """Per-reason counts of samples dropped as bad data this epoch (each rank logs its

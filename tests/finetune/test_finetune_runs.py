@@ -88,3 +88,25 @@ def test_a_lora_model_decodes_merged_and_starts_where_its_base_is(tiny_experimen
     averaged = load_checkpoint(tmp_path / "avg.pt")
     assert not any("lora_" in k for k in averaged["model"]) and LORA_RECORD not in averaged
     load_weights(build_model(cfg, cfg.input_dim, vocabulary), averaged, "avg")
+
+
+def test_the_old_data_mixed_in_by_weight_resumes_exactly_and_reports_each_cv_list(tiny_experiment, base_model,
+                                                                                  tmp_path):
+    """Two training lists weighted 0.25 / 0.75 and two CV lists: the log gives each list's
+    share and each CV list's loss; stopped mid-epoch and resumed, the weights are the
+    uninterrupted run's."""
+    split = tiny_experiment.corpus.splits
+    lists = dict(train_list=[f"{split['train'].data_list}:0.25", f"{split['test'].data_list}:0.75"],
+                 cv_list=[split["dev"].data_list, split["test"].data_list])
+    cfg, start = base_model
+    flags = ["--enc_init", start, "--enc_init_mods", "cmvn.,encoder.,decoder.,ctc.", "--override", "max_epoch=2",
+             "--override", "save_interval=2", "--freeze_modules", "encoder."]
+    full = train(tiny_experiment, tmp_path / "full", cfg, *flags, **lists)
+    assert "weight 0.25: 15 per epoch" in full.stderr and "weight 0.75: 45 per epoch" in full.stderr
+    assert f"[{split['dev'].data_list}]" in full.stderr and "(all CV lists)" in full.stderr
+    train(tiny_experiment, tmp_path / "part", cfg, *flags, "--max_steps", "3", **lists)
+    resumed = train(tiny_experiment, tmp_path / "part", cfg, *flags, "--checkpoint", "auto", **lists)
+    assert "(mid-epoch)" in resumed.stderr
+    a, b = (load_checkpoint(tmp_path / d / "epoch_1.pt")["model"] for d in ("full", "part"))
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
