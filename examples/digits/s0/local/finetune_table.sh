@@ -5,6 +5,7 @@
 #
 #   bash local/finetune_table.sh [--test_speaker lucas] [--steps 180] [--out exp/finetune_table]
 #       [--variants "full frozen_encoder frozen_decoder lora4 lora16"] [--max_takes N]
+#       [--resume_check "lora4 frozen_encoder"]
 #
 # Needs the default run's first phase (bash run.sh --stop_stage 4, or its exp/conformer_cpu/synthetic/
 # avg_3.pt) and its data (data/train, data/dev, data/test).  Every variant trains --steps optimizer
@@ -22,6 +23,7 @@ out=exp/finetune_table
 base=exp/conformer_cpu/synthetic/avg_3.pt
 variants="full frozen_encoder frozen_decoder lora4 lora16"
 max_takes=                    # N: each speaker's first N takes of each digit (a quick trial)
+resume_check="lora4 frozen_encoder"  # also trained stopped at half the steps and resumed: equal weights?
 . tools/parse_options.sh
 [ -f "$base" ] || { echo "$0: no first-phase model $base (run bash run.sh --stop_stage 4 first)" >&2; exit 2; }
 real_speakers="george jackson lucas nicolas"
@@ -66,7 +68,7 @@ for variant in $variants; do
     for s in test test_connected synthetic; do
       list=$data/$s/data.list text=$data/$s/text
       [ "$s" != synthetic ] || { list=data/test/data.list; text=data/test/text; }
-      result=$dir/decode_$s
+      result=$dir/decode_${s}_step$steps
       [ -f "$result/attention_rescoring/cer" ] || {
         python -m asrkit.bin.recognize --config "$dir/train.yaml" --checkpoint "$dir/step_$steps.pt" --data "$list" \
           --modes attention_rescoring ctc_greedy_search --result_dir "$result" --device cpu > /dev/null 2>&1
@@ -86,7 +88,7 @@ seen = [(int(h) * 3600 + int(m) * 60 + int(sec), int(e), int(n)) for h, m, sec, 
         re.findall(r"^(\d\d):(\d\d):(\d\d) .* epoch (\d+) step (\d+) batch", open(f"{d}.log").read(), re.M)]
 per_step = [(t2 - t1) / (n2 - n1) for (t1, e1, n1), (t2, e2, n2) in zip(seen, seen[1:]) if e1 == e2 and n2 > n1]
 def rate(s, mode="attention_rescoring", what="SER"):
-    return read_total(Path(f"{d}/decode_{s}/{mode}/cer"), what)
+    return read_total(Path(f"{d}/decode_{s}_step{steps}/{mode}/cer"), what)
 print(f"{rate('test'):.1f} ({rate('test', 'ctc_greedy_search'):.1f}) | {rate('test_connected', what='CER'):.1f} | "
       f"{rate('synthetic', what='CER'):.2f} | {statistics.median(per_step) if per_step else wall / steps:.2f} s | "
       f"{wall / 60:.1f} min | {rss / 1024:.0f} MiB |")
@@ -94,8 +96,34 @@ PY
 )")
   done
 done
+checks=()
+for variant in $resume_check; do  # (real speakers only: the same run stopped halfway and resumed)
+  dir=$out/${variant}_real
+  parted=${dir}_resumed
+  for stop in $((steps / 2)) "$steps"; do
+    [ -f "$parted/step_$stop.pt" ] && continue
+    resume=(); [ "$stop" = "$steps" ] && resume=(--checkpoint auto)
+    # shellcheck disable=SC2046  # the flags are words
+    python -m asrkit.bin.train --config conf/train_conformer_cpu.yaml --train_data "$data/train/data.list" \
+      --cv_data data/dev/data.list --model_dir "$parted" --num_threads 2 --enc_init "$base" \
+      --enc_init_mods cmvn.,encoder.,decoder.,ctc. --max_steps "$stop" "${resume[@]}" "${override_args[@]}" \
+      $(flags_of "$variant") >> "$parted.log" 2>&1 || { tail -5 "$parted.log"; exit 1; }
+  done
+  checks+=("$(python - "$dir/step_$steps.pt" "$parted/step_$steps.pt" "$variant" "$((steps / 2))" "$parted.log" <<'PY'
+import sys
+import torch
+from asrkit.io.checkpoint import load_checkpoint
+a, b = (load_checkpoint(p)["model"] for p in sys.argv[1:3])
+same = a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+mid = "(mid-epoch)" in open(sys.argv[5]).read()
+print(f"* {sys.argv[3]}: stopped at step {sys.argv[4]}{' (mid-epoch)' if mid else ''} and resumed: "
+      f"{'the same weights as the uninterrupted run (torch.equal on the ' + str(len(a)) + ' tensors the checkpoint stores)' if same else 'DIFFERENT weights'}")
+PY
+)")
+done
 {
   echo "| variant | data | trainable of all parameters | $test_speaker isolated SER % (ctc_greedy) | connected CER % | synthetic test CER % | time per step | run (train + CV) | peak RSS |"
   echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
   printf '%s\n' "${rows[@]}"
+  [ ${#checks[@]} = 0 ] || { echo; printf '%s\n' "${checks[@]}"; }
 } | tee "$out/table.md"
