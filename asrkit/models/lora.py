@@ -68,15 +68,6 @@ class LoraPlacementError(ValueError):
     """``lora_conf`` names a module path that is not in the model, or places no adapter."""
 
 
-def _attr_path(model: nn.Module, path: str):
-    node = model
-    for part in path.split("."):
-        node = getattr(node, part, None)
-        if node is None:
-            return None
-    return node
-
-
 def lora_targets(model: nn.Module, modules: Sequence[str], attn_attrs: Sequence[str],
                  linears: Sequence[str]) -> list[str]:
     """The dotted names of the ``nn.Linear`` layers WeNet's placement reaches: for each
@@ -85,9 +76,10 @@ def lora_targets(model: nn.Module, modules: Sequence[str], attn_attrs: Sequence[
     :class:`LoraPlacementError` for a path the model lacks or a placement that reaches none."""
     names = []
     for path in modules:
-        layers = _attr_path(model, path)
-        if layers is None:
-            raise LoraPlacementError(f"lora_conf.lora_modules: the model has no module '{path}'")
+        try:
+            layers = model.get_submodule(path)
+        except AttributeError:
+            raise LoraPlacementError(f"lora_conf.lora_modules: the model has no module '{path}'") from None
         if not isinstance(layers, (nn.ModuleList, nn.Sequential)):
             raise LoraPlacementError(f"lora_conf.lora_modules: '{path}' is a {type(layers).__name__}, not a list "
                                      f"of layers (e.g. encoder.encoders, decoder.decoders)")
