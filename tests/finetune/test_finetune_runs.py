@@ -49,6 +49,10 @@ def test_a_resumed_finetuning_run_ends_with_the_uninterrupted_runs_weights(tiny_
     assert base["path"] == str(base_model[1].resolve()) and len(base["sha256"]) == 64
     assert not set(base["tensors"]) & set(a["model"])
     assert any(k.startswith(trained) or f".{trained}" in k for k in a["model"])
+    # the optimizer holds the trainable parameters only: the tensors the checkpoint stores (less
+    # the frozen weights lora_reinit offset)
+    offset = {f"{layer}.weight" for layer in a.get(LORA_RECORD, {}).get("scalings", {})}
+    assert len(a["optimizer"]["param_groups"][0]["params"]) == len(set(a["model"]) - offset)
     stored = sum(v.numel() for v in a["model"].values())
     whole = resolved_state(a, "a", merge_lora=False)
     assert stored < 0.6 * sum(v.numel() for v in whole.values())
