@@ -3,7 +3,7 @@
 # adapted to three real speakers in each way asrkit offers, tested on the fourth, who none of
 # them heard (a leave-one-speaker-out fold), and on the synthetic test (what it forgot).
 #
-#   bash local/finetune_table.sh [--test_speaker lucas] [--steps 180] [--out exp/finetune_table]
+#   bash examples/digits/s0/local/finetune_table.sh [--test_speaker lucas] [--steps 180] [--out exp/finetune_table]
 #       [--variants "full frozen_encoder frozen_decoder lora4 lora16"] [--max_takes N]
 #       [--resume_check "lora4 frozen_encoder"]
 #
