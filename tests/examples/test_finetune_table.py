@@ -15,7 +15,8 @@ RECIPE = REPO / "examples" / "digits" / "s0"
 BASE = RECIPE / "exp" / "conformer_cpu" / "synthetic" / "avg_3.pt"
 
 
-@pytest.mark.heavy  # (~13 min on 2 cores; last output: docs/experiments/heavy_tests.md)
+@pytest.mark.slow
+@pytest.mark.heavy  # (~12 min on 2 cores; last output: docs/experiments/heavy_tests.md)
 def test_the_table_has_every_variant_and_resumed_runs_end_with_equal_weights(tmp_path):
     if not BASE.is_file():
         pytest.skip(f"needs the default run's first phase ({BASE.relative_to(REPO)}): bash run.sh --stop_stage 4")
