@@ -5,7 +5,10 @@
 #
 #   bash examples/digits/s0/local/finetune_table.sh [--test_speaker lucas] [--steps 180] [--out exp/finetune_table]
 #       [--variants "full frozen_encoder frozen_decoder lora4 lora16"] [--max_takes N]
-#       [--resume_check "lora4 frozen_encoder"]
+#       [--resume_check "lora4 frozen_encoder"] [--folds "george jackson lucas nicolas"]
+#
+# --folds: one fold per speaker named (each into <out>/<speaker>; the resume checks in the
+# --test_speaker's fold only), then <out>/folds.md: each variant's SER per fold, mean and worst.
 #
 # Needs the default run's first phase (bash run.sh --stop_stage 4, or its exp/conformer_cpu/synthetic/
 # avg_3.pt) and its data (data/train, data/dev, data/test).  Every variant trains --steps optimizer
@@ -24,7 +27,36 @@ base=exp/conformer_cpu/synthetic/avg_3.pt
 variants="full frozen_encoder frozen_decoder lora4 lora16"
 max_takes=                    # N: each speaker's first N takes of each digit (a quick trial)
 resume_check="lora4 frozen_encoder"  # also trained stopped at half the steps and resumed: equal weights?
+folds=
 . tools/parse_options.sh
+if [ -n "$folds" ]; then
+  for s in $folds; do
+    check=""; [ "$s" != "$test_speaker" ] || check=$resume_check
+    bash local/finetune_table.sh --test_speaker "$s" --out "$out/$s" --steps "$steps" --variants "$variants" \
+      --resume_check "$check" ${max_takes:+--max_takes "$max_takes"} > "$out.$s.log" 2>&1 \
+      || { tail -5 "$out.$s.log"; exit 1; }
+  done
+  # shellcheck disable=SC2086  # folds is a word list
+  python - "$out" "$steps" "$variants" $folds <<'PY' | tee "$out/folds.md"
+import statistics
+import sys
+from pathlib import Path
+from tools.seed_summary import read_total
+out, steps, variants, folds = Path(sys.argv[1]), sys.argv[2], sys.argv[3].split(), sys.argv[4:]
+print(f"| variant | data | isolated SER % ({', '.join(folds)}) | mean | worst | connected CER % mean / worst "
+      f"| synthetic test CER % mean |")
+print("| --- | --- | --- | ---: | ---: | ---: | ---: |")
+for variant in variants:
+    for mix, shown in (("real", "real"), ("mixed", "+ synthetic")):
+        def rates(test, what):
+            return [read_total(out / fold / f"{variant}_{mix}" / f"decode_{test}_step{steps}" / "attention_rescoring"
+                               / "cer", what) for fold in folds]
+        ser, cer, synthetic = rates("test", "SER"), rates("test_connected", "CER"), rates("synthetic", "CER")
+        print(f"| {variant} | {shown} | {' / '.join(f'{x:.1f}' for x in ser)} | **{statistics.fmean(ser):.1f}** | "
+              f"{max(ser):.1f} | {statistics.fmean(cer):.1f} / {max(cer):.1f} | {statistics.fmean(synthetic):.2f} |")
+PY
+  exit
+fi
 [ -f "$base" ] || { echo "$0: no first-phase model $base (run bash run.sh --stop_stage 4 first)" >&2; exit 2; }
 real_speakers="george jackson lucas nicolas"
 train_speakers=$(echo " $real_speakers " | sed "s/ $test_speaker / /; s/^ *//; s/ *$//")
