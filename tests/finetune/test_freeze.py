@@ -46,3 +46,16 @@ def test_a_prefix_that_matches_nothing_or_freezes_everything_is_refused():
         freeze(small_model(), ["encoders."])
     with pytest.raises(FreezeError, match="nothing is left to train"):
         freeze(small_model(), ["encoder.", "decoder.", "ctc."])
+
+
+def test_the_fine_tuning_flags_are_real_booleans_and_set_the_config_keys():
+    """``--use_lora false`` is false (WeNet's ``type=bool`` makes it true); each flag becomes
+    the override of its config key."""
+    from asrkit.bin.train import build_parser, job_from_args
+    base = ["--config", "c.yaml", "--train_data", "t.list", "--cv_data", "d.list", "--model_dir", "exp"]
+    job = job_from_args(build_parser().parse_args([*base, "--use_lora", "false", "--only_optimize_lora",
+                                                   "--lora_rank", "4", "--freeze_modules", "encoder.,ctc."]))
+    assert job.overrides == ('freeze_modules=["encoder.", "ctc."]', "use_lora=false", "only_optimize_lora=true",
+                             "lora_conf.lora_rank=4")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*base, "--use_lora", "False!"])
