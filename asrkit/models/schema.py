@@ -54,7 +54,7 @@ class EncoderConf:
     normalize_before: bool = True
     activation_type: Optional[Literal["relu", "swish", "gelu"]] = None
     # rel_pos: WeNet's relative form; rel_pos_xl: Transformer-XL's (asrkit's before
-    # config_version 2, see asrkit.models.legacy); both need selfattention rel_selfattn
+    # config_version 2, see asrkit.config_versions); both need selfattention rel_selfattn
     pos_enc_layer_type: Optional[Literal["abs_pos", "rel_pos", "rel_pos_xl"]] = None
     selfattention_layer_type: Optional[Literal["selfattn", "rel_selfattn"]] = None
     # conformer only

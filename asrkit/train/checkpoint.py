@@ -35,7 +35,7 @@ import torch
 import yaml
 
 # (loading lives in asrkit.io.checkpoint, shared with inference; re-exported here for the trainer)
-from asrkit.io.checkpoint import CheckpointError, load_checkpoint, read_info, read_record
+from asrkit.io.checkpoint import CheckpointError, load_checkpoint, read_info
 from asrkit.io.checkpoint_names import step_checkpoints_beyond, training_checkpoints
 from asrkit.models.state import model_state, resolved_state
 from asrkit.io.files import WriteError, atomic_write, atomic_write_text, remove_temporaries
@@ -67,18 +67,6 @@ def save_checkpoint(path: str | Path, state: dict, info: Optional[dict] = None) 
         raise CheckpointError(f"{e}; resume with --checkpoint auto once that is fixed -- the previous "
                               f"checkpoints are intact") from e
     return path
-
-
-def update_info(path: str | Path, **values) -> None:
-    """Add values (e.g. ``cv_loss``) to a checkpoint's ``.yaml`` record (its integrity
-    fields are kept)."""
-    info_path = Path(path).with_suffix(".yaml")
-    record = read_record(path) or {}
-    record.update(values)
-    try:
-        atomic_write_text(info_path, yaml.safe_dump(record, sort_keys=False))
-    except WriteError as e:
-        raise CheckpointError(str(e)) from e
 
 
 def find_resume_checkpoint(model_dir: str | Path) -> Optional[Path]:
