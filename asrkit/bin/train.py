@@ -26,9 +26,11 @@ checkpoint at an optimizer-step boundary (``asrkit.train.preemption``): rerun wi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
+from asrkit.finetune.schema import FinetuneSections, LoraConf
 from asrkit.train.entry import exit_process, run
 from asrkit.train.job import LaunchFlags, ModuleInit, TrainJob, WarmStart
 
@@ -117,11 +119,10 @@ def _names(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-FINETUNE_FLAGS = {"freeze_modules": "freeze_modules", "reinit_output_layers": "reinit_output_layers",
-                  "use_lora": "use_lora", "only_optimize_lora": "only_optimize_lora",
-                  **{name: f"lora_conf.{name}" for name in ("lora_modules", "lora_attn_attr", "lora_list",
-                                                            "lora_rank", "lora_alpha", "lora_dropout",
-                                                            "lora_ckpt_path", "lora_reinit")}}
+# flag -> config key: a flag for every fine-tuning key (the schema is the list; a key without
+# its flag above fails in finetune_overrides, on every run)
+FINETUNE_FLAGS = {**{f.name: f.name for f in dataclasses.fields(FinetuneSections) if f.name != "lora_conf"},
+                  **{f.name: f"lora_conf.{f.name}" for f in dataclasses.fields(LoraConf)}}
 
 
 def finetune_overrides(args: argparse.Namespace) -> list[str]:

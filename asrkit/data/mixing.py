@@ -111,10 +111,9 @@ def epoch_selection(groups: np.ndarray, ranges: Sequence[tuple[int, int]], weigh
 
 
 def _group_members(groups: np.ndarray, offset: int) -> list[np.ndarray]:
-    """Utterance indices (+ ``offset``) of each group of ``groups``, groups in order of appearance."""
+    """Utterance indices (+ ``offset``) of each group of ``groups``, groups in order of
+    appearance (``asrkit.data.sampler.group_ids`` numbers them so: by id is by appearance),
+    members in list order."""
     order = np.argsort(groups, kind="stable")
-    ids, starts = np.unique(groups[order], return_index=True)
-    bounds = list(starts) + [len(order)]
-    first_seen = np.argsort([order[s] for s in starts], kind="stable")
-    members = [order[bounds[j]:bounds[j + 1]] + offset for j in range(len(ids))]
-    return [members[j].astype(np.int64) for j in first_seen]
+    _, starts = np.unique(groups[order], return_index=True)
+    return [(members + offset).astype(np.int64) for members in np.split(order, starts[1:])]

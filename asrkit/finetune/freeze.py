@@ -93,14 +93,18 @@ def freeze(model: nn.Module, prefixes: Sequence[str], only_lora: bool = False) -
     return FreezeReport(trainable, frozen, adapters, tuple(batchnorms), shown)
 
 
-def unchanged_by_training(model: nn.Module, name: str, frozen_batchnorms: Sequence[str]) -> bool:
-    """Whether training leaves entry ``name`` of ``model.state_dict()`` as it started: a
-    frozen parameter, a buffer of a frozen BatchNorm layer, or a buffer no optimizer or
-    BatchNorm update touches (CMVN statistics).  (A running statistic of a trainable
+def unchanged_by_training(model: nn.Module, names: Sequence[str], frozen_batchnorms: Sequence[str]) -> list[str]:
+    """Those of ``names`` (entries of ``model.state_dict()``) that training leaves as they
+    started: frozen parameters, buffers of frozen BatchNorm layers, and buffers no optimizer
+    or BatchNorm update touches (CMVN statistics).  (A running statistic of a trainable
     BatchNorm changes.)"""
     params = dict(model.named_parameters())
-    if name in params:
-        return not params[name].requires_grad
-    owner = name.rsplit(".", 1)[0] if "." in name else ""
-    module = model.get_submodule(owner) if owner else model
-    return not isinstance(module, _BatchNorm) or owner in frozen_batchnorms
+    modules = dict(model.named_modules())
+    frozen_norms = set(frozen_batchnorms)
+
+    def unchanged(name: str) -> bool:
+        if name in params:
+            return not params[name].requires_grad
+        owner = name.rsplit(".", 1)[0] if "." in name else ""
+        return not isinstance(modules[owner], _BatchNorm) or owner in frozen_norms
+    return [name for name in names if unchanged(name)]

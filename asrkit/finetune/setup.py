@@ -136,8 +136,7 @@ def adapt(model: nn.Module, cfg, init=None) -> Adaptation:
     log.info(report.line())
     base = None
     if copied and report.frozen:
-        unchanged = [n for n in copied if n not in modified
-                     and unchanged_by_training(model, n, report.frozen_batchnorms)]
+        unchanged = unchanged_by_training(model, [n for n in copied if n not in modified], report.frozen_batchnorms)
         if unchanged:
             path = Path(init.checkpoint).resolve()
             base = {"path": str(path), "sha256": file_digest(path), "tensors": unchanged}

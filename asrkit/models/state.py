@@ -103,7 +103,8 @@ def _base_tensors(base: dict, source: str) -> dict:
     if not path.is_file():
         raise CheckpointError(f"{source} takes {len(names)} unchanged tensors from its base model {path}, which "
                               f"is missing: put it back there (the checkpoint stores only what training changed)")
-    if _digest(str(path), path.stat().st_mtime_ns, path.stat().st_size) != base["sha256"]:
+    stat = path.stat()
+    if _digest(str(path), stat.st_mtime_ns, stat.st_size) != base["sha256"]:
         raise CheckpointError(f"{source} takes {len(names)} unchanged tensors from its base model {path}, whose "
                               f"bytes changed since (SHA-256 differs from the {base['sha256'][:12]}... recorded): "
                               f"restore the file the run started from")

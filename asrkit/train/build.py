@@ -68,7 +68,7 @@ class TrainingParts:
     scaler: Optional[torch.amp.GradScaler]
     comm_hook: Optional[Any] = None  # asrkit.train.dist.comm_hooks.CommHook
     adaptation: Adaptation = dataclasses.field(default_factory=Adaptation)  # what checkpoints store
-    cv_parts: list = dataclasses.field(default_factory=list)  # [(CV list path, its loader)] when several
+    cv_parts: list = dataclasses.field(default_factory=list)  # [(CV list path, its loader)], one per list
 
 
 def seed_everything(seed: int) -> None:
@@ -129,7 +129,8 @@ def build_training(cfg: TrainConfig, ctx: DistContext, *, train_data: str | Sequ
 
     ``train_data``: a data.list path, several (concatenated), or a :class:`~asrkit.data.mixing.ListMix`
     (weighted lists, sampled per epoch in proportion); ``cv_data``: one path or several
-    (each reported apart as well, ``cv_parts``; None: no CV loader);
+    (``cv_parts``: a loader per list, each reported apart; ``cv_loader``: the loader of a
+    single list, None for several or none);
     ``cache_dir`` is where the index of a WeNet shard list is cached when its own folder
     cannot be written.  ``inputs`` are the config's units/BPE/CMVN files as
     ``asrkit.inputs.load_model_inputs(cfg, model_cmvn=True)`` loaded them (loaded here when
@@ -171,9 +172,9 @@ def build_training(cfg: TrainConfig, ctx: DistContext, *, train_data: str | Sequ
         return MonitoredLoader(built, monitor, "train" if train else "cv") if monitor is not None else built
 
     train_loader = loader(train_entries, True, (ranges, mix.weights) if mix.weights else None)
-    cv_loader = loader(cv_entries, False) if cv_data else None
-    # several CV lists: each reported apart (the run's CV loss is over all of them together)
-    cv_parts = [(path, loader(read[path], False)) for path in cv_paths] if len(cv_paths) > 1 else []
+    # one loader per CV list: several are reported apart, the run's CV loss is over all together
+    cv_parts = [(path, loader(read[path], False)) for path in cv_paths]
+    cv_loader = cv_parts[0][1] if len(cv_parts) == 1 else None
 
     bare_model = build_model(cfg, input_dim, tokenizer.vocabulary, cmvn_stats=inputs.model_cmvn).to(ctx.device)
     n_params = sum(p.numel() for p in bare_model.parameters())

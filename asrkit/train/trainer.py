@@ -75,8 +75,7 @@ class Trainer:
         self.scheduler = parts.scheduler
         self.scaler = parts.scaler
         self.train_loader = parts.train_loader
-        self.cv_loader = parts.cv_loader
-        self.cv_parts = parts.cv_parts  # [(list path, loader)] of several CV lists, else []
+        self.cv_parts = parts.cv_parts  # [(CV list path, its loader)], one per list
         self.model_dir = Path(model_dir)
         self.config_dict = to_dict(parts.cfg)
         # the units/BPE files this run trains with, hashed once: what every checkpoint records
@@ -233,21 +232,21 @@ class Trainer:
                     if self.preemption is not None else "stop requested", where, self.state.step, self.state.epoch)
 
     def run_cv(self, label: str) -> dict:
-        """CV over every CV list; with several, each is logged (and written to TensorBoard
-        under ``cv/<list name>/``) apart, and the result is over all of them together."""
-        if self.cv_parts:
-            totals = []
-            for path, loader in self.cv_parts:
-                loader.set_epoch(0)
-                totals.append(self.executor.cv_sums(loader))
-                self._log_cv(f"{label} [{path}]", cv_means(totals[-1], self.executor.length_normalized), f"cv/{Path(path).parent.name}")
-            names = dict.fromkeys(k for sums, _, _ in totals for k in sums)
-            result = cv_means(({k: sum(t[0].get(k, 0.0) for t in totals) for k in names},
-                               sum(t[1] for t in totals), sum(t[2] for t in totals)), self.executor.length_normalized)
-        else:
-            self.cv_loader.set_epoch(0)
-            result = self.executor.cv(self.cv_loader)
-        self._log_cv(label if not self.cv_parts else f"{label} (all CV lists)", result, "cv")
+        """CV over every CV list, the result over all of them together (from their summed
+        losses); with several lists each is also logged (and written to TensorBoard under
+        ``cv/<list folder>/``) apart."""
+        several = len(self.cv_parts) > 1
+        totals = []
+        for path, loader in self.cv_parts:
+            loader.set_epoch(0)
+            totals.append(self.executor.cv_sums(loader))
+            if several:
+                self._log_cv(f"{label} [{path}]", cv_means(totals[-1], self.executor.length_normalized),
+                             f"cv/{Path(path).parent.name}")
+        names = dict.fromkeys(k for sums, _, _ in totals for k in sums)
+        result = cv_means(({k: sum(t[0].get(k, 0.0) for t in totals) for k in names},
+                           sum(t[1] for t in totals), sum(t[2] for t in totals)), self.executor.length_normalized)
+        self._log_cv(f"{label} (all CV lists)" if several else label, result, "cv")
         return result
 
     def _log_cv(self, label: str, result: dict, board: str) -> None:
