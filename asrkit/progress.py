@@ -23,15 +23,17 @@ class ProgressReport:
     * otherwise: ``log.info(line())`` at most every ``every_s`` seconds (``line`` returns
       the text; by default ``desc done/total unit``).
 
-    ``bar_format``: tqdm's (None: its default).
+    ``bar_format``: tqdm's (None: its default).  ``done``: the units already done when the
+    report starts (e.g. a resumed epoch's batches), not counted in the rate.
     """
 
     def __init__(self, total: Optional[float], desc: str, unit: str, log: logging.Logger,
                  every_s: float = 10.0, line: Optional[Callable[[], str]] = None,
-                 terminal: Optional[bool] = None, delay_s: float = 0.5, bar_format: Optional[str] = None):
+                 terminal: Optional[bool] = None, delay_s: float = 0.5, bar_format: Optional[str] = None,
+                 done: float = 0.0):
         self.total, self.desc, self.unit, self.log = total, desc, unit, log
         self.every_s = every_s
-        self.done = 0.0
+        self.done = done
         self._line = line or self._default_line
         self._last = time.perf_counter()
         terminal = sys.stderr.isatty() if terminal is None else terminal
@@ -39,7 +41,7 @@ class ProgressReport:
         if terminal:
             from tqdm import tqdm  # (deferred: only a terminal draws a bar)
             self._bar = tqdm(total=total, desc=desc, unit=unit, leave=False, delay=delay_s, dynamic_ncols=True,
-                             file=sys.stderr, bar_format=bar_format)
+                             file=sys.stderr, bar_format=bar_format, initial=done)
 
     def _default_line(self) -> str:
         total = f"/{self.total:g}" if self.total is not None else ""

@@ -1,4 +1,7 @@
-"""Helpers for writing config schema sections (used by every package's ``schema.py``).
+"""Config schemas: the helpers every package's ``schema.py`` writes its sections with, and
+the generic validator that checks a plain mapping against a schema (:func:`build`) and
+raises :class:`ConfigError` -- what every config-reading module needs, without the root
+config (:mod:`asrkit.config`) and the training schema it merges.
 
 A schema section is a dataclass whose fields are the implemented keys, with defaults.
 WeNet keys that are not fields go in the class attribute
@@ -11,9 +14,24 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from typing import Any, Callable, Iterable, Optional
+import types
+import typing
+from typing import Any, Callable, Iterable, Literal, Optional, Union
 
 import yaml
+
+
+class ConfigError(ValueError):
+    """A config failed validation; ``errors`` lists one message per problem."""
+
+    def __init__(self, errors: list[str], source: str = "config"):
+        self.errors = list(errors)
+        if len(self.errors) == 1:  # one problem: one line
+            super().__init__(f"invalid {source}: {self.errors[0]}")
+        else:
+            lines = "\n  ".join(self.errors)
+            super().__init__(f"invalid {source} ({len(self.errors)} problem(s)):\n  {lines}")
+
 
 
 def positive(value) -> Optional[str]:
@@ -171,3 +189,173 @@ def any_value(of_type: Any, reason: str,
 def same_as(field: str, reason: str) -> WenetKey:
     """WeNet's second name of the schema field ``field``."""
     return WenetKey("same_as", reason, field=field)
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _closest(name: str, candidates: Iterable[str]) -> Optional[str]:
+    found = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def _type_name(tp) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _convert(value: Any, tp: Any, path: str, errors: list[str], notes: Optional[list[str]] = None) -> Any:
+    """Return ``value`` converted to ``tp``; append messages to ``errors`` on failure (and the
+    notes of the WeNet keys of nested sections to ``notes``)."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, path, errors, notes)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1:
+            return _convert(value, inner[0], path, errors, notes)
+        for cand in inner:  # first alternative that accepts the value
+            trial: list[str] = []
+            out = _convert(value, cand, path, trial)
+            if not trial:
+                return out
+        errors.append(f"{path}: expected {_type_name(tp)}, got {value!r}")
+        return value
+    if origin is Literal:
+        if value in args and type(value) is type(next(a for a in args if a == value)):
+            return value
+        hint = _closest(str(value), [str(a) for a in args])
+        extra = f"; did you mean {hint}?" if hint else ""
+        errors.append(f"{path}: must be one of {list(args)}, got {value!r}{extra}")
+        return value
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            errors.append(f"{path}: expected a list, got {value!r}")
+            return value
+        return [_convert(v, args[0], f"{path}[{i}]", errors, notes) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            errors.append(f"{path}: expected a mapping, got {value!r}")
+            return value
+        return {str(k): _convert(v, args[1], f"{path}.{k}", errors, notes) for k, v in value.items()}
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    else:  # pragma: no cover - schema author error
+        raise TypeError(f"unsupported schema type {tp!r} at {path}")
+    errors.append(f"{path}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def _build(cls, raw: Any, path: str, errors: list[str], notes: Optional[list[str]] = None):
+    prefix = f"{path}." if path else ""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        errors.append(f"{path or 'config'}: expected a mapping, got {raw!r}")
+        return cls()
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    wenet: dict[str, WenetKey] = getattr(cls, "WENET_KEYS", {})
+    kwargs = {}
+
+    def field_value(key: str, value: Any, full: str, errs: list[str] = errors, own_notes=notes) -> Any:
+        """``value`` converted to field ``key``'s type and checked (problems to ``errs``)."""
+        before = len(errs)
+        converted = _convert(value, hints[key], full, errs, own_notes)
+        checker = fields[key].metadata.get("check")
+        if checker is not None and len(errs) == before:
+            msg = checker(converted)
+            if msg:
+                errs.append(f"{full}: {msg}")
+        return converted
+
+    for key, value in raw.items():
+        key = str(key)
+        full = prefix + key
+        if key in fields:
+            kwargs[key] = field_value(key, value, full)
+        elif key in wenet:
+            _wenet_key(wenet[key], key, value, raw, prefix, kwargs, field_value, errors, notes)
+        else:
+            hint = _closest(key, list(fields) + list(wenet))
+            extra = f"; did you mean {prefix}{hint}?" if hint else ""
+            errors.append(f"{full}: unknown key{extra}")
+    try:
+        obj = cls(**{k: v for k, v in kwargs.items()})
+    except TypeError as e:  # pragma: no cover - defensive
+        errors.append(f"{path or 'config'}: {e}")
+        return cls()
+    post = getattr(obj, "validate", None)
+    if post is not None:
+        for msg in post() or []:
+            errors.append(f"{prefix}{msg}")
+    return obj
+
+
+def _wenet_key(entry: WenetKey, key: str, value: Any, raw: dict, prefix: str, kwargs: dict,
+               field_value, errors: list[str], notes: Optional[list[str]]) -> None:
+    """Accept (with a note) or refuse the WeNet key ``key`` of section ``raw`` (see
+    :class:`asrkit.schema.WenetKey`); a ``same_as`` key fills its field's value."""
+    full = prefix + key
+    before = len(errors)
+    if entry.kind in ("only", "off"):
+        if not entry.accepts(value):
+            errors.append(entry.refusal(full, value))
+            return
+    elif entry.kind == "any":
+        value = _convert(value, entry.of_type, full, errors)
+    elif entry.kind == "same_as":
+        value = field_value(entry.field, value, full)
+        if len(errors) == before and entry.field in raw:
+            own: list[str] = []  # (the field's own problems are reported where it is read)
+            other = field_value(entry.field, raw[entry.field], prefix + entry.field, own, None)
+            if not own and other != value:
+                errors.append(f"{full}: {value!r} but {prefix}{entry.field} is {other!r}; "
+                              f"they must be equal ({entry.reason})")
+        elif len(errors) == before:
+            kwargs[entry.field] = value
+    else:  # pragma: no cover - schema author error
+        raise TypeError(f"unknown WenetKey kind {entry.kind!r} at {full}")
+    if len(errors) == before and entry.check is not None:
+        msg = entry.check(value, raw)
+        if msg:
+            errors.append(f"{full}: {msg}")
+    if len(errors) == before and notes is not None:
+        notes.append(entry.note(full, value))
+
+
+def build(cls, raw: dict, source: str = "config", notes: Optional[list[str]] = None):
+    """Validate ``raw`` (a plain dict) against schema ``cls``; raise :class:`ConfigError`
+    listing every problem.  The notes of the accepted WeNet keys
+    (:meth:`asrkit.schema.WenetKey.note`) are appended to ``notes``."""
+    errors: list[str] = []
+    obj = _build(cls, raw, "", errors, notes)
+    if errors:
+        raise ConfigError(errors, source)
+    return obj
+
+
+def check_all(cls, raw: dict) -> list[str]:
+    """Every validation problem of ``raw`` against ``cls`` (empty list when it is valid)."""
+    errors: list[str] = []
+    _build(cls, raw, "", errors, None)
+    return errors

@@ -29,7 +29,7 @@ from asrkit.config import load_config
 from asrkit.data.dataset import build_dataloader
 from asrkit.data.lists import read_list
 from asrkit.data.processors import build_sample_processor
-from asrkit.inputs import load_model_inputs
+from asrkit.config_files import load_model_inputs
 from asrkit.models import build_model
 from asrkit.train.scheduler import build_optimizer
 

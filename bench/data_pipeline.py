@@ -26,7 +26,9 @@ from pathlib import Path
 
 import torch
 
-from asrkit.config import TrainConfig, build
+from asrkit.config import TrainConfig
+
+from asrkit.schema import build
 from asrkit.data import processors
 from asrkit.data.audio import speed_perturb
 from asrkit.data.lists import read_list

@@ -33,8 +33,9 @@ from asrkit.data.lists import read_list
 from asrkit.data.processors import build_sample_processor
 from asrkit.decode import DecodingOptionError, DecodingOptions
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
-from asrkit.decode.recognizer import build_trained_model, recognize
-from asrkit.inputs import load_text_inputs
+from asrkit.decode.recognizer import recognize
+from asrkit.trained_model import build_trained_model
+from asrkit.config_files import load_text_inputs
 from asrkit.metrics import score
 
 BLANK_MODES = ("ctc_greedy_search", "ctc_prefix_beam_search", "attention_rescoring")

@@ -28,7 +28,8 @@ from asrkit.data.features import compute_fbank, fbank_options
 from asrkit.data.lists import read_list
 from asrkit.decode import MODES, DecodingOptions, decode
 from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
-from asrkit.decode.recognizer import build_trained_model, duration_batches
+from asrkit.decode.recognizer import duration_batches
+from asrkit.trained_model import build_trained_model
 from asrkit.models import build_model, count_parameters
 from asrkit.text.vocabulary import Vocabulary
 
@@ -68,7 +69,7 @@ def main(argv=None) -> int:
     cfg = load_config(args.config, args.override)
     vocab = args.vocab_size or cfg.output_dim
     if args.checkpoint and vocab is None:
-        from asrkit.io.checkpoint import load_checkpoint
+        from asrkit.checkpoint.load import load_checkpoint
         vocab = int(load_checkpoint(args.checkpoint)["model"]["ctc.ctc_lo.bias"].numel())
     if vocab is None:
         raise SystemExit("--vocab_size is needed (the config has no output_dim)")

@@ -43,13 +43,13 @@ from asrkit.config import load_config
 from asrkit.data.features import compute_fbank, fbank_options
 from asrkit.data.lists import read_list
 from asrkit.decode import DecodingOptions, decode
-from asrkit.decode.recognizer import build_trained_model
+from asrkit.trained_model import build_trained_model
 from asrkit.export import load_exported
 from asrkit.export.onnx import (OFFLINE_FILE, STREAMING_FILE, eager_stream_reference, int8_name, ort_session,
                                 session_runner)
 from asrkit.export.sherpa import (TAIL_PADDING_S, FeatureMismatchWarning, check_runtime_features, decode_offline,
                                   decode_streaming, offline_recognizer, online_recognizer, read_metadata)
-from asrkit.inputs import load_text_inputs
+from asrkit.config_files import load_text_inputs
 from asrkit.metrics import score
 if __package__ in (None, ""):  # run by its path: the repository root importable, as under `python -m`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

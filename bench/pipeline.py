@@ -8,7 +8,9 @@ import dataclasses
 
 import torch
 
-from asrkit.config import apply_overrides, build, read_yaml, TrainConfig
+from asrkit.config import apply_overrides, read_yaml, TrainConfig
+
+from asrkit.schema import build
 from asrkit.train.build import build_training
 from asrkit.train.dist import DistContext
 from asrkit.train.precision import resolve_auto_dtype
@@ -80,9 +82,10 @@ def build_pipeline(args, rank: int = 0, world_size: int = 1) -> Pipeline:
     if args.cmvn:
         raw = apply_overrides(raw, ["cmvn=global_cmvn", f"cmvn_conf.cmvn_file={args.cmvn}"])
     cfg = build(TrainConfig, raw)
-    if cfg.dtype == "auto":  # as the trainer decides it (asrkit.train.entry)
-        cfg.dtype, why = resolve_auto_dtype(torch.device("cpu"))
+    if cfg.dtype == "auto":  # as the trainer decides it (asrkit.train.entry.load_final_config)
+        dtype, why = resolve_auto_dtype(torch.device("cpu"))
         print(why)
+        cfg = build(TrainConfig, apply_overrides(raw, [f"dtype={dtype}"]))
     ctx = DistContext(rank=rank, world_size=world_size)
     parts = build_training(cfg, ctx, train_data=args.data, ddp=False)
     return Pipeline(parts.cfg, parts.train_loader, parts.bare_model.train(), parts.optimizer, parts.scheduler)

@@ -26,7 +26,7 @@ wall) and its encoder part, the batches; and the server's CPU seconds per chunk.
 ``--batching``: the batched encoder step itself, no server: ``--batch`` streams of the model at
 different positions (0 to 5 chunks into an utterance of the test set), their next chunks
 through the encoder one stream at a time (``StreamingRecognizer.encode``) against one batched
-call (``asrkit.stream.batch.encode_chunks``), at ``--threads_per_worker`` torch threads, and
+call (``asrkit.stream.stacked_chunks.encode_chunks``), at ``--threads_per_worker`` torch threads, and
 the largest difference between the two.
 """
 from __future__ import annotations
@@ -172,7 +172,7 @@ def batching(model_dir: str, wav_scp: Path, batch: int, threads: int, chunk: int
     """The encoder step of ``batch`` streams at different positions, one at a time against batched."""
     import torch
     from asrkit.decode import DecodingOptions
-    from asrkit.stream.batch import encode_chunks
+    from asrkit.stream.stacked_chunks import encode_chunks
     from asrkit.stream.recognizer import StreamingRecognizer
     from asrkit.transcribe import load_model
     torch.set_num_threads(threads)

@@ -28,7 +28,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from asrkit.config import TrainConfig, build
+from asrkit.config import TrainConfig
+
+from asrkit.schema import build
 from asrkit.models import build_model
 from asrkit.text.vocabulary import Vocabulary
 from asrkit.train.dist import DistContext, wrap_ddp

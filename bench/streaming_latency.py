@@ -106,8 +106,8 @@ def main(argv=None) -> int:
     import torch
 
     from asrkit.config import load_config
-    from asrkit.decode.recognizer import build_trained_model
-    from asrkit.inputs import BAD_INPUT, load_text_inputs
+    from asrkit.trained_model import build_trained_model
+    from asrkit.config_files import BAD_INPUT, load_text_inputs
     torch.set_num_threads(args.num_threads)
     try:
         cfg = load_config(args.config)

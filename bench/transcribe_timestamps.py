@@ -126,7 +126,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import torch
 
-    from asrkit.inputs import BAD_INPUT
+    from asrkit.config_files import BAD_INPUT
     from asrkit.transcribe import ModelLoadError, Segmentation, load_model
     torch.set_num_threads(args.num_threads)
     try:

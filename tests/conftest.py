@@ -80,9 +80,10 @@ def build_corpus(root: Path, sizes: dict, seed: int = TINY_SEED) -> TinyCorpus:
 
 
 def unpack_carried_corpus(archive: Path, root: Path) -> TinyCorpus:
-    """The tiny corpus from the carried archive (``bench.gpu_stages.corpus``): refused when
+    """The tiny corpus from the carried archive (``tools.carried_corpus``): refused when
     the archive's ``tiny`` corpus was not made with the fixture's sizes and seed."""
-    from bench.gpu_stages.corpus import read_manifest, unpack_corpus
+    from bench.gpu_stages.corpus import unpack_corpus
+    from tools.carried_corpus import read_manifest
     made = read_manifest(archive).get("tiny", {})
     wanted = {**TINY_SIZES, "seed": TINY_SEED}
     if {k: made.get(k) for k in wanted} != wanted:

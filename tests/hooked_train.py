@@ -6,7 +6,7 @@ torchrun too), and this module patches the library before calling
 ``asrkit.bin.train.main``:
 
 ``--kill_rank R --kill_step S``
-    rank R SIGKILLs itself right after optimizer step S (after ``Trainer._on_step`` would
+    rank R SIGKILLs itself right after optimizer step S (after ``Trainer._after_step`` would
     start, before anything of step S is saved), in the first attempt of a torchrun job only
     (``TORCHELASTIC_RESTART_COUNT`` unset or 0).
 ``--stall_rank R [--stall_batch K]``
@@ -14,8 +14,9 @@ torchrun too), and this module patches the library before calling
     every pass, while the rank's monitor says it waits for the data loader.
 ``--count_collectives PATH``
     counts the Python-level collectives (``torch.distributed.all_reduce``, ``broadcast``,
-    ``all_gather_object``, ``gather_object``, ``barrier``) issued inside
-    ``Executor.train_epoch`` and the optimizer steps taken there, and writes
+    ``all_gather_object``, ``gather_object``, ``barrier``) issued while an epoch's
+    ``Executor.steps`` runs (its caller's work between steps included) and the optimizer
+    steps taken there, and writes
     ``{"collectives": n, "steps": s}`` as JSON to ``PATH.rank<r>`` at the end.  DDP's own
     gradient all-reduce and buffer broadcast run in C++ and are not counted.
 """
@@ -39,18 +40,18 @@ def _flush_logs() -> None:
 
 def install_kill(rank: int, step: int) -> None:
     from asrkit.train.trainer import Trainer
-    original = Trainer._on_step
+    original = Trainer._after_step
 
-    def on_step(self, state):
+    def after_step(self, result):
         first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") in ("", "0")
-        if self.ctx.rank == rank and state.step == step and first_attempt:
+        if self.ctx.rank == rank and self.state.step == step and first_attempt:
             log.warning("fault injection (kill rank %d after step %d): rank %d kills itself with SIGKILL now",
                         rank, step, rank)
             _flush_logs()
             os.kill(os.getpid(), signal.SIGKILL)
-        return original(self, state)
+        return original(self, result)
 
-    Trainer._on_step = on_step
+    Trainer._after_step = after_step
 
 
 def install_pause(rank: int, step: int, path: str) -> None:
@@ -58,20 +59,20 @@ def install_pause(rank: int, step: int, path: str) -> None:
     anything of the step is saved) and then waits until ``path`` exists, in the first
     torchrun attempt only: a test changes the world (takes a link down) at a known step."""
     from asrkit.train.trainer import Trainer
-    original = Trainer._on_step
+    original = Trainer._after_step
 
-    def on_step(self, state):
+    def after_step(self, result):
         first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") in ("", "0")
-        if self.ctx.rank == rank and state.step == step and first_attempt:
+        if self.ctx.rank == rank and self.state.step == step and first_attempt:
             log.warning("fault injection (pause rank %d after step %d): waiting for %s", rank, step, path)
             _flush_logs()
             with open(path + ".reached", "w") as f:
                 f.write(str(os.getpid()))
             while not os.path.exists(path):
                 time.sleep(0.05)
-        return original(self, state)
+        return original(self, result)
 
-    Trainer._on_step = on_step
+    Trainer._after_step = after_step
 
 
 class _StallingLoader:
@@ -128,20 +129,20 @@ def install_collective_counter(path: str) -> None:
             return _original(*args, **kwargs)
 
         setattr(dist, name, counted)
-    train_epoch = Executor.train_epoch
+    steps = Executor.steps
 
-    def counting_train_epoch(self, loader, state, *args, **kwargs):
+    def counting_steps(self, loader, state, *args, **kwargs):
         inside[0] = True
         start = state.step
         try:
-            return train_epoch(self, loader, state, *args, **kwargs)
+            yield from steps(self, loader, state, *args, **kwargs)
         finally:
             inside[0] = False
             counts["steps"] += state.step - start
             with open(f"{path}.rank{self.ctx.rank}", "w") as f:
                 json.dump(counts, f)
 
-    Executor.train_epoch = counting_train_epoch
+    Executor.steps = counting_steps
 
 
 def main(argv=None) -> int:

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from asrkit.config import (ConfigError, TrainConfig, apply_overrides, build, check_all, dump_config,
-                           load_config, schema_classes, to_dict)
+from asrkit.config import TrainConfig, apply_overrides, dump_config, load_config, schema_classes, to_dict
+
+from asrkit.schema import ConfigError, build, check_all
 
 REPO = Path(__file__).resolve().parents[1]
 WENET = REPO / "tests" / "fixtures" / "wenet"

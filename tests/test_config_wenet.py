@@ -12,7 +12,9 @@ import dataclasses
 import pytest
 import yaml
 
-from asrkit.config import TrainConfig, build, check_all, load_config, schema_classes
+from asrkit.config import TrainConfig, load_config, schema_classes
+
+from asrkit.schema import build, check_all
 from asrkit.schema import WenetKey
 from tests.helpers import REPO
 

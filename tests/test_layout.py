@@ -4,7 +4,8 @@ import graph without cycles, and ``asrkit/bin/`` as the only place that sees the
 The import rules are computed from the code: every ``asrkit/**/*.py`` is parsed with
 :mod:`ast` and each ``import`` / ``from ... import`` (and ``importlib.import_module`` of a
 literal name) is read wherever it stands (module level, inside functions and classes, under
-``try``), except under ``if TYPE_CHECKING:``, which never runs.  An import is an edge to the
+``try``, and under ``if TYPE_CHECKING:``: an import made only for type hints still makes the
+two modules read each other, so a cycle closed through one is a cycle).  An import is an edge to the
 module it names -- ``from a import b`` names ``a.b`` when that is a submodule -- and not to
 the packages above it (Python runs their ``__init__`` first, but a package that names its
 submodules' contents in its ``__init__`` makes no cycle by that).  The checking functions
@@ -33,7 +34,7 @@ def test_every_module_stays_under_400_lines():
 
 
 def test_one_atomic_writer():
-    """Temp-file-and-rename writes go through asrkit.io.files, nowhere else (the package,
+    """Temp-file-and-rename writes go through asrkit.files, nowhere else (the package,
     the tools and the recipes' scripts)."""
     rename = re.compile(r"\b(os\.replace|os\.rename|\w*tmp\w*\.(replace|rename))\(")
     writers = [str(p.relative_to(REPO)) for folder in ATOMIC_WRITER_SCOPE
@@ -71,14 +72,14 @@ def _is_type_checking(test: ast.expr) -> bool:
            (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _statements(tree: ast.AST) -> list[ast.AST]:
-    """Every node of ``tree`` that has a line, in line order, except those in the bodies of
-    ``if TYPE_CHECKING:`` (their ``else`` runs)."""
+def _statements(tree: ast.AST, type_checking: bool = True) -> list[ast.AST]:
+    """Every node of ``tree`` that has a line, in line order; without ``type_checking``, not
+    those in the bodies of ``if TYPE_CHECKING:`` (which never run; their ``else`` does)."""
     out, stack = [], [tree]
     while stack:
         node = stack.pop()
         out.append(node)
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
+        if not type_checking and isinstance(node, ast.If) and _is_type_checking(node.test):
             stack.extend(node.orelse)
         else:
             stack.extend(ast.iter_child_nodes(node))
@@ -107,8 +108,8 @@ def _named(module: str, is_package: bool, node: ast.AST) -> list[str]:
 
 
 def package_imports(root: Path, package: str = PACKAGE) -> list[Import]:
-    """Every import of a module of ``root/package`` by a module of it (outside ``if
-    TYPE_CHECKING:``), in file and line order.  ``from a import b`` names ``a.b`` when that
+    """Every import of a module of ``root/package`` by a module of it (``if TYPE_CHECKING:``
+    ones included), in file and line order.  ``from a import b`` names ``a.b`` when that
     is a module (a submodule), else ``a``; a dotted name that is no module of the package
     names its longest prefix that is one."""
     modules = package_modules(root, package)
@@ -203,6 +204,25 @@ def imports_below_bin(root: Path, forbidden: str, package: str = PACKAGE) -> lis
     return out
 
 
+def script_imports(root: Path, folder: str, forbidden: tuple[str, ...]) -> list[str]:
+    """``path:line`` of every import, by a module of ``root/folder`` (the scripts of
+    ``tools/``), of a module named by ``forbidden`` or below it."""
+    out = []
+    for path in sorted((root / folder).rglob("*.py")):
+        module = ".".join(path.relative_to(root).with_suffix("").parts)
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in _statements(tree):
+            names = _named(module, path.name == "__init__.py", node)
+            if any(n == f or n.startswith(f + ".") for n in names for f in forbidden):
+                out.append(f"{path.relative_to(root)}:{node.lineno}")
+    return out
+
+
+# tools/ are scripts over the library: the benchmarks use them, not the other way round, and a
+# tool calls the library (or runs another tool's command), never the command-line layer
+TOOLS_MAY_NOT_IMPORT = ("bench", f"{PACKAGE}.bin")
+
+
 def test_the_import_graph_has_no_cycle():
     """Function-level imports included: a cycle hidden inside a function is still a cycle."""
     cycles = import_cycles(REPO)
@@ -213,6 +233,11 @@ def test_nothing_below_bin_imports_bin():
     """``asrkit/bin/`` is the adapter from the command line to the library, never a library."""
     found = imports_below_bin(REPO, f"{PACKAGE}.bin")
     assert not found, f"{PACKAGE}.bin imported outside {PACKAGE}/bin/: {found}"
+
+
+def test_tools_import_neither_bench_nor_bin():
+    found = script_imports(REPO, "tools", TOOLS_MAY_NOT_IMPORT)
+    assert not found, f"tools/ importing {' or '.join(TOOLS_MAY_NOT_IMPORT)}: {found}"
 
 
 def test_nothing_below_bin_imports_argparse():
@@ -234,7 +259,7 @@ def undeclared_deferred_imports(root: Path, package: str = PACKAGE) -> list[str]
         lines = path.read_text(encoding="utf-8").splitlines()
         tree = ast.parse("\n".join(lines), str(path))
         for func in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
-            for node in _statements(func):
+            for node in _statements(func, type_checking=False):
                 if not isinstance(node, (ast.Import, ast.ImportFrom)) or node.lineno == func.lineno:
                     continue
                 names = _named(module, path.name == "__init__.py", node)
@@ -271,8 +296,7 @@ CLEAN = {
     "asrkit/__init__.py": "",
     "asrkit/low.py": "import os\n",
     "asrkit/high.py": "from asrkit import low\nfrom asrkit.low import os\n",
-    "asrkit/typed.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from asrkit.hinted import X\n",
-    "asrkit/hinted.py": "import asrkit.typed\n",
+    "asrkit/typed.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from asrkit.low import X\n",
     "asrkit/bin/__init__.py": "",
     "asrkit/bin/tool.py": "import argparse\nfrom asrkit import high\nfrom . import helper\n",
     "asrkit/bin/helper.py": "from argparse import Namespace\n",
@@ -303,11 +327,20 @@ def test_cycles_through_submodule_and_relative_imports_are_reported(tmp_path):
                       "asrkit.self (asrkit/self.py:1) -> asrkit.self"]
 
 
-def test_an_import_under_type_checking_is_no_edge_but_its_else_is(tmp_path):
-    typed = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from asrkit.hinted import X\n"
-             "else:\n    import asrkit.hinted\n")
-    [cycle] = import_cycles(_plant(tmp_path, {**CLEAN, "asrkit/typed.py": typed}))
-    assert {imp.where for imp in cycle} == {"asrkit/typed.py:5", "asrkit/hinted.py:1"}
+def test_a_cycle_closed_through_a_type_checking_import_is_reported(tmp_path):
+    """``decode/`` once read as one circle closed by type-hint imports; so does this plant."""
+    typed = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from asrkit.hinted import X\n"
+    [cycle] = import_cycles(_plant(tmp_path, {**CLEAN, "asrkit/typed.py": typed, "asrkit/hinted.py": "import asrkit.typed\n"}))
+    assert {imp.where for imp in cycle} == {"asrkit/typed.py:3", "asrkit/hinted.py:1"}
+
+
+def test_a_tool_importing_bench_or_bin_is_reported(tmp_path):
+    files = {**CLEAN, "tools/__init__.py": "", "tools/ok.py": "from asrkit import high\nfrom tools import ok\n",
+             "tools/packs.py": "from bench.gpu_stages.corpus import pack_corpus\n",
+             "tools/runs.py": "def main():\n    from asrkit.bin import tool\n",
+             "tools/benchmark_name.py": "import benchmarks\n"}  # (not bench)
+    found = script_imports(_plant(tmp_path, files), "tools", TOOLS_MAY_NOT_IMPORT)
+    assert found == ["tools/packs.py:1", "tools/runs.py:2"]
 
 
 def test_every_form_of_importing_bin_below_bin_is_reported(tmp_path):

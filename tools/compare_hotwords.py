@@ -27,16 +27,15 @@ from pathlib import Path
 import soundfile as sf
 import torch
 
-from asrkit.bin.export import add_model_args, load_for_export
 from asrkit.decode import DecodingOptions
 from asrkit.decode.context_graph import read_phrase_list
-from asrkit.decode.fusion import build_fusion
+from asrkit.decode.options import build_fusion
 from asrkit.decode.transducer_search import ModifiedBeamSearch, TransducerSearcher
 from asrkit.export.onnx_transducer import ENCODER_FILE, TOKENS_FILE
 from asrkit.export.sherpa import read_metadata
 from asrkit.export.sherpa_transducer import _files, adapter, runtime_features
-from asrkit.inputs import load_text_inputs
-from asrkit.io.files import atomic_write_text
+from asrkit.files import atomic_write_text
+from asrkit.trained_model import load_trained_model
 
 
 def sherpa_recognizer(onnx_dir: Path, meta: dict, beam: int, hotwords: str = "", score: float = 1.5):
@@ -57,7 +56,9 @@ def sherpa_text(recognizer, samples, rate) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_model_args(p)
+    p.add_argument("--config", required=True, help="the experiment's train.yaml")
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--override", action="append", default=[], metavar="KEY.PATH=VALUE")
     p.add_argument("--onnx_dir", required=True, type=Path)
     p.add_argument("--data_list", required=True)
     p.add_argument("--phrases", required=True)
@@ -70,9 +71,8 @@ def main(argv=None) -> int:
     p.add_argument("--out_dir", required=True, type=Path)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
-    cfg, _, model, feature_cmvn = load_for_export(args)
-    model.eval()
-    tokenizer = load_text_inputs(cfg, model_cmvn=False)
+    loaded = load_trained_model(args.config, args.checkpoint, overrides=args.override)
+    model, tokenizer, feature_cmvn = loaded.model, loaded.tokenizer, loaded.feature_cmvn
     options = DecodingOptions(modes=("modified_beam_search",), beam_size=args.beam,
                               context_phrases=read_phrase_list(args.phrases), context_graph_score=args.score,
                               context_strict=args.strict)

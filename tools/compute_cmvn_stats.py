@@ -38,7 +38,7 @@ from asrkit.data.audio import DataFault
 from asrkit.data.features import (CmvnStats, fbank_options, feature_record, features_difference,
                                   recorded_features, write_cmvn)
 from asrkit.data.lists import ListEntry, read_list, read_wav_scp
-from asrkit.io.files import WriteError
+from asrkit.files import WriteError
 
 _CHUNK = 64
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from asrkit.data.lists import ListError, is_wenet_shard_list, read_list, write_shard_list
 from asrkit.data.wenet_shards import load_wenet_shard_list
-from asrkit.io.files import WriteError, atomic_write_text
+from asrkit.files import WriteError, atomic_write_text
 
 
 def to_wenet(src: Path, dst: Path) -> str:

@@ -4,15 +4,19 @@ soundfile only, no asrkit import: what a deployment needs.
 
     tools/decode_exported.py --model exp/conformer/final.zip a.wav b.wav
     tools/decode_exported.py --model exp/conformer/final.zip --wav_scp data/test/wav.scp \\
-        [--mode attention_rescoring|ctc_greedy_search|ctc_prefix_beam_search|attention] \\
-        [--beam_size 10] [--ctc_weight 0.3] [--reverse_weight 0.0] [--batch_size 16] [--result_dir DIR]
+        [--mode MODE] [--beam_size K] [--ctc_weight W] [--reverse_weight R] [--batch_size 16] [--result_dir DIR]
 
 Prints ``key text`` per utterance (the key of a wav file given on the command line is
-its name without the extension) in the input order; ``--result_dir`` also writes the
-Kaldi ``text`` of every mode decoded to ``DIR/<mode>/text``: the model's
-``default_modes()`` (the modes sharing the CTC pass, or ``attention`` for a model
-without a CTC head) plus ``--mode``, all from one encoder pass.  A mode the model
-cannot run (``supported_modes()``) is refused with one line and exit status 2.
+its name without the extension) in the input order, decoded in ``--mode``: any mode the
+archive runs (its ``supported_modes()``: those of asrkit's decoding modes an archive
+carries that the model has the parts for, the transducer's included); by default
+``attention_rescoring`` where the archive runs it, else the first of its
+``default_modes()``.  ``--result_dir`` also writes the Kaldi ``text`` of every mode
+decoded to ``DIR/<mode>/text``: the archive's ``default_modes()`` (every supported mode
+but ``attention`` when the model has a CTC head) plus ``--mode``, all from one encoder
+pass.  A mode the archive does not run is refused with one line (the archive's own
+reason) and exit status 2.  The search options left out take the archive's defaults
+(those of ``asrkit.decode.DecodingOptions``).
 Features are computed exactly as asrkit computes them for decoding, with the options
 stored in the model: down-mix, resample to ``sample_rate()``, Kaldi fbank of the
 16-bit-scaled waveform (``num_mel_bins()``, ``frame_length()``, ``frame_shift()``, no
@@ -43,7 +47,8 @@ import torch
 import torchaudio
 
 SPACE = "\u2581"
-MODES = ("ctc_greedy_search", "ctc_prefix_beam_search", "attention_rescoring", "attention")
+DEFAULT_MODE = "attention_rescoring"  # (printed by default where the archive runs it)
+SEARCH_OPTIONS = ("beam_size", "ctc_weight", "reverse_weight", "blank_skip_threshold")
 
 
 def usage_error(message: str) -> None:
@@ -130,19 +135,40 @@ def to_text(tokens: list[int], units: list[str], separator: str, skip: set[int])
     return "".join(symbols).replace(SPACE, " ").strip()
 
 
-def main(argv: list[str] | None = None) -> int:
+def decoded_modes(model, mode: str | None) -> tuple[str, list[str]]:
+    """``(the mode printed, every mode decoded)`` of an archive ``model``: ``mode`` (``None``:
+    :data:`DEFAULT_MODE` where the archive runs it, else the first of its ``default_modes()``)
+    and the archive's ``default_modes()`` with it.  A mode the archive does not run is
+    refused as :func:`usage_error` says, in the archive's words."""
+    supported, modes = list(model.supported_modes()), list(model.default_modes())
+    if mode is None:
+        mode = DEFAULT_MODE if DEFAULT_MODE in supported else modes[0]
+    if mode not in supported:
+        reason = model.mode_refusals.get(mode) or model.unknown_mode.format(mode)
+        usage_error(f"--mode {mode}: {reason}; this model's modes: {' '.join(supported)}")
+    return mode, modes + ([mode] if mode not in modes else [])
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="exported TorchScript archive (final.zip)")
     p.add_argument("wavs", nargs="*", help="wav files (key = file name without extension)")
     p.add_argument("--wav_scp", help="Kaldi wav.scp (key path per line)")
-    p.add_argument("--mode", choices=MODES, default="attention_rescoring", help="mode printed to stdout")
-    p.add_argument("--beam_size", type=int, default=10)
-    p.add_argument("--ctc_weight", type=float, default=0.3)
-    p.add_argument("--reverse_weight", type=float, default=0.0)
-    p.add_argument("--blank_skip_threshold", type=float, default=0.999)
+    p.add_argument("--mode", default=None,
+                   help=f"mode printed to stdout: one of the archive's supported_modes() (default: {DEFAULT_MODE} "
+                        f"where it runs it, else the first of its default_modes())")
+    p.add_argument("--beam_size", type=int, default=None, help="(default: the archive's)")
+    p.add_argument("--ctc_weight", type=float, default=None, help="(default: the archive's)")
+    p.add_argument("--reverse_weight", type=float, default=None, help="(default: the archive's)")
+    p.add_argument("--blank_skip_threshold", type=float, default=None, help="(default: the archive's)")
     p.add_argument("--batch_size", type=int, default=16)
-    p.add_argument("--result_dir", help="also write <result_dir>/<mode>/text for every mode")
+    p.add_argument("--result_dir", help="also write <result_dir>/<mode>/text for every mode decoded")
     p.add_argument("--num_threads", type=int, default=0, help="intra-op threads (0: torch default)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     if not args.wavs and not args.wav_scp:
         p.error("give wav files and/or --wav_scp")
@@ -160,14 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"decode_exported.py: error: {args.model}: not an exported asrkit archive ({first})", file=sys.stderr)
         return 2
-    if args.mode not in model.supported_modes():
-        print(f"decode_exported.py: error: this model cannot decode with --mode {args.mode} (it has "
-              f"{'no attention decoder' if model.has_ctc() else 'no CTC head'}); its modes: "
-              f"{' '.join(model.supported_modes())}", file=sys.stderr)
-        return 2
-    modes = list(model.default_modes())
-    if args.mode not in modes:
-        modes.append(args.mode)
+    mode, modes = decoded_modes(model, args.mode)
+    search = {name: getattr(args, name) for name in SEARCH_OPTIONS if getattr(args, name) is not None}
     units = model.units()
     skip = {model.blank_id(), model.eos_symbol()}
     separator = model.unit_separator()
@@ -206,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             if feat.shape[0] < min_frames:
                 print(f"warning: {key} has {feat.shape[0]} frames, fewer than the model's minimum "
                       f"{min_frames}: empty hypothesis", file=sys.stderr)
-                texts[key] = {m: "" for m in MODES}
+                texts[key] = {m: "" for m in modes}
             else:
                 feats.append((key, feat))
         if not feats:
@@ -217,26 +237,22 @@ def main(argv: list[str] | None = None) -> int:
             padded[i, : f.shape[0]] = f
         t0 = time.perf_counter()
         with torch.no_grad():
-            hyps = model.decode(padded, lengths, beam_size=args.beam_size, ctc_weight=args.ctc_weight,
-                                reverse_weight=args.reverse_weight, blank_skip_threshold=args.blank_skip_threshold,
-                                modes=modes)
+            hyps = model.decode(padded, lengths, modes=modes, **search)
         model_s += time.perf_counter() - t0
         for i, (key, _) in enumerate(feats):
             texts[key] = {mode: to_text(hyps[mode][i], units, separator, skip) for mode in hyps}
 
     pairs = [(key, path) for key, path in pairs if key not in skipped]
     for key, _ in pairs:
-        text = texts[key][args.mode]
+        text = texts[key][mode]
         print(f"{key} {text}" if text else key)
     if args.result_dir:
-        for mode in MODES:
-            if not all(mode in texts[key] for key, _ in pairs):
-                continue
-            out = Path(args.result_dir) / mode / "text"
+        for decoded in modes:
+            out = Path(args.result_dir) / decoded / "text"
             out.parent.mkdir(parents=True, exist_ok=True)
             with open(out, "w", encoding="utf-8") as f:
                 for key, _ in pairs:
-                    text = texts[key][mode]
+                    text = texts[key][decoded]
                     f.write(f"{key} {text}\n" if text else f"{key}\n")
     wall = time.perf_counter() - start
     if audio_s > 0:

@@ -27,9 +27,9 @@ from asrkit.data.lists import read_list
 from asrkit.data.processors import build_sample_processor
 from asrkit.decode import DecodingOptions
 from asrkit.decode.context_graph import read_phrase_list
-from asrkit.decode.fusion import build_fusion
-from asrkit.decode.recognizer import build_trained_model
-from asrkit.inputs import load_text_inputs
+from asrkit.decode.options import DEFAULTS, build_fusion
+from asrkit.trained_model import build_trained_model
+from asrkit.config_files import load_text_inputs
 from asrkit.metrics import score
 if __package__ in (None, ""):  # run by its path: the repository root importable, as under `python -m`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -43,12 +43,12 @@ def main(argv=None) -> int:
     p.add_argument("--data", required=True)
     p.add_argument("--mode", default="ctc_prefix_beam_search")
     p.add_argument("--lm_path", default=None)
-    p.add_argument("--lm_weight", type=float, default=0.5)
-    p.add_argument("--word_bonus", type=float, default=1.0)
+    p.add_argument("--lm_weight", type=float, default=DEFAULTS["lm_weight"])
+    p.add_argument("--word_bonus", type=float, default=DEFAULTS["word_bonus"])
     p.add_argument("--context_list_path", default=None)
-    p.add_argument("--context_graph_score", type=float, default=3.0)
-    p.add_argument("--beam_size", type=int, default=10)
-    p.add_argument("--batch_size", type=int, default=16)
+    p.add_argument("--context_graph_score", type=float, default=DEFAULTS["context_graph_score"])
+    p.add_argument("--beam_size", type=int, default=DEFAULTS["beam_size"])
+    p.add_argument("--batch_size", type=int, default=DEFAULTS["batch_size"])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--num_threads", type=int, default=0)
     args = p.parse_args(argv)

@@ -12,8 +12,8 @@ a signal of constant magnitude 1), or ``max``, the loudest gain at which no samp
 peak at 32767/32768) -- as 16-bit PCM WAV under ``<out>/<level>/``, as a quiet device would
 store it (quantization included).  A gain that would clip a sample at a dBFS target is
 lowered to the ``max`` gain and counted.  The recordings as they are decode too (``as_is``).
-Each level is decoded with ``asrkit.bin.recognize`` (``--mode``, in this process) and scored against the
-transcripts; the table of CER, WER, SER and the change of SER against ``as_is`` goes to
+Each level is decoded by ``python -m asrkit.bin.recognize`` (``--mode``; a tool runs the
+command, not its module) and scored against the transcripts; the table of CER, WER, SER and the change of SER against ``as_is`` goes to
 stdout and to ``<out>/levels.md``.
 """
 from __future__ import annotations
@@ -21,15 +21,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+PYTHONPATH = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # (the decoder's asrkit)
 
-from asrkit.bin import recognize  # noqa: E402
 from asrkit.metrics import read_text, score  # noqa: E402
 
 FULL_SCALE = 32767 / 32768
@@ -105,9 +108,10 @@ def main(argv=None) -> int:
         folder = args.out / level
         data, clipped = write_level(entries, level, folder)
         print(f"level {level}: decoding {len(entries)} utterances", file=sys.stderr, flush=True)
-        status = recognize.main(["--config", args.config, "--checkpoint", args.checkpoint, "--data", str(data),
-                                 "--modes", args.mode, "--result_dir", str(folder / "decode"),
-                                 "--num_threads", str(args.num_threads)])
+        status = subprocess.run([sys.executable, "-m", "asrkit.bin.recognize", "--config", args.config,
+                                 "--checkpoint", args.checkpoint, "--data", str(data), "--modes", args.mode,
+                                 "--result_dir", str(folder / "decode"), "--num_threads", str(args.num_threads)],
+                                env={**os.environ, "PYTHONPATH": PYTHONPATH}).returncode
         if status != 0:
             return status
         hyp_path = folder / "decode" / args.mode / "text"

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from asrkit.config import load_config
 from asrkit.decode.context_graph import ContextListError, read_phrase_list, tokenize_phrases
-from asrkit.inputs import BAD_INPUT, load_text_inputs
-from asrkit.io.files import atomic_write_text
+from asrkit.config_files import BAD_INPUT, load_text_inputs
+from asrkit.files import atomic_write_text
 
 
 def main(argv: list[str] | None = None) -> int:

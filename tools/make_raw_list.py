@@ -24,7 +24,7 @@ from pathlib import Path
 import soundfile as sf
 
 from asrkit.data.lists import ListError, read_wav_scp  # (one wav.scp reader, pipes refused)
-from asrkit.io.files import WriteError, atomic_write_text
+from asrkit.files import WriteError, atomic_write_text
 
 
 def read_table(path: Path, what: str) -> dict[str, str]:

@@ -23,7 +23,7 @@ member (absolute, with a ``..`` component, a backslash:
 ``asrkit.data.lists.unsafe_member_name``), is refused (exit status 2, the file, key and line
 named) before anything is written.  Utterances whose audio is missing, unreadable,
 truncated or empty are left out, each logged with its reason, and counted in a summary.
-Shards are written in parallel (``--num_threads`` processes), each atomically (``asrkit.io.files.atomic_write``: a
+Shards are written in parallel (``--num_threads`` processes), each atomically (``asrkit.files.atomic_write``: a
 temporary name renamed when complete).  A shard or the list that cannot be written (disk
 full, no permission) ends the run with a one-line ``error:`` and exit status 1.
 
@@ -47,7 +47,7 @@ import soundfile
 from asrkit.data.audio import DataFault, load_audio
 from asrkit.data.lists import ListEntry, ListError, read_list, unsafe_member_name, write_shard_list
 from asrkit.data.processors import Skip, SkipStats
-from asrkit.io.files import WriteError, atomic_write
+from asrkit.files import WriteError, atomic_write
 
 # soundfile read dtype that holds each WAV subtype without loss
 _EXACT_DTYPE = {"PCM_U8": "int16", "PCM_16": "int16", "PCM_24": "int32", "PCM_32": "int32",

@@ -41,7 +41,7 @@ import json
 import sys
 from pathlib import Path
 
-from asrkit.io.files import WriteError, atomic_write_bytes
+from asrkit.files import WriteError, atomic_write_bytes
 from asrkit.text.cjk import is_cjk, split_cjk
 from asrkit.text.tokenizer import CharTokenizer, normalize_text
 from asrkit.text.units import LAYOUTS, SPECIAL, units_from_symbols, write_units

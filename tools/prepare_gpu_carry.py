@@ -3,7 +3,7 @@
 espeak-ng, no soundfile and no network:
 
 * ``.gpu_carry/gpu_corpus.tar.gz``: the corpora it trains on, synthesized here with
-  espeak-ng (``tools/synthesize_corpus.py``) and packed by ``bench.gpu_stages.corpus``:
+  espeak-ng (``tools/synthesize_corpus.py``) and packed by ``tools.carried_corpus``:
   ``tiny`` (the test fixtures' 48/12/12 utterances, seed 7: ``pytest -m gpu`` reads it
   through ``ASRKIT_TEST_CORPUS``) and ``digits`` (the digits stage's train/dev sets);
 * ``.whl/``: the ``soundfile`` wheel for Python 3.12 manylinux x86_64 with the wheels it
@@ -26,7 +26,7 @@ from pathlib import Path
 
 if __package__ in (None, ""):  # run by its path: the repository root importable, as under `python -m`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.gpu_stages.corpus import pack_corpus
+from tools.carried_corpus import pack_corpus
 from tools import synthesize_corpus
 
 CORPUS_ARCHIVE = "gpu_corpus.tar.gz"

@@ -212,7 +212,7 @@ stage_train() {
 stage_average() {
   local n=$1 dir="" checkpoint="" average_num="" average_mode=best rest; shift
   bind "dir checkpoint average_num average_mode" "$@" && need dir checkpoint average_num || return 2
-  # (the checkpoint-naming rule is asrkit.io.checkpoint_names'; the shell asks it, never globs)
+  # (the checkpoint-naming rule is asrkit.checkpoint.names'; the shell asks it, never globs)
   local kind listing epochs=()
   kind=$(python -m asrkit.bin.checkpoints kind "$checkpoint") || return 1
   if [ "$kind" = average ] && [ -d "$dir" ]; then

@@ -28,10 +28,9 @@ import torch
 from asrkit.config import load_config
 from asrkit.data.features import fbank_options
 from asrkit.decode.context_graph import ContextListError, read_phrase_list
-from asrkit.decode.fusion import build_fusion
-from asrkit.decode.options import DecodingOptionError, DecodingOptions, check_encoder_context
-from asrkit.decode.recognizer import build_trained_model
-from asrkit.inputs import BAD_INPUT, load_text_inputs
+from asrkit.decode.options import DEFAULTS, DecodingOptionError, DecodingOptions, build_fusion, check_encoder_context
+from asrkit.trained_model import build_trained_model
+from asrkit.config_files import BAD_INPUT, load_text_inputs
 from asrkit.lm.arpa import ArpaError
 from asrkit.models.chunks import ChunkTraining
 from asrkit.stream.recognizer import StreamingRecognizer
@@ -42,16 +41,17 @@ def parse_args(argv):
     p.add_argument("--config", required=True, help="the experiment's train.yaml")
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--chunk_size", type=int, default=16, help="encoder frames per chunk")
-    p.add_argument("--num_left_chunks", type=int, default=-1, help="attention cache in chunks (-1: all)")
+    p.add_argument("--num_left_chunks", type=int, default=DEFAULTS["num_decoding_left_chunks"],
+                   help="attention cache in chunks (-1: all)")
     p.add_argument("--piece_ms", type=float, default=100.0, help="audio fed per call")
-    p.add_argument("--beam_size", type=int, default=10)
-    p.add_argument("--ctc_weight", type=float, default=0.3)
-    p.add_argument("--reverse_weight", type=float, default=0.0)
+    p.add_argument("--beam_size", type=int, default=DEFAULTS["beam_size"])
+    p.add_argument("--ctc_weight", type=float, default=DEFAULTS["ctc_weight"])
+    p.add_argument("--reverse_weight", type=float, default=DEFAULTS["reverse_weight"])
     p.add_argument("--lm_path", default=None, help="ARPA word LM fused into the search (docs/decoding.md)")
-    p.add_argument("--lm_weight", type=float, default=0.5)
-    p.add_argument("--word_bonus", type=float, default=1.0)
+    p.add_argument("--lm_weight", type=float, default=DEFAULTS["lm_weight"])
+    p.add_argument("--word_bonus", type=float, default=DEFAULTS["word_bonus"])
     p.add_argument("--context_list_path", default=None, help="phrases to bias this stream towards")
-    p.add_argument("--context_graph_score", type=float, default=3.0)
+    p.add_argument("--context_graph_score", type=float, default=DEFAULTS["context_graph_score"])
     p.add_argument("--num_threads", type=int, default=1)
     p.add_argument("wavs", nargs="+", type=Path)
     return p.parse_args(argv)

@@ -24,7 +24,7 @@ import json
 import sys
 from pathlib import Path
 
-from asrkit.io.files import atomic_write_text
+from asrkit.files import atomic_write_text
 from asrkit.lm.arpa import format_arpa
 from asrkit.lm.estimate import EstimateError, estimate_from_texts
 

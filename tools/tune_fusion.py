@@ -31,12 +31,15 @@ from asrkit.data.processors import build_sample_processor
 from asrkit.decode import DecodingOptionError, DecodingOptions, ModeError
 from asrkit.decode.batch import encoder_output
 from asrkit.decode.context_graph import ContextListError, read_phrase_list
-from asrkit.decode.fusion import Fusion, build_fusion
-from asrkit.decode.modes import REGISTRY, SharedOutputs, check_modes
-from asrkit.decode.recognizer import build_trained_model, duration_batches
+from asrkit.decode.fusion import Fusion
+from asrkit.decode.modes import REGISTRY, check_modes
+from asrkit.decode.options import DEFAULTS, build_fusion
+from asrkit.decode.recognizer import duration_batches
+from asrkit.trained_model import build_trained_model
 from asrkit.decode.searcher import Searcher
-from asrkit.inputs import load_text_inputs
-from asrkit.io.files import atomic_write_text
+from asrkit.decode.shared import SharedOutputs
+from asrkit.config_files import load_text_inputs
+from asrkit.files import atomic_write_text
 from asrkit.lm.arpa import ArpaError
 from asrkit.metrics import score
 
@@ -48,16 +51,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--data", required=True, help="dev data.list (its transcripts are the reference)")
     p.add_argument("--mode", default="ctc_prefix_beam_search")
     p.add_argument("--lm_path", default=None)
-    p.add_argument("--lm_weight", type=float, nargs="+", default=[0.5])
-    p.add_argument("--word_bonus", type=float, nargs="+", default=[1.0])
-    p.add_argument("--lm_oov_penalty", type=float, default=10.0)
+    p.add_argument("--lm_weight", type=float, nargs="+", default=[DEFAULTS["lm_weight"]])
+    p.add_argument("--word_bonus", type=float, nargs="+", default=[DEFAULTS["word_bonus"]])
+    p.add_argument("--lm_oov_penalty", type=float, default=DEFAULTS["lm_oov_penalty"])
     p.add_argument("--context_list_path", default=None)
-    p.add_argument("--context_graph_score", type=float, nargs="+", default=[3.0])
+    p.add_argument("--context_graph_score", type=float, nargs="+", default=[DEFAULTS["context_graph_score"]])
     p.add_argument("--score", choices=["word", "char"], default="word")
-    p.add_argument("--beam_size", type=int, default=10)
-    p.add_argument("--batch_size", type=int, default=16)
-    p.add_argument("--ctc_weight", type=float, default=0.3)
-    p.add_argument("--reverse_weight", type=float, default=0.0)
+    p.add_argument("--beam_size", type=int, default=DEFAULTS["beam_size"])
+    p.add_argument("--batch_size", type=int, default=DEFAULTS["batch_size"])
+    p.add_argument("--ctc_weight", type=float, default=DEFAULTS["ctc_weight"])
+    p.add_argument("--reverse_weight", type=float, default=DEFAULTS["reverse_weight"])
     p.add_argument("--override", action="append", default=[], metavar="KEY.PATH=VALUE")
     p.add_argument("--device", default="cpu")
     p.add_argument("--num_threads", type=int, default=0)
@@ -73,8 +76,10 @@ def grid(args) -> list[DecodingOptions]:
                   reverse_weight=args.reverse_weight, batch_size=args.batch_size)
     phrases = read_phrase_list(args.context_list_path) if args.context_list_path else ()
     points = [DecodingOptions(**common)]
-    weights = list(itertools.product(args.lm_weight, args.word_bonus)) if args.lm_path else [(0.5, 1.0)]
-    for (weight, bonus), context_score in itertools.product(weights, args.context_graph_score if phrases else [3.0]):
+    weights = (list(itertools.product(args.lm_weight, args.word_bonus)) if args.lm_path
+               else [(DEFAULTS["lm_weight"], DEFAULTS["word_bonus"])])
+    scores = args.context_graph_score if phrases else [DEFAULTS["context_graph_score"]]
+    for (weight, bonus), context_score in itertools.product(weights, scores):
         points.append(DecodingOptions(**common, lm_path=args.lm_path, lm_weight=weight, word_bonus=bonus,
                                       lm_oov_penalty=args.lm_oov_penalty, context_phrases=phrases,
                                       context_graph_score=context_score))

@@ -5,9 +5,9 @@
 
 ``--mode last``: the ``num`` ``epoch_*.pt`` with the largest epoch numbers; ``--mode
 best``: the ``num`` with the lowest CV loss recorded in their ``epoch_*.yaml``
-(:func:`asrkit.io.checkpoint_names.checkpoints_to_average` chooses).  The result holds the
+(:func:`asrkit.checkpoint.names.checkpoints_to_average` chooses).  The result holds the
 model weights (``{"model": state_dict}``) with the config and the units digests
-(``asrkit.inputs.INPUT_DIGESTS``) of the last checkpoint averaged, written atomically;
+(``asrkit.config_files.INPUT_DIGESTS``) of the last checkpoint averaged, written atomically;
 ``recognize`` and ``export`` load it like any checkpoint.  Fewer than ``--num``
 checkpoints to average: a warning with the requested and found counts, and the found ones
 are averaged; with ``--strict`` an error, exit status 2, nothing written.
@@ -25,11 +25,13 @@ import logging
 import sys
 from pathlib import Path
 
-from asrkit.inputs import INPUT_DIGESTS
+from asrkit.checkpoint.average import average_state_dicts
+from asrkit.checkpoint.load import CheckpointError, load_checkpoint
+from asrkit.checkpoint.names import (EPOCH, CheckpointSelectionError, checkpoints_to_average, parse_name,
+                                     training_checkpoints)
+from asrkit.checkpoint.save import save_checkpoint
+from asrkit.config_files import INPUT_DIGESTS
 from asrkit.models.lora import LORA_RECORD, merge_lora_state
-from asrkit.io.checkpoint_names import (EPOCH, CheckpointSelectionError, checkpoints_to_average, parse_name,
-                                        training_checkpoints)
-from asrkit.train import checkpoint as ckpt
 from asrkit.train.ema import ema_weights
 
 log = logging.getLogger("asrkit.train")
@@ -59,9 +61,9 @@ def main(argv=None) -> int:
                 print(f"error: {found}; pass --num {len(paths)} or train more epochs", file=sys.stderr)
                 return 2
             print(f"warning: {found}: averaging those {len(paths)}", file=sys.stderr)
-        averaged = ckpt.average_state_dicts(paths)
-        _save(args.dst, {"model": averaged, "averaged_from": [p.name for p in paths]}, ckpt.load_checkpoint(paths[-1]))
-    except (CheckpointSelectionError, ckpt.CheckpointError) as e:  # nothing to average, or one does not load: status 2
+        averaged = average_state_dicts(paths)
+        _save(args.dst, {"model": averaged, "averaged_from": [p.name for p in paths]}, load_checkpoint(paths[-1]))
+    except (CheckpointSelectionError, CheckpointError) as e:  # nothing to average, or one does not load: status 2
         print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:  # the average could not be written
@@ -76,7 +78,7 @@ def _save(dst: Path, out: dict, source: dict) -> None:
     for key in ("config", INPUT_DIGESTS):  # what the weights mean (config_version, units) travels with them
         if source.get(key) is not None:
             out[key] = source[key]
-    ckpt.save_checkpoint(dst, out)
+    save_checkpoint(dst, out)
 
 
 def _write_ema(args) -> int:
@@ -86,7 +88,7 @@ def _write_ema(args) -> int:
     if not epochs:
         raise CheckpointSelectionError(f"{args.model_dir}: no epoch checkpoint (epoch_<E>.pt) in "
                                        f"[{args.min_epoch}, {args.max_epoch}] to take the EMA from")
-    state = ckpt.load_checkpoint(epochs[-1])
+    state = load_checkpoint(epochs[-1])
     if state.get("ema") is None:
         raise CheckpointSelectionError(f"{epochs[-1]} holds no weight EMA: train with ema_decay (e.g. "
                                        f"--override ema_decay=0.999) to decode one")

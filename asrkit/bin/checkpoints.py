@@ -1,4 +1,4 @@
-"""The checkpoint-naming rule (:mod:`asrkit.io.checkpoint_names`) for shell scripts: one
+"""The checkpoint-naming rule (:mod:`asrkit.checkpoint.names`) for shell scripts: one
 path per line on stdout, nothing else.
 
     python -m asrkit.bin.checkpoints kind PATH           step | epoch | average | other
@@ -19,7 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from asrkit.io import checkpoint_names as names
+from asrkit.checkpoint import names
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -32,6 +32,7 @@ from typing import Callable, Optional
 
 from asrkit.bin import doctor, serve
 from asrkit.bin.search_args import add_search_args, search_options
+from asrkit.decode.options import AUTOCAST_DTYPES, DEFAULTS
 from asrkit.progress import AudioProgress
 
 log = logging.getLogger("asrkit.transcribe")
@@ -68,15 +69,16 @@ def configure_transcribe(p: argparse.ArgumentParser) -> None:
                         "else the newest epoch_/step_ checkpoint by recorded step)")
     p.add_argument("--override", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="experiment only: override a train.yaml value (repeatable)")
-    p.add_argument("--mode", default="attention_rescoring",
-                   help="ctc_greedy_search, ctc_prefix_beam_search, attention or attention_rescoring "
-                        "(any registered decoding mode the model can run)")
+    p.add_argument("--mode", default=DEFAULTS["modes"][0],
+                   help="decoding mode: any registered one the model runs (asrkit.decode.MODES; recognize --help "
+                        "lists them)")
     p.add_argument("--chunk", type=int, default=None,
                    help="decode with chunks of N encoder frames (streaming models; default: full context)")
-    p.add_argument("--left_chunks", type=int, default=-1, help="with --chunk: left chunks seen (-1: all)")
-    p.add_argument("--beam_size", type=int, default=10)
-    p.add_argument("--ctc_weight", type=float, default=0.3)
-    p.add_argument("--reverse_weight", type=float, default=0.0)
+    p.add_argument("--left_chunks", type=int, default=DEFAULTS["num_decoding_left_chunks"],
+                   help="with --chunk: left chunks seen (-1: all)")
+    p.add_argument("--beam_size", type=int, default=DEFAULTS["beam_size"])
+    p.add_argument("--ctc_weight", type=float, default=DEFAULTS["ctc_weight"])
+    p.add_argument("--reverse_weight", type=float, default=DEFAULTS["reverse_weight"])
     add_search_args(p)
     p.add_argument("--min_pause_s", type=float, default=0.15,
                    help="cut the audio where speech pauses this long (the voice-activity detector) and decode "
@@ -87,7 +89,7 @@ def configure_transcribe(p: argparse.ArgumentParser) -> None:
                    help="no voice-activity detection: decode each file whole (in --max_segment_s pieces "
                         "when longer; such cuts may fall inside words)")
     p.add_argument("--json", action="store_true", help="one JSON object per line, with times")
-    p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32",
+    p.add_argument("--dtype", choices=list(AUTOCAST_DTYPES), default=DEFAULTS["dtype"],
                    help="precision of the model passes (autocast; CTC scores stay fp32)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--num_threads", type=int, default=0, help="intra-op threads (0: torch default)")
@@ -104,7 +106,7 @@ def run_transcribe(args: argparse.Namespace) -> int:
 
     from asrkit.decode import DecodingOptionError, DecodingOptions, ModeError
     from asrkit.decode.context_graph import ContextListError
-    from asrkit.inputs import BAD_INPUT
+    from asrkit.config_files import BAD_INPUT
     from asrkit.lm.arpa import ArpaError
     from asrkit.transcribe import AudioError, ModelLoadError, SegmentationError, load_model
     from asrkit.transcribe.vad import VadUnavailableError

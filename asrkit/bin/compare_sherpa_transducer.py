@@ -19,7 +19,7 @@ import logging
 import sys
 from pathlib import Path
 
-from asrkit.bin.bad_input import run_tool
+from asrkit.bin.exit_status import run_tool
 from asrkit.bin.export import add_model_args, load_for_export
 from asrkit.export.onnx_transducer import Fbank
 from asrkit.export.sherpa_transducer import compare
@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg, _, model, feature_cmvn = load_for_export(args)
+    loaded = load_for_export(args)
+    cfg, model, feature_cmvn = loaded.cfg, loaded.model, loaded.feature_cmvn
     lines = Path(args.data_list).read_text(encoding="utf-8").splitlines()
     items = [json.loads(line) for line in lines if line.strip()]
     items = items[:args.limit] if args.limit > 0 else items

@@ -29,14 +29,13 @@ from pathlib import Path
 import torch
 import yaml
 
-from asrkit.bin.bad_input import run_tool
-from asrkit.inputs import input_digests, load_experiment_config, load_text_inputs
+from asrkit.bin.exit_status import run_tool
 from asrkit.config import to_dict
-from asrkit.data.features import load_cmvn
 from asrkit.decode.options import FULL_CONTEXT_ONLY
-from asrkit.decode.recognizer import build_trained_model
+from asrkit.config_files import input_digests
+from asrkit.trained_model import TrainedModel, load_trained_model
 from asrkit.export import export_model
-from asrkit.io.files import UnwritableDestination, check_destination
+from asrkit.files import UnwritableDestination, check_destination
 
 log = logging.getLogger("asrkit.export")
 
@@ -62,22 +61,18 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="skip the check of the exported model against eager decoding")
 
 
-def load_for_export(args: argparse.Namespace):
-    """``(cfg, tokenizer, model, feature_cmvn)`` from ``--config``/``--override``/
-    ``--checkpoint``; ``feature_cmvn`` is the data pipeline's CMVN (``dataset_conf.cmvn_file``),
-    which an exported model applies itself, or ``None``."""
+def load_for_export(args: argparse.Namespace) -> TrainedModel:
+    """The model ``--config``/``--override``/``--checkpoint`` name
+    (:func:`asrkit.trained_model.load_trained_model`), on the CPU, after ``--num_threads``."""
     if args.num_threads > 0:
         torch.set_num_threads(args.num_threads)
-    cfg = load_experiment_config(args.config, args.override)  # (its relative paths found as recognize does)
-    tokenizer = load_text_inputs(cfg, model_cmvn=False)  # (checked before the model is built)
-    model = build_trained_model(cfg, args.checkpoint, tokenizer.vocabulary, "cpu")
-    cmvn_file = cfg.dataset_conf.cmvn_file
-    return cfg, tokenizer, model, (load_cmvn(cmvn_file) if cmvn_file else None)
+    return load_trained_model(args.config, args.checkpoint, overrides=args.override)
 
 
 def run(args: argparse.Namespace) -> int:
     check_destination("--output", args.output, folder=False)
-    cfg, tokenizer, model, feature_cmvn = load_for_export(args)
+    loaded = load_for_export(args)
+    cfg, tokenizer, model, feature_cmvn = loaded.cfg, loaded.tokenizer, loaded.model, loaded.feature_cmvn
     config_text = Path(args.config).read_text(encoding="utf-8")
     if args.override:  # store the config the model was built from
         config_text = yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True)

@@ -31,12 +31,12 @@ import sys
 from pathlib import Path
 
 from asrkit.bin import export_onnx_transducer
-from asrkit.bin.bad_input import run_tool
+from asrkit.bin.exit_status import run_tool
 from asrkit.bin.export import add_model_args, load_for_export, refuse_streaming
 from asrkit.data.audio import DataFault
 from asrkit.export.onnx import FBANK_DEFAULTS, export_onnx
 from asrkit.export.runtime_features import runtime_feature_mismatch
-from asrkit.io.files import UnwritableDestination, check_destination
+from asrkit.files import UnwritableDestination, check_destination
 from asrkit.models.chunks import ChunkTraining
 from asrkit.models.transducer.model import Transducer
 
@@ -58,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     check_destination("--output_dir", args.output_dir, folder=True)
-    cfg, tokenizer, model, feature_cmvn = load_for_export(args)
+    loaded = load_for_export(args)
+    cfg, tokenizer, model, feature_cmvn = loaded.cfg, loaded.tokenizer, loaded.model, loaded.feature_cmvn
     if isinstance(model, Transducer):  # sherpa-onnx's transducer layout (asrkit/bin/export_onnx_transducer.py)
         return export_onnx_transducer.run(args, cfg, tokenizer, model, feature_cmvn)
     if model.ctc is None:

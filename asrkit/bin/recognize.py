@@ -20,7 +20,7 @@ transcript scored against it (tools/compute_wer.py's format), then one line sayi
 was not scored -- the skipped utterances by reason and those without a transcript (a list
 may leave out ``txt``: an unlabelled list decodes; it has nothing to score, which is logged
 instead of a score).  Relative paths of ``--config`` are found as ``asrkit transcribe``
-finds them (:func:`asrkit.inputs.load_experiment_config`), and ``--dtype bf16`` on a CPU
+finds them (:func:`asrkit.config_files.load_experiment_config`), and ``--dtype bf16`` on a CPU
 without native bf16 logs training's warning (:func:`asrkit.precision.decoding_precision_warning`).
 Progress lines report the real-time factor (wall time / audio time; "model" counts only
 encoder and searches).  Exit status 0 on success, 1 on a clear error, 2 on bad usage --
@@ -51,21 +51,19 @@ from pathlib import Path
 
 import torch
 
-from asrkit.bin.bad_input import run_tool
+from asrkit.bin.exit_status import run_tool
 from asrkit.bin.search_args import add_search_args, search_options
-from asrkit.inputs import load_experiment_config, load_text_inputs
 from asrkit.lm.arpa import ArpaError
 from asrkit.data.lists import read_list
 from asrkit.data.processors import build_sample_processor
 from asrkit.decode import MODES, DecodingOptionError, DecodingOptions, ModeError
 from asrkit.decode.context_graph import ContextListError
-from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
-from asrkit.decode.fusion import build_fusion
 from asrkit.decode.modes import fused_modes
-from asrkit.decode.options import check_encoder_context
-from asrkit.decode.recognizer import Progress, build_trained_model, recognize, score_modes, write_text
+from asrkit.decode.options import AUTOCAST_DTYPES, DEFAULTS, build_fusion, check_encoder_context
+from asrkit.decode.recognizer import Progress, recognize, score_modes, write_text
 from asrkit.models.chunks import ChunkTraining
 from asrkit.precision import decoding_precision_warning
+from asrkit.trained_model import open_experiment
 
 log = logging.getLogger("asrkit.recognize")
 
@@ -76,26 +74,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", required=True, help="checkpoint (training checkpoint or bare state_dict)")
     p.add_argument("--data", required=True, help="data.list (raw, shard or WeNet shard list) to decode")
     p.add_argument("--result_dir", required=True, help="writes <result_dir>/<mode>/text")
-    p.add_argument("--modes", nargs="+", default=["attention_rescoring"], choices=MODES, metavar="MODE",
+    p.add_argument("--modes", nargs="+", default=list(DEFAULTS["modes"]), choices=MODES, metavar="MODE",
                    help=f"decoding modes, any of: {' '.join(MODES)}")
-    p.add_argument("--beam_size", type=int, default=10)
-    p.add_argument("--batch_size", type=int, default=16)
-    p.add_argument("--ctc_weight", type=float, default=0.3,
+    p.add_argument("--beam_size", type=int, default=DEFAULTS["beam_size"])
+    p.add_argument("--batch_size", type=int, default=DEFAULTS["batch_size"])
+    p.add_argument("--ctc_weight", type=float, default=DEFAULTS["ctc_weight"],
                    help="attention_rescoring: weight of the CTC score (the transducer rescorings: of the "
                         "search score)")
-    p.add_argument("--reverse_weight", type=float, default=0.0,
+    p.add_argument("--reverse_weight", type=float, default=DEFAULTS["reverse_weight"],
                    help="attention_rescoring: weight of the right-to-left decoder (bitransformer)")
-    p.add_argument("--blank_skip_threshold", type=float, default=DEFAULT_BLANK_SKIP_THRESHOLD,
+    p.add_argument("--blank_skip_threshold", type=float, default=DEFAULTS["blank_skip_threshold"],
                    help="prefix beam search: frames with P(blank) above this add no new prefixes "
                         "(1.0 disables)")
-    p.add_argument("--length_penalty", type=float, default=0.0,
+    p.add_argument("--length_penalty", type=float, default=DEFAULTS["length_penalty"],
                    help="attention: rank hypotheses by score / tokens**length_penalty (WeNet's; 0: plain score)")
-    p.add_argument("--blank_penalty", type=float, default=0.0,
+    p.add_argument("--blank_penalty", type=float, default=DEFAULTS["blank_penalty"],
                    help="CTC modes and attention_rescoring's n-best: subtract this from the blank logit "
                         "before the CTC searches (WeNet's; 0: none)")
-    p.add_argument("--decoding_chunk_size", type=int, default=-1,
+    p.add_argument("--decoding_chunk_size", type=int, default=DEFAULTS["decoding_chunk_size"],
                    help="-1 or 0: full context; N > 0: chunks of N encoder frames (streaming)")
-    p.add_argument("--num_decoding_left_chunks", type=int, default=-1,
+    p.add_argument("--num_decoding_left_chunks", type=int, default=DEFAULTS["num_decoding_left_chunks"],
                    help="with --decoding_chunk_size N > 0: chunks to the left each frame sees (-1: all)")
     p.add_argument("--simulate_streaming", action="store_true",
                    help="run the encoder chunk by chunk with caches (needs --decoding_chunk_size > 0)")
@@ -105,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "utterances that have one)")
     p.add_argument("--override", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a config value (repeatable), e.g. tokenizer_conf.symbol_table_path=...")
-    p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32",
+    p.add_argument("--dtype", choices=list(AUTOCAST_DTYPES), default=DEFAULTS["dtype"],
                    help="precision of the model passes (autocast; CTC scores stay fp32; docs/performance.md)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     p.add_argument("--num_threads", type=int, default=0, help="intra-op threads (0: torch default)")
@@ -130,10 +128,10 @@ def run(args: argparse.Namespace) -> int:
     slow = decoding_precision_warning(options.dtype, args.device)
     if slow:
         log.warning("%s", slow)
-    cfg = load_experiment_config(args.config, args.override)  # (its relative paths found as transcribe does)
+    experiment = open_experiment(args.config, args.override)  # (checked before the model is built)
+    cfg, tokenizer = experiment.cfg, experiment.tokenizer
     check_encoder_context(options, ChunkTraining.from_config(cfg).chunked)
-    tokenizer = load_text_inputs(cfg, model_cmvn=False)  # (checked before the model is built)
-    fusion = build_fusion(options, tokenizer)  # (the LM file and the phrases' units, likewise)
+    fusion = build_fusion(options, tokenizer)  # (the LM file and the phrases' units)
     # (keys checked; txt optional: audio nobody transcribed decodes. A WeNet shard list's index, if not cached)
     entries = read_list(args.data, cache_dir=args.result_dir, require_txt=False)
     unlabelled = sum(e.txt is None for e in entries)
@@ -142,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
                  unlabelled, len(entries))
     processor = build_sample_processor(cfg.dataset_conf, tokenizer, train=False, seed=0, apply_filter=False,
                                        labels=False)
-    model = build_trained_model(cfg, args.checkpoint, tokenizer.vocabulary, args.device)
+    model = experiment.load_model(args.checkpoint, args.device).model
     progress = Progress()
     results = recognize(model, entries, processor, tokenizer, options, device=args.device, progress=progress,
                         fusion=fusion)

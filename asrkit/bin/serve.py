@@ -13,6 +13,8 @@ import argparse
 import os
 import sys
 
+from asrkit.decode.options import DEFAULTS  # (no torch: `asrkit --help` stays fast)
+
 SUMMARY = "a streaming recognition server: WeNet's websocket protocol, a browser page, file uploads"
 
 
@@ -27,12 +29,15 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--certfile", default=None, help="TLS certificate (PEM): serve https/wss (browsers give a page "
                                                     "the microphone only on localhost or over https)")
     p.add_argument("--keyfile", default=None, help="TLS private key (PEM), with --certfile")
-    p.add_argument("--mode", default="attention_rescoring", help="decoding mode of final results")
+    p.add_argument("--mode", default=DEFAULTS["modes"][0],
+                   help="decoding mode of final results: a registered one the model runs (asrkit.decode.MODES; "
+                        "a chunk-trained model's, one a stream runs)")
     p.add_argument("--chunk", type=int, default=16, help="chunk-trained models: encoder frames per chunk")
-    p.add_argument("--left_chunks", type=int, default=-1, help="chunk-trained models: left chunks seen (-1: all)")
-    p.add_argument("--beam_size", type=int, default=10)
-    p.add_argument("--ctc_weight", type=float, default=0.3)
-    p.add_argument("--reverse_weight", type=float, default=0.0)
+    p.add_argument("--left_chunks", type=int, default=DEFAULTS["num_decoding_left_chunks"],
+                   help="chunk-trained models: left chunks seen (-1: all)")
+    p.add_argument("--beam_size", type=int, default=DEFAULTS["beam_size"])
+    p.add_argument("--ctc_weight", type=float, default=DEFAULTS["ctc_weight"])
+    p.add_argument("--reverse_weight", type=float, default=DEFAULTS["reverse_weight"])
     p.add_argument("--partial_interval_s", type=float, default=0.5,
                    help="full-context models: re-decode the segment for a partial result every this many "
                         "seconds of audio")
@@ -79,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     import ssl
 
     # (these defer torch, the models and websockets: `asrkit --help` stays fast)
-    from asrkit.inputs import BAD_INPUT
+    from asrkit.config_files import BAD_INPUT
     from asrkit.serve import RecognitionServer, ServedModel, ServerLimits, ServeSettings, SettingsError
     from asrkit.transcribe import ModelLoadError, load_model
 

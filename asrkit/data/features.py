@@ -41,7 +41,7 @@ from typing import Optional
 import torch
 import torchaudio.compliance.kaldi as kaldi
 
-from asrkit.io.files import atomic_write_text
+from asrkit.files import atomic_write_text
 
 INT16_SCALE = 1 << 15
 VARIANCE_FLOOR = 1.0e-20
@@ -179,7 +179,7 @@ def features_difference(recorded: dict, wanted: dict) -> str:
 
 def write_cmvn(path: str | Path, stats: CmvnStats, features: Optional[dict] = None) -> None:
     """Write ``stats`` as a WeNet global CMVN JSON file, atomically
-    (:class:`asrkit.io.files.WriteError` on failure, the old file kept), recording
+    (:class:`asrkit.files.WriteError` on failure, the old file kept), recording
     ``features`` (:func:`feature_record`) when given."""
     if stats.frames == 0:
         raise ValueError("no frames accumulated: refusing to write empty CMVN statistics")

@@ -68,7 +68,7 @@ import soundfile
 from asrkit.data.list_entries import (AUDIO_EXTENSIONS, ListEntry, ListError, check_keys, checked_field,
                                       is_wenet_shard_list, shard_entries, shard_list_text, unsafe_member_name)
 from asrkit.data.wenet_shards import load_wenet_shard_list
-from asrkit.io.files import atomic_write_text
+from asrkit.files import atomic_write_text
 
 # The entry types and checks live in asrkit.data.list_entries, below both list readers (this
 # module and asrkit.data.wenet_shards); they are named here too, so that callers of any list
@@ -179,7 +179,7 @@ def write_shard_list(path: str | Path, shards: list[tuple[str, list[ListEntry]]]
     """Write a shard list (:func:`asrkit.data.list_entries.shard_list_text`): one line per
     ``(tar path, members)``, members in tar order (each needs ``offset``, ``size`` and
     ``duration``).  Written atomically
-    (:class:`asrkit.io.files.WriteError` on failure, the old file kept)."""
+    (:class:`asrkit.files.WriteError` on failure, the old file kept)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, shard_list_text(shards))

@@ -1,5 +1,5 @@
 """``dataset_conf`` keys owned by the epoch plan and the loader
-(``asrkit.data.batching``, ``asrkit.data.sampler``, ``asrkit.data.dataset``).
+(``asrkit.data.batch_plan``, ``asrkit.data.sampler``, ``asrkit.data.dataset``).
 
 WeNet key names are kept (``list_shuffle``, ``shuffle``, ``shuffle_conf.shuffle_size``,
 ``sort``, ``sort_conf.sort_size``, ``batch_conf.{batch_type, batch_size,
@@ -58,7 +58,7 @@ class BatchConf:
       utterances; ``bucket_batch_sizes`` has one more entry than ``bucket_boundaries``
       (the last bucket takes everything longer).
     Lengths are planned frames: 100 per second of listed duration (see
-    ``asrkit.data.batching.planned_frames``).
+    ``asrkit.data.batch_plan.planned_frames``).
     """
 
     batch_type: Literal["static", "dynamic", "bucket"] = "static"

@@ -301,7 +301,7 @@ def build_sample_processor(dataset_conf, tokenizer, *, train: bool, seed: int,
     ``labels=False`` (decoding) reads no transcript: :func:`no_tokens` instead of
     :func:`tokenize`, so unlabelled entries and empty transcripts decode too.
     When ``cmvn_file`` is set, its statistics are ``cmvn_stats`` (``(mean, istd)``, as
-    ``asrkit.inputs.ModelInputs.data_cmvn`` holds them) or, without them, loaded here once.
+    ``asrkit.config_files.ModelInputs.data_cmvn`` holds them) or, without them, loaded here once.
     """
     conf = dataset_conf
     fb = conf.fbank_conf

@@ -14,7 +14,7 @@ Plan of epoch ``e`` (training loader)
     3. ``sort``: utterances are sorted by planned frames within consecutive windows of
        ``sort_conf.sort_size`` (WeNet's sort buffer as a plan step).
     4. Batching per ``batch_conf`` (static / dynamic / bucket, see
-       ``asrkit.data.batching``).
+       ``asrkit.data.batch_plan``).
     5. If the loader shuffles (``list_shuffle`` or ``shuffle``), the batch order is
        permuted, so sorted windows do not give the epoch a length trend.
     Randomness of step ``k`` comes from ``numpy.random.default_rng([seed, e, k])``: the
@@ -26,7 +26,7 @@ Plan of epoch ``e`` (training loader)
 
 Dealing to ranks: equal batch counts, nothing lost, nothing repeated
     The ``N`` batches of the plan are made a multiple of the world size ``W`` by
-    ``asrkit.data.batching.split_to_multiple``: ``(-N) % W`` batches are split (the
+    ``asrkit.data.batch_plan.split_to_multiple``: ``(-N) % W`` batches are split (the
     largest ones; a split batch becomes near-equal halves, thirds...) -- no utterance is
     dropped or repeated, in training or in CV.  Only when there are fewer utterances than
     the ``ceil(N / W) x W`` batches needed (a list shorter than the world, or batches of
@@ -65,7 +65,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from asrkit.data.batching import (bucket_batches, dynamic_batches, permute_groups, permute_within_windows,
+from asrkit.data.batch_plan import (bucket_batches, dynamic_batches, permute_groups, permute_within_windows,
                                   planned_frames, sort_within_windows, split_to_multiple, static_batches)
 from asrkit.data.mixing import epoch_selection
 from asrkit.data.processors import draw_speed
@@ -103,7 +103,7 @@ class EpochPlanner:
     perturbation factors of a training loader (None: no perturbation); each utterance is
     then planned at the length it really gets in that epoch,
     ``duration / asrkit.data.processors.draw_speed(seed, epoch, key, speeds)``, so sorting
-    and ``max_frames_in_batch`` see the perturbed lengths (see ``asrkit.data.batching``)."""
+    and ``max_frames_in_batch`` see the perturbed lengths (see ``asrkit.data.batch_plan``)."""
 
     def __init__(self, keys: Sequence[str], durations: Sequence[float], tars: Sequence[str | None],
                  conf: Any, *, train: bool, seed: int, speeds: Sequence[float] | None = None,

@@ -54,7 +54,7 @@ The cache
     index lives in memory only, with a warning).  A read uses the first of the two caches
     that holds every listed tar with its absolute path, size, mtime (ns) and inode
     unchanged.  Otherwise the tars found in neither are scanned (again) and the cache is
-    rewritten atomically (``asrkit.io.files``) with exactly the listed tars.  Ranks reading
+    rewritten atomically (``asrkit.files``) with exactly the listed tars.  Ranks reading
     one list at once each scan what is missing and write the same index atomically; the
     last rename wins.  A cache that cannot be parsed is ignored with a warning.
 
@@ -83,7 +83,7 @@ import soundfile
 
 from asrkit.data.list_entries import (AUDIO_EXTENSIONS, COMPRESSED_TAR_SUFFIXES, ListEntry, ListError,
                                       is_wenet_shard_list, shard_entries, shard_list_text, unsafe_member_name)
-from asrkit.io.files import WriteError, atomic_write_text
+from asrkit.files import WriteError, atomic_write_text
 
 logger = logging.getLogger("asrkit.data")
 

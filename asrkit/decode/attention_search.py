@@ -113,14 +113,13 @@ class AttentionBeamSearch:
         return hyps, scores
 
 
-def decoder_inputs(hyps: List[List[int]], sos: int, eos: int, device: torch.device
+def decoder_inputs(hyps: List[List[int]], sos: int, eos: int, device: torch.device, width: int = 0
                    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Teacher-forcing tensors for token sequences: ``ys_in`` (``<sos>`` + hyp, padded
-    with ``<eos>``), ``ys_out`` (hyp + ``<eos>``, padded with −1), input lengths."""
-    width = 0
+    with ``<eos>``), ``ys_out`` (hyp + ``<eos>``, padded with −1), input lengths; ``[N, W]``
+    each, ``W`` the longest hyp + 1, or ``width`` when that is more."""
     for h in hyps:
-        width = max(width, len(h))
-    width += 1
+        width = max(width, len(h) + 1)
     rows_in: List[List[int]] = []
     rows_out: List[List[int]] = []
     lengths: List[int] = []
@@ -129,19 +128,22 @@ def decoder_inputs(hyps: List[List[int]], sos: int, eos: int, device: torch.devi
         rows_in.append([sos] + h + [eos] * pad)
         rows_out.append(h + [eos] + [-1] * pad)  # -1: asrkit.models.losses.IGNORE_ID
         lengths.append(len(h) + 1)
-    return (torch.tensor(rows_in, dtype=torch.long, device=device),
-            torch.tensor(rows_out, dtype=torch.long, device=device),
+    return (torch.tensor(rows_in, dtype=torch.long, device=device).view(len(hyps), width),
+            torch.tensor(rows_out, dtype=torch.long, device=device).view(len(hyps), width),
             torch.tensor(lengths, dtype=torch.long, device=device))
 
 
-def reversed_hypotheses(hyps: List[List[int]]) -> List[List[int]]:
-    """Each token sequence reversed (the right-to-left decoder's targets)."""
-    out: List[List[int]] = []
+def reversed_decoder_inputs(hyps: List[List[int]], sos: int, eos: int, device: torch.device, width: int = 0
+                            ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The right-to-left decoder's teacher-forcing tensors: :func:`decoder_inputs` of each
+    token sequence reversed (``r_ys_in``: ``<sos>`` + the hyp reversed, padded with ``<eos>``;
+    ``r_ys_out``: the hyp reversed + ``<eos>``)."""
+    reversed_hyps: List[List[int]] = []
     for h in hyps:
         r = h.copy()
         r.reverse()
-        out.append(r)
-    return out
+        reversed_hyps.append(r)
+    return decoder_inputs(reversed_hyps, sos, eos, device, width)
 
 
 def teacher_forced_scores(logits: torch.Tensor, ys_out: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """Decoding a padded batch: the encoder runs once (full context, masked chunks, or chunk
 by chunk with caches) and its output feeds every requested mode (the registry,
-:mod:`asrkit.decode.modes`; the searches themselves are :class:`asrkit.decode.searcher.Searcher`'s
-methods)."""
+:mod:`asrkit.decode.modes`, says how each runs on the outputs they share,
+:class:`asrkit.decode.shared.SharedOutputs`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,9 +10,10 @@ from typing import Optional
 import torch
 
 from asrkit.decode.fusion import Fusion
-from asrkit.decode.modes import REGISTRY, SharedOutputs, check_modes
+from asrkit.decode.modes import REGISTRY, check_modes, check_reverse_weight
 from asrkit.decode.options import DecodingOptionError, DecodingOptions
 from asrkit.decode.searcher import Searcher
+from asrkit.decode.shared import SharedOutputs
 
 
 def encoder_output(model, feats: torch.Tensor, feats_lengths: torch.Tensor, options: DecodingOptions
@@ -60,23 +61,23 @@ def decode(model, feats: torch.Tensor, feats_lengths: torch.Tensor, options: Dec
     one prefix beam search.  ``blank_penalty`` applies to every CTC search, including the
     n-best and CTC scores of ``attention_rescoring``; ``length_penalty`` only ranks
     ``attention`` hypotheses.  A mode the model cannot run raises
-    :class:`asrkit.decode.modes.ModeError`, ``reverse_weight > 0`` with
-    ``attention_rescoring`` on a model without a right-to-left decoder ``ValueError``.
+    :class:`asrkit.decode.modes.ModeError`, ``reverse_weight > 0`` with a mode that reads it
+    (:func:`asrkit.decode.modes.check_reverse_weight`) on a model without a right-to-left
+    decoder ``ValueError``, both before the encoder runs.
     The model passes run under ``options.autocast`` (``options.dtype``).  The model should be
     in eval mode (``model.eval()``).
 
-    ``fusion``: :func:`asrkit.decode.fusion.build_fusion` of ``options`` and the model's
+    ``fusion``: :func:`asrkit.decode.options.build_fusion` of ``options`` and the model's
     tokenizer when they ask for an LM or context phrases (:class:`DecodingOptionError`
     without it); the modes that take them (:func:`asrkit.decode.modes.fused_modes`) search
-    with it, the others as without.  ``None`` and options without an LM or phrases: today's
-    searches, unchanged."""
+    with it, the others as without.  With ``None`` (options asking for neither) every mode
+    searches exactly as without :mod:`asrkit.decode.fusion`."""
     if options.fused != (fusion is not None):
         raise DecodingOptionError("an LM or context phrases in the options need fusion=build_fusion(options, "
                                   "tokenizer), and fusion needs them in the options")
     searcher = Searcher.of_model(model)
     modes = check_modes(searcher, options.modes)
-    if options.reverse_weight > 0.0 and "attention_rescoring" in modes and not searcher.bidirectional:
-        raise ValueError("reverse_weight > 0 needs a model with decoder bitransformer")
+    check_reverse_weight(searcher, modes, options.reverse_weight)
     with options.autocast(feats.device.type):  # (fp32: no autocast)
         enc_out, enc_lengths = encoder_output(model, feats, feats_lengths, options)
         shared = SharedOutputs.from_options(searcher, enc_out, enc_lengths, options, model)

@@ -27,12 +27,10 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 import torch
 
 from asrkit.decode.fusion import Fusion
+from asrkit.decode.search_defaults import DEFAULT_BLANK_SKIP_THRESHOLD
 from asrkit.models.mask import valid_mask
 
 NEG_INF = float("-inf")
-# A frame whose blank probability exceeds this only extends existing prefixes by blank
-# or by repeating their last token (no new prefixes).
-DEFAULT_BLANK_SKIP_THRESHOLD = 0.999
 
 
 class Hypothesis(NamedTuple):

@@ -26,14 +26,11 @@ the end; with no fusion object it runs exactly as without this module.
 # (no ``from __future__ import annotations``: TorchScript reads the annotations of Fusion)
 import functools
 import os
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
-from asrkit.decode.context_graph import ContextGraph, build_context_graph, tokenize_phrases
+from asrkit.decode.context_graph import ContextGraph
 from asrkit.lm.arpa import NgramLm, load_lm
 from asrkit.text.cjk import is_cjk
-
-if TYPE_CHECKING:
-    from asrkit.decode.options import DecodingOptions
 
 CONTINUES = 0  # the unit continues the current word
 STARTS = 1     # the unit starts a new word (its text after the leading ▁)
@@ -140,22 +137,3 @@ def cached_lm(path) -> NgramLm:
     except OSError:
         return load_lm(path)  # (its one-line refusal)
     return _cached_lm(path, stat.st_mtime_ns, stat.st_size)
-
-
-def build_fusion(options: "DecodingOptions", tokenizer) -> Optional[Fusion]:
-    """The :class:`Fusion` of ``options`` (``lm_path``, ``lm_weight``, ``word_bonus``,
-    ``context_phrases``, ``context_graph_score``) for a model with ``tokenizer``'s units, or
-    ``None`` when they ask for neither an LM nor biasing.  Raises
-    :class:`asrkit.lm.arpa.ArpaError` for an LM file that is not a complete ARPA model and
-    :class:`asrkit.decode.context_graph.ContextListError` for a phrase the model's units
-    cannot spell (one line each)."""
-    if not options.fused:
-        return None
-    lm = cached_lm(options.lm_path) if options.lm_path is not None else None
-    context = None
-    if options.context_phrases:
-        ids = tokenize_phrases(options.context_phrases, tokenizer)
-        context = build_context_graph(ids, options.context_graph_score, tokenizer.vocab_size, options.context_strict)
-    silent = (tokenizer.blank_id, tokenizer.sos_id, tokenizer.eos_id)
-    kinds, texts = unit_kinds(tokenizer.symbols, bool(getattr(tokenizer, "split_with_space", False)), silent)
-    return Fusion(lm, options.lm_weight, options.word_bonus, options.lm_oov_penalty, kinds, texts, context)

@@ -1,20 +1,22 @@
-"""The decoding-mode registry: what each mode needs from the model and how it runs from
-the outputs every mode of a batch shares (one encoder pass, one CTC log-softmax, one
-prefix-beam n-best).  A new mode is one :func:`register_mode` call."""
+"""The decoding-mode registry, the one place that says what each mode is: one
+:class:`DecodingMode` per mode holds what it needs from the model, how it runs on the
+outputs every mode of a batch shares (:class:`asrkit.decode.shared.SharedOutputs`: one
+encoder pass, one CTC log-softmax, one prefix-beam n-best), which results it gives (token
+ids, its own n-best, token times), whether it takes LM fusion, reads ``reverse_weight`` or
+runs in an exported archive, and how a stream runs it.  What the other parts offer is read
+from here: the exported module's modes (:func:`scripted_modes`), the stream's search
+(:mod:`asrkit.stream.searches`), transcription's token times, a server's partial results,
+the command lines' choices.  A new mode is one :func:`register_mode` call."""
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple
-
-import torch
+from typing import Any, Callable, Iterable, List, Optional, Tuple
 
 from asrkit.decode import transducer_modes as td
 from asrkit.decode.attention_search import pick_rescored, rank_rescored
-from asrkit.decode.ctc_search import ctc_prefix_beam_search_fused
-from asrkit.decode.searcher import Searcher
-
-if TYPE_CHECKING:
-    from asrkit.decode.options import DecodingOptions
+from asrkit.decode.searcher import Searcher, has_transducer
+from asrkit.decode.shared import SharedOutputs
+from asrkit.decode.transducer_search import MAX_SYMBOLS_PER_FRAME
 
 
 class ModeError(ValueError):
@@ -33,102 +35,62 @@ class Requirement:
 
 CTC_HEAD = Requirement("a CTC head", "trained with ctc_weight 0", Searcher.has_ctc)
 ATTENTION_DECODER = Requirement("an attention decoder", "trained with ctc_weight 1", Searcher.has_decoder)
-# (getattr: an exported archive's scripted searcher, from a CTC/attention model, may predate the flag)
-TRANSDUCER = Requirement("a transducer (predictor and joint)", "it is not model: transducer",
-                         lambda searcher: bool(getattr(searcher, "transducer", False)))
+TRANSDUCER = Requirement("a transducer (predictor and joint)", "it is not model: transducer", has_transducer)
 
 
-@dataclasses.dataclass
-class SharedOutputs:
-    """What the modes of one batch share: the encoder output, and -- computed on first
-    use, then reused -- the CTC log-posteriors (``blank_penalty`` applied: every CTC mode
-    and the CTC scores of ``attention_rescoring`` see it, as in WeNet) and the
-    prefix-beam n-best.  ``length_penalty`` ranks the ``attention`` mode's hypotheses
-    (WeNet's; ``attention_rescoring`` does not use it)."""
+@dataclasses.dataclass(frozen=True)
+class Streaming:
+    """How a stream (:mod:`asrkit.stream`) runs a mode over a segment's encoder frames, chunk
+    after chunk.  ``kind`` names the stream's search (:data:`asrkit.stream.searches.STREAM_SEARCHES`):
 
-    searcher: Searcher
-    encoder_out: torch.Tensor
-    encoder_lengths: torch.Tensor
-    beam_size: int
-    ctc_weight: float
-    reverse_weight: float
-    blank_skip_threshold: float
-    length_penalty: float = 0.0
-    blank_penalty: float = 0.0
-    # the transducer modes (asrkit.decode.transducer_modes): the searcher over the model's
-    # predictor and joint, the per-utterance RNN-T loss (the rescoring modes; an exported
-    # archive has none), and WeNet's search and rescoring weights
-    transducer: Optional[Any] = None
-    rnnt_loss: Optional[Callable[..., torch.Tensor]] = None
-    search_ctc_weight: float = 0.3
-    search_transducer_weight: float = 0.7
-    transducer_weight: float = 0.5
-    attn_weight: float = 0.5
-    # LM fusion and context biasing (asrkit.decode.fusion.Fusion; None: neither) of the modes
-    # that take them (DecodingMode.fused)
-    fusion: Optional[Any] = None
-    _log_probs: Optional[torch.Tensor] = None
-    _nbest: Optional[Tuple[List[List[List[int]]], List[List[float]]]] = None
-    _fusion_scores: Optional[List[List[float]]] = None
+    * ``"ctc"`` -- the incremental CTC prefix beam search, its n-best rescored by the
+      attention decoder over the whole segment at its end (without a decoder: its best
+      prefix); the same for every mode of this kind.
+    * ``"transducer"`` -- ``search(searcher, device, options, fusion)``: one of the search
+      classes of :mod:`asrkit.decode.transducer_search`, made as the mode makes it
+      (:mod:`asrkit.decode.transducer_modes`), its predictor state carried across chunks;
+      ``final(shared, search)``: the segment's result from the outputs of all its frames
+      (``None``: the search's best hypothesis)."""
 
-    @classmethod
-    def from_options(cls, searcher: Searcher, encoder_out: torch.Tensor, encoder_lengths: torch.Tensor,
-                     options: "DecodingOptions", model: Optional[Any] = None,
-                     fusion: Optional[Any] = None) -> "SharedOutputs":
-        """The shared outputs of one encoder pass, searched with ``options``; ``model``: what
-        the transducer modes need (:func:`asrkit.decode.transducer_modes.transducer_parts`:
-        the model, or an exported archive's scripted module); ``fusion``: the
-        :func:`asrkit.decode.fusion.build_fusion` of ``options`` (``None`` when they ask for
-        no LM and no biasing)."""
-        transducer, rnnt_loss = td.transducer_parts(model) if TRANSDUCER.present(searcher) else (None, None)
-        return cls(searcher, encoder_out, encoder_lengths, beam_size=options.beam_size,
-                   ctc_weight=options.ctc_weight, reverse_weight=options.reverse_weight,
-                   blank_skip_threshold=options.blank_skip_threshold, length_penalty=options.length_penalty,
-                   blank_penalty=options.blank_penalty,
-                   transducer=transducer, rnnt_loss=rnnt_loss,
-                   search_ctc_weight=options.search_ctc_weight,
-                   search_transducer_weight=options.search_transducer_weight,
-                   transducer_weight=options.transducer_weight, attn_weight=options.attn_weight, fusion=fusion)
+    kind: str
+    search: Optional[Callable[..., Any]] = None
+    final: Optional[Callable[[SharedOutputs, Any], List[int]]] = None
 
-    def log_probs(self) -> torch.Tensor:
-        if self._log_probs is None:
-            self._log_probs = self.searcher.ctc_log_probs(self.encoder_out, self.blank_penalty)
-        return self._log_probs
 
-    def nbest(self) -> Tuple[List[List[List[int]]], List[List[float]]]:
-        """``(hypotheses, CTC scores)`` per utterance, ``beam_size`` at most, best first (with
-        :attr:`fusion`: by CTC score + :meth:`fusion_scores`)."""
-        if self._nbest is None:
-            if self.fusion is None:
-                self._nbest = self.searcher.ctc_nbest(self.log_probs(), self.encoder_lengths, self.beam_size,
-                                                      self.blank_skip_threshold)
-            else:
-                hyps, ctc, fused = ctc_prefix_beam_search_fused(self.log_probs(), self.encoder_lengths,
-                                                                self.beam_size, self.searcher.blank,
-                                                                self.blank_skip_threshold, self.fusion)
-                self._nbest, self._fusion_scores = (hyps, ctc), fused
-        return self._nbest
-
-    def fusion_scores(self) -> Optional[List[List[float]]]:
-        """Per n-best hypothesis, the LM and context score :attr:`fusion` gave it (ended);
-        ``None`` without fusion."""
-        self.nbest()
-        return self._fusion_scores
+CTC_STREAM = Streaming("ctc")
 
 
 @dataclasses.dataclass(frozen=True)
 class DecodingMode:
-    """``run(shared) -> token ids per utterance``; ``needs``: what the model must have;
-    ``nbest(shared) -> hypotheses per utterance``, best first, the first ``run``'s result (the
-    mode's own n-best: its beam, ranked as ``run`` ranks it; ``None``: the mode has one
-    hypothesis, see :func:`mode_nbest`)."""
+    """Everything about one decoding mode.
+
+    * ``name``; ``needs``: what the model must have; ``summary``: one line.
+    * Its results: ``run(shared) -> token ids per utterance``; ``nbest(shared) -> hypotheses
+      per utterance``, best first, the first ``run``'s result (the mode's own n-best: its
+      beam, ranked as ``run`` ranks it; ``None``: the mode has one hypothesis, see
+      :func:`mode_nbest`); ``timed(shared) -> one hypothesis per utterance`` whose ``tokens``
+      are ``run``'s and whose ``frames`` are the encoder frame of each token's emission
+      (``None``: the search gives no token times).
+    * ``fused``: takes LM fusion and context biasing (:attr:`SharedOutputs.fusion`).
+    * ``reads_reverse_weight``: ranks with the right-to-left decoder's scores, weighed by
+      ``reverse_weight`` (:func:`check_reverse_weight`).
+    * ``scripted``: the exported TorchScript module runs it (a branch of
+      ``asrkit.export.torchscript.ScriptableAsr.decode``; :func:`scripted_modes`).
+    * ``stream``: how a stream runs it (:class:`Streaming`; ``None``: a stream cannot).
+    * ``partial``: cheap enough to re-decode a growing segment for each partial result
+      (what a server's segment session does, :class:`asrkit.serve.model.ServedModel`)."""
 
     name: str
     needs: Tuple[Requirement, ...]
     run: Callable[[SharedOutputs], List[List[int]]]
     summary: str
-    fused: bool = False  # takes LM fusion and context biasing (SharedOutputs.fusion)
+    fused: bool = False
     nbest: Optional[Callable[[SharedOutputs], List[List[List[int]]]]] = None
+    timed: Optional[Callable[[SharedOutputs], list]] = None
+    reads_reverse_weight: bool = False
+    scripted: bool = False
+    stream: Optional[Streaming] = None
+    partial: bool = False
 
 
 REGISTRY: dict[str, DecodingMode] = {}
@@ -169,45 +131,54 @@ def _rescore(shared: SharedOutputs) -> List[List[int]]:
     return pick_rescored(hyps, ctc_scores, decoder_scores, shared.ctc_weight, shared.fusion_scores())[0]
 
 
+def _ctc_beam_td_rescored(shared: SharedOutputs) -> List[List[int]]:
+    return [tokens for tokens, _ in td.ctc_beam_rescored(shared)]
+
+
 register_mode(DecodingMode(
     "ctc_greedy_search", (CTC_HEAD,),
     lambda shared: shared.searcher.ctc_greedy(shared.log_probs(), shared.encoder_lengths),
-    "best CTC path: per-frame argmax, repeats merged, blanks dropped"))
+    "best CTC path: per-frame argmax, repeats merged, blanks dropped", scripted=True, stream=CTC_STREAM,
+    partial=True))
 register_mode(DecodingMode(
     "ctc_prefix_beam_search", (CTC_HEAD,), lambda shared: _best_of(shared.nbest()[0]),
     "best prefix of the CTC prefix beam search (the n-best shared with attention_rescoring)", fused=True,
-    nbest=lambda shared: _nbest_of(shared.nbest()[0])))
+    nbest=lambda shared: _nbest_of(shared.nbest()[0]), scripted=True, stream=CTC_STREAM))
 register_mode(DecodingMode(
     "attention", (ATTENTION_DECODER,),
     lambda shared: shared.searcher.attention_beam(shared.encoder_out, shared.encoder_lengths,
                                                   shared.beam_size, shared.length_penalty)[0],
-    "attention-decoder beam search (ranked with length_penalty)"))
+    "attention-decoder beam search (ranked with length_penalty)", scripted=True, stream=CTC_STREAM))
 register_mode(DecodingMode(
     "attention_rescoring", (CTC_HEAD, ATTENTION_DECODER), _rescore,
     "the CTC prefix-beam n-best rescored by the decoder(s) plus ctc_weight x CTC score", fused=True,
-    nbest=_rescored_nbest))
-
-
+    nbest=_rescored_nbest, reads_reverse_weight=True, scripted=True, stream=CTC_STREAM))
 register_mode(DecodingMode(
     "rnnt_greedy_search", (TRANSDUCER,), lambda shared: [h.tokens for h in td.greedy_hypotheses(shared)],
-    "transducer greedy search: the joint's argmax per step, up to 64 symbols per frame (WeNet's)"))
+    f"transducer greedy search: the joint's argmax per step, up to {MAX_SYMBOLS_PER_FRAME} symbols per frame "
+    f"(WeNet's)", timed=td.greedy_hypotheses, scripted=True, stream=Streaming("transducer", td.greedy_search)))
 register_mode(DecodingMode(
-    "rnnt_beam_search", (TRANSDUCER,), lambda shared: [beam[0].tokens for beam in td.prefix_beam_nbest(shared)],
+    "rnnt_beam_search", (TRANSDUCER,), lambda shared: [h.tokens for h in td.best_of_prefix_beam(shared)],
     "WeNet's transducer prefix beam search, one symbol per frame, search_transducer_weight x joint + "
     "search_ctc_weight x CTC", fused=True,
-    nbest=lambda shared: [[list(h.tokens) for h in beam] or [[]] for beam in td.prefix_beam_nbest(shared)]))
+    nbest=lambda shared: [[list(h.tokens) for h in beam] or [[]] for beam in td.prefix_beam_nbest(shared)],
+    timed=td.best_of_prefix_beam, scripted=True, stream=Streaming("transducer", td.prefix_beam_search)))
 register_mode(DecodingMode(
     "modified_beam_search", (TRANSDUCER,), lambda shared: [h.tokens for h in td.modified_beam_hypotheses(shared)],
-    "icefall's modified beam search: one symbol per frame, the beam's best (hypothesis, unit) pairs", fused=True))
+    "icefall's modified beam search: one symbol per frame, the beam's best (hypothesis, unit) pairs", fused=True,
+    timed=td.modified_beam_hypotheses, scripted=True, stream=Streaming("transducer", td.modified_beam_search)))
+# (the two transducer rescorings need torchaudio's RNN-T loss, which an exported archive does not carry)
 register_mode(DecodingMode(
     "rnnt_beam_attn_rescoring", (TRANSDUCER, ATTENTION_DECODER),
     lambda shared: [tokens for tokens, _ in td.rnnt_beam_rescored(shared)],
     "the rnnt_beam_search n-best rescored: attn_weight x attention + ctc_weight x search score + "
-    "transducer_weight x RNN-T log-likelihood", fused=True))
+    "transducer_weight x RNN-T log-likelihood", fused=True, timed=td.rescored_hypotheses, reads_reverse_weight=True,
+    stream=Streaming("transducer", td.prefix_beam_search, td.rescored_stream)))
 register_mode(DecodingMode(
-    "ctc_beam_td_attn_rescoring", (TRANSDUCER, CTC_HEAD, ATTENTION_DECODER),
-    lambda shared: [tokens for tokens, _ in td.ctc_beam_rescored(shared)],
-    "the CTC prefix-beam n-best rescored as rnnt_beam_attn_rescoring, with the CTC score as search score", fused=True))
+    "ctc_beam_td_attn_rescoring", (TRANSDUCER, CTC_HEAD, ATTENTION_DECODER), _ctc_beam_td_rescored,
+    "the CTC prefix-beam n-best rescored as rnnt_beam_attn_rescoring, with the CTC score as search score", fused=True,
+    reads_reverse_weight=True,
+    stream=Streaming("transducer", td.prefix_beam_search, lambda shared, search: _ctc_beam_td_rescored(shared)[0])))
 
 
 def mode_nbest(name: str, shared: SharedOutputs) -> List[List[List[int]]]:
@@ -221,14 +192,31 @@ def mode_nbest(name: str, shared: SharedOutputs) -> List[List[List[int]]]:
     return [[list(h)] for h in mode.run(shared)]
 
 
+def mode_names() -> tuple[str, ...]:
+    """Registered mode names, in registration order."""
+    return tuple(REGISTRY)
+
+
+def __getattr__(name: str):
+    if name == "MODES":  # (the registered names when asked -- a mode registered later is in it -- not a copy)
+        return mode_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def fused_modes(names: Iterable[str]) -> list[str]:
     """Those of the registered modes ``names`` that take LM fusion and context biasing."""
     return [name for name in names if name in REGISTRY and REGISTRY[name].fused]
 
 
-def mode_names() -> tuple[str, ...]:
-    """Registered mode names, in registration order."""
-    return tuple(REGISTRY)
+def scripted_modes() -> tuple[str, ...]:
+    """The registered modes an exported TorchScript module runs (:attr:`DecodingMode.scripted`),
+    in registration order."""
+    return tuple(name for name, mode in REGISTRY.items() if mode.scripted)
+
+
+def partial_modes() -> tuple[str, ...]:
+    """The registered modes cheap enough for partial results (:attr:`DecodingMode.partial`)."""
+    return tuple(name for name, mode in REGISTRY.items() if mode.partial)
 
 
 # the refusal of a mode name that is not registered: .format(name, known names); the exported
@@ -283,4 +271,9 @@ def check_modes(model, modes: Iterable[str]) -> list[str]:
     return modes
 
 
-MODES = mode_names()  # the modes registered here (a mode registered later is not in it)
+def check_reverse_weight(searcher: Searcher, modes: Iterable[str], reverse_weight: float) -> None:
+    """Raise ``ValueError`` when ``reverse_weight > 0`` and one of the registered ``modes``
+    reads it (:attr:`DecodingMode.reads_reverse_weight`) but ``searcher``'s decoder has no
+    right-to-left half (``decoder: bitransformer``)."""
+    if reverse_weight > 0.0 and not searcher.bidirectional and any(REGISTRY[m].reads_reverse_weight for m in modes):
+        raise ValueError("reverse_weight > 0 needs a model with decoder bitransformer")

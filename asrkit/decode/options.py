@@ -1,23 +1,29 @@
 """What a decoding run is told to do: one frozen :class:`DecodingOptions`, checked once,
-when it is built.  The command-line tools build it from their arguments and hand it to
-recognition (:mod:`asrkit.decode.recognizer`), transcription (:mod:`asrkit.transcribe`)
-and streaming (:mod:`asrkit.stream`); nothing below them checks it again.  Whether a
-model can run the modes is the registry's question (:func:`asrkit.decode.modes.check_modes`),
-asked where the model is known."""
+when it is built, whose field defaults are the decoding defaults (:data:`DEFAULTS`, which the
+command lines, the server, transcription and the exported archive read; three of them are
+the searches' own, :mod:`asrkit.decode.search_defaults`).  The command-line
+tools build it from their arguments and hand it to recognition
+(:mod:`asrkit.decode.recognizer`), transcription (:mod:`asrkit.transcribe`) and streaming
+(:mod:`asrkit.stream`); nothing below them checks it again.  Whether a model can run the
+modes is the registry's question (:func:`asrkit.decode.modes.check_modes`), asked where the
+model is known.  :func:`build_fusion` makes the LM and context graph the options ask for.
+
+Importing this module imports neither torch nor the searches (the command lines build their
+parsers from :data:`DEFAULTS` before either loads): the mode registry, which comes with the
+searches, is read when options are built, the fusion code when :func:`build_fusion` runs."""
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import math
+import types
 from typing import Optional, Tuple
 
-import torch
+from asrkit.decode.search_defaults import (DEFAULT_BLANK_SKIP_THRESHOLD, DEFAULT_SEARCH_CTC_WEIGHT,
+                                           DEFAULT_SEARCH_TRANSDUCER_WEIGHT)
 
-from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
-from asrkit.decode.modes import REGISTRY, check_mode_names, fused_modes
-
-
-AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+# the dtype values and the torch dtype each autocasts to (None: no autocast)
+AUTOCAST_DTYPES = {"fp32": None, "bf16": "bfloat16", "fp16": "float16"}
 
 
 class DecodingOptionError(ValueError):
@@ -57,8 +63,7 @@ class DecodingOptions:
       matched unit, ``context_bias_mode`` ``decoding-graph`` (WeNet's; the default when
       phrases are given); ``context_strict`` False: sherpa-onnx's non-strict matching
       (:func:`asrkit.decode.context_graph.build_context_graph`).  Checked here without the
-      model; the files are read by :func:`asrkit.decode.fusion.build_fusion`, which needs
-      the model's units.
+      model; the files are read by :func:`build_fusion`, which needs the model's units.
     * ``batch_size`` (>= 1): utterances per encoder pass when a data list is recognised.
     * ``dtype`` (``fp32``, ``bf16``, ``fp16``): the precision of the encoder and decoder
       passes -- ``torch.autocast`` with that dtype (:meth:`autocast`); the CTC
@@ -82,13 +87,13 @@ class DecodingOptions:
     blank_skip_threshold: float = DEFAULT_BLANK_SKIP_THRESHOLD
     length_penalty: float = 0.0
     blank_penalty: float = 0.0
-    decoding_chunk_size: int = 0
+    decoding_chunk_size: int = -1
     num_decoding_left_chunks: int = -1
     simulate_streaming: bool = False
     batch_size: int = 16
     dtype: str = "fp32"
-    search_ctc_weight: float = 0.3
-    search_transducer_weight: float = 0.7
+    search_ctc_weight: float = DEFAULT_SEARCH_CTC_WEIGHT
+    search_transducer_weight: float = DEFAULT_SEARCH_TRANSDUCER_WEIGHT
     transducer_weight: float = 0.5
     attn_weight: float = 0.5
     lm_path: Optional[str] = None
@@ -132,10 +137,12 @@ class DecodingOptions:
             raise DecodingOptionError(f"dtype must be one of {', '.join(AUTOCAST_DTYPES)}, got {self.dtype!r}")
         if isinstance(self.modes, str):
             raise TypeError(f"modes is a sequence of mode names, got the string {self.modes!r}")
+        from asrkit.decode.modes import check_mode_names  # (deferred: the module docstring says why)
         object.__setattr__(self, "modes", tuple(check_mode_names(self.modes)))
         self._check_fusion()
 
     def _check_fusion(self) -> None:
+        from asrkit.decode.modes import REGISTRY, fused_modes  # (deferred: the module docstring says why)
         if not (self.lm_weight >= 0.0 and math.isfinite(self.lm_weight)):
             raise DecodingOptionError(f"lm_weight must be >= 0, got {self.lm_weight}")
         if not (self.lm_oov_penalty >= 0.0 and math.isfinite(self.lm_oov_penalty)):
@@ -176,7 +183,8 @@ class DecodingOptions:
         ``bf16``/``fp16``, nothing for ``fp32``."""
         if self.dtype == "fp32":
             return contextlib.nullcontext()
-        return torch.autocast(device_type=device_type, dtype=AUTOCAST_DTYPES[self.dtype])
+        import torch  # (deferred: the module docstring says why)
+        return torch.autocast(device_type=device_type, dtype=getattr(torch, AUTOCAST_DTYPES[self.dtype]))
 
     @property
     def chunked(self) -> bool:
@@ -190,6 +198,33 @@ class DecodingOptions:
             return "full context"
         return (f"chunk {self.decoding_chunk_size}, left chunks {self.num_decoding_left_chunks}"
                 + (", chunk by chunk" if self.simulate_streaming else ""))
+
+
+# every field's default, by name: what a command line's option or a server's setting that sets
+# the field defaults to
+DEFAULTS = types.MappingProxyType({field.name: field.default for field in dataclasses.fields(DecodingOptions)})
+
+
+def build_fusion(options: DecodingOptions, tokenizer):
+    """The :class:`asrkit.decode.fusion.Fusion` of ``options`` (``lm_path``, ``lm_weight``,
+    ``word_bonus``, ``lm_oov_penalty``, ``context_phrases``, ``context_graph_score``,
+    ``context_strict``) for a model with ``tokenizer``'s units, or ``None`` when they ask for
+    neither an LM nor biasing.  Raises :class:`asrkit.lm.arpa.ArpaError` for an LM file that
+    is not a complete ARPA model and :class:`asrkit.decode.context_graph.ContextListError` for
+    a phrase the model's units cannot spell (one line each)."""
+    if not options.fused:
+        return None
+    # (deferred: the module docstring says why)
+    from asrkit.decode.context_graph import build_context_graph, tokenize_phrases
+    from asrkit.decode.fusion import Fusion, cached_lm, unit_kinds
+    lm = cached_lm(options.lm_path) if options.lm_path is not None else None
+    context = None
+    if options.context_phrases:
+        ids = tokenize_phrases(options.context_phrases, tokenizer)
+        context = build_context_graph(ids, options.context_graph_score, tokenizer.vocab_size, options.context_strict)
+    silent = (tokenizer.blank_id, tokenizer.sos_id, tokenizer.eos_id)
+    kinds, texts = unit_kinds(tokenizer.symbols, bool(getattr(tokenizer, "split_with_space", False)), silent)
+    return Fusion(lm, options.lm_weight, options.word_bonus, options.lm_oov_penalty, kinds, texts, context)
 
 
 FULL_CONTEXT_ONLY = ("the model was trained with full context only (encoder_conf.use_dynamic_chunk false, "

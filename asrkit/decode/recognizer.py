@@ -1,7 +1,7 @@
-"""Batch recognition of a data list: model loading from ``train.yaml`` + checkpoint,
-feature extraction through the (non-training) data chain, every requested mode from
-one encoder pass, real-time-factor accounting, and the results written and scored
-(:func:`write_text`, :func:`score_modes`)."""
+"""Batch recognition of a data list by a model :mod:`asrkit.trained_model` loaded: features
+through the (non-training) data chain, every requested mode from one encoder pass,
+real-time-factor accounting, and the results written and scored (:func:`write_text`,
+:func:`score_modes`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,39 +12,14 @@ from typing import Optional, Sequence
 
 from asrkit.data.processors import Skip, SkipStats
 from asrkit.decode.batch import decode
-from asrkit.decode.fusion import Fusion, build_fusion
+from asrkit.decode.fusion import Fusion
 from asrkit.decode.modes import check_modes, fused_modes
-from asrkit.decode.options import DecodingOptions
-from asrkit.inputs import INPUT_DIGESTS, check_input_digests, check_units_size
-from asrkit.io.checkpoint import load_checkpoint
+from asrkit.decode.options import DecodingOptions, build_fusion
 from asrkit.metrics import format_alignment, score
-from asrkit.models import AsrModel, build_model
-from asrkit.models.state import load_weights
+from asrkit.models import AsrModel
 from asrkit.progress import ProgressReport
 
 log = logging.getLogger("asrkit.recognize")
-
-
-def build_trained_model(cfg, checkpoint: str | Path, vocabulary, device: str = "cpu") -> AsrModel:
-    """The model of ``cfg`` (the experiment's resolved ``train.yaml``; built as
-    :func:`asrkit.models.build_model` builds it) with the weights of ``checkpoint`` (a
-    training checkpoint holding ``"model"``, a bare state_dict, or a WeNet checkpoint:
-    :func:`asrkit.models.state.load_weights`).
-    The feature dimension is ``cfg.input_dim`` or else ``dataset_conf.fbank_conf.num_mel_bins``.
-    CMVN statistics come from the checkpoint.  Returns the model in eval mode.
-
-    The units of ``vocabulary`` are checked against the model before its weights load
-    (:func:`asrkit.inputs.check_units_size`: their number against ``output_dim``;
-    :func:`asrkit.inputs.check_input_digests`: the units file and BPE model against the
-    digests the checkpoint recorded), raising
-    :class:`asrkit.text.units.UnitsError` / :class:`asrkit.text.tokenizer.BpeModelError`."""
-    check_units_size(cfg, vocabulary.size)
-    input_dim = cfg.input_dim if cfg.input_dim is not None else cfg.dataset_conf.fbank_conf.num_mel_bins
-    model = build_model(cfg, input_dim, vocabulary, load_cmvn_stats=False)
-    state = load_checkpoint(checkpoint)
-    check_input_digests(cfg, state.get(INPUT_DIGESTS), checkpoint)
-    load_weights(model, state, f"checkpoint {checkpoint}")
-    return model.to(device).eval()
 
 
 @dataclasses.dataclass
@@ -102,7 +77,7 @@ def recognize(model: AsrModel, entries: Sequence, processor, tokenizer, options:
     (:class:`asrkit.progress.ProgressReport`): a bar over the utterances when stderr is a
     terminal, else a log line every ``log_every_s`` seconds.
     ``fusion``: the LM and context graph of ``options``
-    (:func:`asrkit.decode.fusion.build_fusion`; built here from ``tokenizer`` when ``None``)."""
+    (:func:`asrkit.decode.options.build_fusion`; built here from ``tokenizer`` when ``None``)."""
     modes = check_modes(model, options.modes)
     if len({e.key for e in entries}) != len(entries):  # (read_list refuses such lists, naming the lines)
         raise ValueError("the entries repeat a key: results are keyed by utterance, each key must be unique")

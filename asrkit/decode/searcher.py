@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from asrkit.decode.attention_search import (AttentionBeamSearch, decoder_inputs, flatten_nbest, group_scores,
-                                            pick_rescored, reversed_hypotheses, teacher_forced_scores)
+                                            pick_rescored, reversed_decoder_inputs, teacher_forced_scores)
 from asrkit.decode.ctc_search import (DEFAULT_BLANK_SKIP_THRESHOLD, Hypothesis, apply_blank_penalty,
                                       ctc_greedy_search, ctc_prefix_beam_search_nbest)
 from asrkit.models.mask import valid_mask
@@ -32,8 +32,8 @@ class Searcher(nn.Module):
         super().__init__()
         self.ctc = ctc
         self.decoder = decoder
-        # a transducer model's predictor and joint stay the model's: its searches are eager
-        # (asrkit.decode.transducer_modes); the flag is what the mode registry checks
+        # a transducer's searches are asrkit.decode.transducer_search.TransducerSearcher's, over
+        # its predictor and joint; this searcher holds neither, only whether the model has them
         self.transducer = bool(transducer)
         self.blank = int(blank)
         self.sos = int(sos)
@@ -114,7 +114,7 @@ class Searcher(nn.Module):
             r_ys_in: Optional[torch.Tensor] = None
             r_ys_out: Optional[torch.Tensor] = None
             if reverse_weight > 0.0:
-                r_ys_in, r_ys_out, _ = decoder_inputs(reversed_hypotheses(flat), self.sos, self.eos, device)
+                r_ys_in, r_ys_out, _ = reversed_decoder_inputs(flat, self.sos, self.eos, device)
             logits, r_logits = decoder(encoder_out, memory_mask, ys_in, lengths, r_ys_in, index)
             score = teacher_forced_scores(logits, ys_out)
             if reverse_weight > 0.0:
@@ -133,6 +133,12 @@ class Searcher(nn.Module):
         ``ctc_weight`` · CTC score (see :func:`asrkit.decode.attention_search.pick_rescored`)."""
         decoder_scores = self.rescoring_scores(encoder_out, encoder_lengths, nbest, reverse_weight)
         return pick_rescored(nbest, ctc_scores, decoder_scores, ctc_weight)
+
+
+def has_transducer(searcher) -> bool:
+    """Whether ``searcher``'s model has a transducer's predictor and joint (getattr: an
+    exported archive's scripted searcher, from a CTC/attention model, may predate the flag)."""
+    return bool(getattr(searcher, "transducer", False))
 
 
 # ------------------------------------------------------------------ eager conveniences

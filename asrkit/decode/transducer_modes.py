@@ -1,9 +1,10 @@
 """The transducer's decoding modes, with WeNet's names and options, run per utterance on the
-encoder output every mode of a batch shares (:class:`asrkit.decode.modes.SharedOutputs`);
+encoder output every mode of a batch shares (:class:`asrkit.decode.shared.SharedOutputs`);
 registered in :mod:`asrkit.decode.modes`.
 
 * ``rnnt_greedy_search`` -- :class:`~asrkit.decode.transducer_search.TransducerGreedySearch`
-  (up to 64 symbols per frame, WeNet's ``n_steps``).
+  (up to :data:`~asrkit.decode.transducer_search.MAX_SYMBOLS_PER_FRAME` symbols per frame,
+  WeNet's ``n_steps``).
 * ``rnnt_beam_search`` -- WeNet's prefix beam search
   (:class:`~asrkit.decode.transducer_search.TransducerPrefixBeamSearch`), one symbol per
   frame, ranking units by ``log(search_transducer_weight · P_joint + search_ctc_weight ·
@@ -17,74 +18,88 @@ registered in :mod:`asrkit.decode.modes`.
   r2l`` (the same decoder scores as ``attention_rescoring``), the search score is the
   n-best's own (transducer prefix-beam or CTC prefix score), and ``log P_rnnt`` is minus the
   RNN-T loss of the hypothesis (its full lattice, not the one path the search took).
+
+The beam searches here are the search classes fed a whole utterance (the greedy search:
+:meth:`~asrkit.decode.transducer_search.TransducerSearcher.greedy_best`); a stream feeds the
+same classes chunk by chunk (:func:`greedy_search`, :func:`prefix_beam_search`,
+:func:`modified_beam_search` make them from the options; :mod:`asrkit.stream.searches`).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional
+from typing import List, Optional
 
 import torch
 
-from asrkit.decode.transducer_search import TransducerHypothesis, TransducerPrefixBeamSearch, TransducerSearcher
-
-if TYPE_CHECKING:
-    from asrkit.decode.modes import SharedOutputs
-
-MAX_SYMBOLS_PER_FRAME = 64  # WeNet's greedy_search n_steps
+from asrkit.decode.shared import SharedOutputs
+from asrkit.decode.transducer_search import (MAX_SYMBOLS_PER_FRAME, ModifiedBeamSearch, TransducerGreedySearch,
+                                             TransducerHypothesis, TransducerPrefixBeamSearch)
 
 
-def transducer_parts(model) -> tuple:
-    """``(searcher, rnnt_loss)`` of ``model``: a transducer's :class:`TransducerSearcher` and
-    its per-utterance RNN-T loss (``transducer_loss``), or an exported archive's scripted
-    searcher (its ``transducer`` attribute) and ``None`` (the rescoring modes are not in
-    archives); ``(None, None)`` for anything else."""
-    if model is None:
-        return None, None
-    scripted = getattr(model, "transducer", None)
-    if scripted is not None:
-        return scripted, None
-    if getattr(model, "predictor", None) is None:
-        return None, None
-    return TransducerSearcher.of_model(model), model.transducer_loss
+# Each transducer mode's search class, made from the options (for a stream: DecodingMode.stream):
+# ``searcher``, a TransducerSearcher or an exported archive's scripted one; ``device``, where the
+# encoder frames are; ``options``, whatever holds the DecodingOptions fields read (the options,
+# or the SharedOutputs that copy them); ``fusion``, the LM and phrases.
 
 
-def _utterances(shared: "SharedOutputs"):
+def greedy_search(searcher, device: torch.device, options, fusion=None) -> TransducerGreedySearch:
+    """``rnnt_greedy_search``'s search; it reads none of ``options`` and takes no LM or phrases."""
+    return TransducerGreedySearch(searcher, device, max_symbols_per_frame=MAX_SYMBOLS_PER_FRAME)
+
+
+def prefix_beam_search(searcher, device: torch.device, options, fusion=None) -> TransducerPrefixBeamSearch:
+    """``rnnt_beam_search``'s search: ``options.beam_size``, ``options.search_ctc_weight`` and
+    ``options.search_transducer_weight`` (:class:`asrkit.decode.options.DecodingOptions`), with
+    ``fusion``."""
+    return TransducerPrefixBeamSearch(searcher, device, beam_size=options.beam_size,
+                                      ctc_weight=options.search_ctc_weight,
+                                      transducer_weight=options.search_transducer_weight, fusion=fusion)
+
+
+def modified_beam_search(searcher, device: torch.device, options, fusion=None) -> ModifiedBeamSearch:
+    """``modified_beam_search``'s search: ``options.beam_size``, with ``fusion``."""
+    return ModifiedBeamSearch(searcher, device, beam_size=options.beam_size, fusion=fusion)
+
+
+def _utterances(shared: SharedOutputs):
     """``(b, encoder frames [T_b, E])`` of every utterance of the batch."""
     for b, n in enumerate(shared.encoder_lengths.tolist()):
         yield b, shared.encoder_out[b, :n]
 
 
-def greedy_hypotheses(shared: "SharedOutputs") -> List[TransducerHypothesis]:
-    return _best(shared, "rnnt_greedy_search")
+def greedy_hypotheses(shared: SharedOutputs) -> List[TransducerHypothesis]:
+    """The ``rnnt_greedy_search`` hypothesis of every utterance
+    (:meth:`~asrkit.decode.transducer_search.TransducerSearcher.greedy_best`: what an archive's
+    scripted searcher also answers, where a greedy search's state would not come back)."""
+    transducer = shared.transducer
+    if not hasattr(transducer, "greedy_best"):  # (an archive exported before it: its search by mode name)
+        return transducer.best_per_utterance("rnnt_greedy_search", shared.encoder_out, shared.encoder_lengths, None,
+                                             shared.beam_size, 0.0, 1.0, MAX_SYMBOLS_PER_FRAME)
+    return transducer.greedy_best(shared.encoder_out, shared.encoder_lengths, MAX_SYMBOLS_PER_FRAME)
 
 
-def _best(shared: "SharedOutputs", mode: str) -> List[TransducerHypothesis]:
-    """Each utterance's result of a transducer search (:meth:`TransducerSearcher.best_per_utterance`,
-    what an exported archive runs)."""
-    args = (mode, shared.encoder_out, shared.encoder_lengths, None, shared.beam_size, 0.0, 1.0, MAX_SYMBOLS_PER_FRAME)
-    if shared.fusion is None or mode == "rnnt_greedy_search":
-        return shared.transducer.best_per_utterance(*args)
-    return shared.transducer.best_per_utterance(*args, shared.fusion)
-
-
-def prefix_beam_nbest(shared: "SharedOutputs") -> List[List[TransducerHypothesis]]:
+def prefix_beam_nbest(shared: SharedOutputs) -> List[List[TransducerHypothesis]]:
     """The ``rnnt_beam_search`` beam of every utterance, best first."""
     with_ctc = shared.search_ctc_weight > 0
     log_probs = shared.log_probs() if with_ctc else None
     out = []
     for b, enc in _utterances(shared):
-        search = TransducerPrefixBeamSearch(shared.transducer, enc.device, shared.beam_size,
-                                            shared.search_ctc_weight, shared.search_transducer_weight,
-                                            fusion=shared.fusion)
+        search = prefix_beam_search(shared.transducer, enc.device, shared, shared.fusion)
         search.feed(enc, log_probs[b, :enc.size(0)] if log_probs is not None else None)
         out.append(search.nbest())
     return out
 
 
-def modified_beam_hypotheses(shared: "SharedOutputs") -> List[TransducerHypothesis]:
-    return _best(shared, "modified_beam_search")
+def modified_beam_hypotheses(shared: SharedOutputs) -> List[TransducerHypothesis]:
+    """The ``modified_beam_search`` hypothesis of every utterance (with :attr:`SharedOutputs.fusion`)."""
+    out = []
+    for _, enc in _utterances(shared):
+        search = modified_beam_search(shared.transducer, enc.device, shared, shared.fusion)
+        search.feed(enc)
+        out.append(search.best())
+    return out
 
 
-def transducer_log_likelihoods(shared: "SharedOutputs", b: int, hyps: List[List[int]]) -> List[float]:
+def transducer_log_likelihoods(shared: SharedOutputs, b: int, hyps: List[List[int]]) -> List[float]:
     """``log P_rnnt(y | x)`` of each hypothesis of utterance ``b`` (minus its RNN-T loss)."""
     if not hyps:
         return []
@@ -103,7 +118,7 @@ def transducer_log_likelihoods(shared: "SharedOutputs", b: int, hyps: List[List[
     return (-loss).tolist()
 
 
-def rescored(shared: "SharedOutputs", nbest: List[List[List[int]]], search_scores: List[List[float]],
+def rescored(shared: SharedOutputs, nbest: List[List[List[int]]], search_scores: List[List[float]],
              fusion_scores: Optional[List[List[float]]] = None) -> List[tuple[List[int], float]]:
     """Per utterance, ``(tokens, total)`` of the n-best entry maximising the rescoring total
     (module docstring), plus each entry's ``fusion_scores`` (LM and context: not part of the
@@ -128,7 +143,7 @@ def rescored(shared: "SharedOutputs", nbest: List[List[List[int]]], search_score
     return out
 
 
-def rescored_beams(shared: "SharedOutputs", beams: List[List[TransducerHypothesis]]
+def rescored_beams(shared: SharedOutputs, beams: List[List[TransducerHypothesis]]
                    ) -> List[tuple[List[int], float]]:
     """:func:`rescored` of transducer beams: the search score without the fusion part, which
     is added as it is."""
@@ -137,26 +152,28 @@ def rescored_beams(shared: "SharedOutputs", beams: List[List[TransducerHypothesi
                     [[h.score - h.fused for h in beam] for beam in beams], fusion)
 
 
-def rnnt_beam_rescored(shared: "SharedOutputs") -> List[tuple[List[int], float]]:
+def rnnt_beam_rescored(shared: SharedOutputs) -> List[tuple[List[int], float]]:
     return rescored_beams(shared, prefix_beam_nbest(shared))
 
 
-def _rescored_hypothesis(shared: "SharedOutputs") -> List[TransducerHypothesis]:
+def rescored_hypotheses(shared: SharedOutputs) -> List[TransducerHypothesis]:
     """``rnnt_beam_attn_rescoring``'s choice as the beam's hypothesis (with its frames)."""
     beams = prefix_beam_nbest(shared)
     picked = rescored_beams(shared, beams)
     return [next(h for h in beam if h.tokens == tokens) for beam, (tokens, _) in zip(beams, picked)]
 
 
-# the modes whose hypotheses carry the encoder frame of each token's emission (token times)
-TIMED: dict = {
-    "rnnt_greedy_search": greedy_hypotheses,
-    "rnnt_beam_search": lambda shared: [beam[0] for beam in prefix_beam_nbest(shared)],
-    "modified_beam_search": modified_beam_hypotheses,
-    "rnnt_beam_attn_rescoring": _rescored_hypothesis,
-}
+def best_of_prefix_beam(shared: SharedOutputs) -> List[TransducerHypothesis]:
+    """The best of each utterance's ``rnnt_beam_search`` beam (with its frames)."""
+    return [beam[0] for beam in prefix_beam_nbest(shared)]
 
 
-def ctc_beam_rescored(shared: "SharedOutputs") -> List[tuple[List[int], float]]:
+def rescored_stream(shared: SharedOutputs, search: TransducerPrefixBeamSearch) -> List[int]:
+    """``rnnt_beam_attn_rescoring``'s result of a segment whose beam ``search`` searched
+    chunk by chunk: that beam is the n-best ``shared`` (the segment's frames) rescores."""
+    return rescored_beams(shared, [search.nbest()])[0][0]
+
+
+def ctc_beam_rescored(shared: SharedOutputs) -> List[tuple[List[int], float]]:
     hyps, scores = shared.nbest()
     return rescored(shared, hyps, scores, shared.fusion_scores())

@@ -36,24 +36,18 @@ archive (:mod:`asrkit.export.torchscript`) compiles; the search classes below ke
 search's state between :meth:`feed` calls and call those methods.
 """
 # (no ``from __future__ import annotations``: TorchScript reads the annotations as typing objects)
-import math
 from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
 
+from asrkit.decode.ctc_search import log_add
 from asrkit.decode.fusion import Fusion
-from asrkit.decode.transducer_hypothesis import TransducerHypothesis, best_by_score, finalized, fuse_child
+from asrkit.decode.search_defaults import DEFAULT_SEARCH_CTC_WEIGHT, DEFAULT_SEARCH_TRANSDUCER_WEIGHT
+from asrkit.decode.transducer_hypothesis import TransducerHypothesis, finalized, fuse_child
 
-
-def log_add(a: float, b: float) -> float:
-    """``log(exp(a) + exp(b))`` without overflow (−inf stays −inf)."""
-    if a == -math.inf:
-        return b
-    if b == -math.inf:
-        return a
-    high = max(a, b)
-    return high + math.log1p(math.exp(-abs(a - b)))
+# rnnt_greedy_search's symbols a frame at most: WeNet's greedy_search n_steps
+MAX_SYMBOLS_PER_FRAME = 64
 
 
 def _key(tokens: List[int]) -> str:
@@ -104,7 +98,8 @@ def best_by_score_per_token(beam: List[TransducerHypothesis]) -> TransducerHypot
 class TransducerSearcher(nn.Module):
     """The transducer searches over a model's ``predictor`` and ``joint`` (module docstring),
     each a method feeding encoder frames ``[T, E]`` to the state it is given (a hypothesis
-    or a beam, updated or returned) and returning each frame's blank probability."""
+    or a beam, updated or returned) and returning each frame's blank probability; and the
+    whole-utterance search of each transducer mode over a batch, for an exported archive."""
 
     def __init__(self, predictor: nn.Module, joint: nn.Module, blank: int, one_symbol_per_frame: bool = False):
         super().__init__()
@@ -121,10 +116,10 @@ class TransducerSearcher(nn.Module):
         for ``rnnt_type: modified``)."""
         return cls(model.predictor, model.joint, model.blank_id, getattr(model, "rnnt_type", "regular") == "modified")
 
-    def forward(self, encoder_out: torch.Tensor) -> List[int]:
-        """Greedy search (64 symbols per frame at most) over one utterance's ``[T, E]``."""
+    def forward(self, encoder_out: torch.Tensor, max_symbols: int = MAX_SYMBOLS_PER_FRAME) -> List[int]:
+        """Greedy search (``max_symbols`` symbols a frame at most) over one utterance's ``[T, E]``."""
         hyp = self.initial(encoder_out.device)
-        self.greedy_feed(hyp, encoder_out, 0, 64)
+        self.greedy_feed(hyp, encoder_out, 0, max_symbols)
         return hyp.tokens
 
     @torch.jit.export
@@ -207,34 +202,49 @@ class TransducerSearcher(nn.Module):
             beam = [merged[int(i)] for i in ranked]
         return beam, blank_probs
 
+    # The whole-utterance search of each transducer mode an exported archive runs, over a batch
+    # (its decode: asrkit.export.torchscript).  Eager decoding runs greedy_best too -- a scripted
+    # searcher's greedy_feed changes a hypothesis that Python only holds a copy of -- and feeds
+    # the beam searches' classes below (asrkit.decode.transducer_modes).
     @torch.jit.export
-    def best_per_utterance(self, mode: str, encoder_out: torch.Tensor, encoder_lengths: torch.Tensor,
-                           ctc_log_probs: Optional[torch.Tensor], beam_size: int, search_ctc_weight: float,
-                           search_transducer_weight: float, max_symbols: int, fusion: Optional[Fusion] = None
-                           ) -> List[TransducerHypothesis]:
-        """The result of ``mode`` (``rnnt_greedy_search``, ``rnnt_beam_search``,
-        ``modified_beam_search``) for each utterance of ``encoder_out [B, T, E]``
-        (``ctc_log_probs [B, T, V]``: for ``rnnt_beam_search`` with ``search_ctc_weight > 0``);
-        ``fusion``: for the two beam searches (their beams finalized before the choice)."""
+    def greedy_best(self, encoder_out: torch.Tensor, encoder_lengths: torch.Tensor, max_symbols: int
+                    ) -> List[TransducerHypothesis]:
+        """``rnnt_greedy_search``: :meth:`greedy_feed` over each utterance of ``encoder_out [B, T, E]``."""
         results: List[TransducerHypothesis] = []
         for b in range(encoder_out.size(0)):
             enc = encoder_out[b, :int(encoder_lengths[b])]
-            start: List[TransducerHypothesis] = [self.initial(enc.device)]
-            if mode == "rnnt_greedy_search":
-                self.greedy_feed(start[0], enc, 0, max_symbols)
-                results.append(start[0])
-            elif mode == "rnnt_beam_search":
-                ctc: Optional[torch.Tensor] = None
-                if ctc_log_probs is not None and search_ctc_weight > 0:
-                    ctc = ctc_log_probs[b, :enc.size(0)]
-                beam = self.prefix_beam_feed(start, enc, ctc, 0, beam_size, search_ctc_weight,
-                                             search_transducer_weight, fusion)[0]
-                results.append(beam[0] if fusion is None else best_by_score(finalized(beam, fusion)))
-            elif mode == "modified_beam_search":
-                beam = self.modified_beam_feed(start, enc, 0, beam_size, fusion)[0]
-                results.append(best_by_score_per_token(finalized(beam, fusion)))
-            else:
-                raise RuntimeError("not a transducer search: " + mode)
+            hyp = self.initial(enc.device)
+            self.greedy_feed(hyp, enc, 0, max_symbols)
+            results.append(hyp)
+        return results
+
+    @torch.jit.export
+    def prefix_beam_best(self, encoder_out: torch.Tensor, encoder_lengths: torch.Tensor,
+                         ctc_log_probs: Optional[torch.Tensor], beam_size: int, ctc_weight: float,
+                         transducer_weight: float) -> List[TransducerHypothesis]:
+        """``rnnt_beam_search``: the best of :meth:`prefix_beam_feed`'s beam for each utterance
+        of ``encoder_out [B, T, E]`` (``ctc_log_probs [B, T, V]`` read when ``ctc_weight > 0``)."""
+        results: List[TransducerHypothesis] = []
+        for b in range(encoder_out.size(0)):
+            enc = encoder_out[b, :int(encoder_lengths[b])]
+            ctc: Optional[torch.Tensor] = None
+            if ctc_log_probs is not None and ctc_weight > 0:
+                ctc = ctc_log_probs[b, :enc.size(0)]
+            beam = self.prefix_beam_feed([self.initial(enc.device)], enc, ctc, 0, beam_size, ctc_weight,
+                                         transducer_weight, None)[0]  # (TorchScript fills in no defaults)
+            results.append(beam[0])
+        return results
+
+    @torch.jit.export
+    def modified_beam_best(self, encoder_out: torch.Tensor, encoder_lengths: torch.Tensor, beam_size: int
+                           ) -> List[TransducerHypothesis]:
+        """``modified_beam_search``: the best of :meth:`modified_beam_feed`'s beam by
+        :func:`score_per_token` for each utterance of ``encoder_out [B, T, E]``."""
+        results: List[TransducerHypothesis] = []
+        for b in range(encoder_out.size(0)):
+            enc = encoder_out[b, :int(encoder_lengths[b])]
+            beam = self.modified_beam_feed([self.initial(enc.device)], enc, 0, beam_size, None)[0]
+            results.append(best_by_score_per_token(beam))
         return results
 
     @torch.jit.export
@@ -268,8 +278,9 @@ class TransducerSearcher(nn.Module):
 
 
 class _Search:
-    """``searcher``: a :class:`TransducerSearcher` (or its scripted copy, an exported
-    archive's, which takes no ``fusion``); ``device``: where the encoder frames are."""
+    """``searcher``: a :class:`TransducerSearcher`, or for the beam searches its scripted copy
+    too (an exported archive's, which takes no ``fusion``; a scripted ``greedy_feed`` extends a
+    copy of the hypothesis, not the one held here); ``device``: where the encoder frames are."""
 
     def __init__(self, searcher: nn.Module, device: torch.device, fusion: Optional[Fusion] = None):
         self.searcher = searcher
@@ -283,7 +294,8 @@ class TransducerGreedySearch(_Search):
     reaches ``max_symbols_per_frame`` symbols: WeNet then reuses a predictor output one
     symbol behind; here the predictor output always follows the last symbol."""
 
-    def __init__(self, searcher: nn.Module, device: torch.device, max_symbols_per_frame: int = 64):
+    def __init__(self, searcher: nn.Module, device: torch.device,
+                 max_symbols_per_frame: int = MAX_SYMBOLS_PER_FRAME):
         super().__init__(searcher, device)
         if max_symbols_per_frame < 1:
             raise ValueError(f"max_symbols_per_frame must be >= 1, got {max_symbols_per_frame}")
@@ -307,8 +319,9 @@ class TransducerPrefixBeamSearch(_Search):
     running sum of ``log(tw · P_joint + cw · P_ctc)`` of the chosen units, merged by log-add.
     The order of candidates and the stable sort follow WeNet's, so ties break alike."""
 
-    def __init__(self, searcher: nn.Module, device: torch.device, beam_size: int, ctc_weight: float = 0.3,
-                 transducer_weight: float = 0.7, fusion: Optional[Fusion] = None):
+    def __init__(self, searcher: nn.Module, device: torch.device, beam_size: int,
+                 ctc_weight: float = DEFAULT_SEARCH_CTC_WEIGHT,
+                 transducer_weight: float = DEFAULT_SEARCH_TRANSDUCER_WEIGHT, fusion: Optional[Fusion] = None):
         super().__init__(searcher, device, fusion)
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")

@@ -4,7 +4,7 @@ The config is loaded as the training loads it (``--override`` applied), then che
 the training's own preflight (``asrkit.train.preflight``: data lists, units, BPE model,
 non-linguistic symbols and CMVN files exist; dtype, device and sync-batchnorm fit this
 node).  When those files exist they are read by the loaders the training uses: the
-units/BPE/CMVN files by ``asrkit.inputs.load_model_inputs``, each
+units/BPE/CMVN files by ``asrkit.config_files.load_model_inputs``, each
 data list by ``asrkit.data.lists.read_list`` (every line parsed), and the audio of the first
 ``audio_entries`` entries of each list by ``asrkit.data.audio.load_audio``.
 
@@ -18,11 +18,13 @@ import dataclasses
 from pathlib import Path
 from typing import Optional
 
-from asrkit.config import ConfigError, load_config, to_dict
+from asrkit.config import load_config, to_dict
+
+from asrkit.schema import ConfigError
 from asrkit.data.audio import DataFault, load_audio
 from asrkit.data.lists import ListError, read_list
 from asrkit.doctor.results import CheckResult, fail, first_line, ok, warn
-from asrkit.inputs import BAD_INPUT, load_model_inputs
+from asrkit.config_files import BAD_INPUT, load_model_inputs
 from asrkit.train import agreement
 from asrkit.train.dist import LaunchError, resolve_backend
 from asrkit.train.job import TrainJob

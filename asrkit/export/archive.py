@@ -17,10 +17,9 @@ import torch
 from torch import nn
 
 from asrkit.decode.batch import decode
-from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
-from asrkit.decode.options import DecodingOptions
+from asrkit.decode.options import DEFAULTS, DecodingOptions
 from asrkit.export.torchscript import ScriptableAsr
-from asrkit.io.files import atomic_write_bytes
+from asrkit.files import atomic_write_bytes
 from asrkit.models.mask import valid_mask
 
 EXPORT_FORMAT = 1
@@ -80,8 +79,9 @@ def load_exported(source) -> tuple[torch.jit.ScriptModule, dict[str, str]]:
 
 
 def check_against_eager(model: nn.Module, scripted, feats: torch.Tensor, feats_lengths: torch.Tensor,
-                        beam_size: int = 10, ctc_weight: float = 0.3, reverse_weight: float = 0.0,
-                        blank_skip_threshold: float = DEFAULT_BLANK_SKIP_THRESHOLD,
+                        beam_size: int = DEFAULTS["beam_size"], ctc_weight: float = DEFAULTS["ctc_weight"],
+                        reverse_weight: float = DEFAULTS["reverse_weight"],
+                        blank_skip_threshold: float = DEFAULTS["blank_skip_threshold"],
                         feature_cmvn: Optional[Tuple[torch.Tensor, torch.Tensor]] = None,
                         atol: float = 1e-5) -> dict:
     """Compare ``scripted`` with eager :func:`asrkit.decode.decode` on one batch: encoder
@@ -120,7 +120,7 @@ def export_model(model: nn.Module, units: List[str], output: str | Path, *, samp
     """Script ``model`` with its metadata and write it to ``output`` with ``train.yaml``
     (``config_text``), ``units.txt`` and ``meta.json`` as extra files; ``input_digests``
     (the SHA-256 of the units file and BPE model the model was trained with,
-    ``asrkit.inputs.input_digests``) goes into ``meta.json`` under ``input_digests``, and
+    ``asrkit.config_files.input_digests``) goes into ``meta.json`` under ``input_digests``, and
     the filterbank options beyond the module's own (``snip_edges``, ``high_freq``,
     ``sample_scale`` of ``fbank_conf``) under their names.
 

@@ -1,6 +1,6 @@
 """Where sherpa-onnx's transducer transcripts can differ from asrkit's: sherpa-onnx's greedy
 search emits at most one symbol per encoder frame, asrkit's ``rnnt_greedy_search`` up to
-:data:`~asrkit.decode.transducer_modes.MAX_SYMBOLS_PER_FRAME` (WeNet's) -- except for a model
+:data:`~asrkit.decode.transducer_search.MAX_SYMBOLS_PER_FRAME` (WeNet's) -- except for a model
 trained in the modified lattice (``model_conf.rnnt_type: modified``), which it searches one
 symbol per frame too.  The two differ on the frames where asrkit's emits several.
 
@@ -18,8 +18,7 @@ from typing import Dict, Optional, Sequence
 import torch
 from torch import nn
 
-from asrkit.decode.transducer_modes import MAX_SYMBOLS_PER_FRAME
-from asrkit.decode.transducer_search import TransducerGreedySearch, TransducerSearcher
+from asrkit.decode.transducer_search import MAX_SYMBOLS_PER_FRAME, TransducerGreedySearch, TransducerSearcher
 
 
 def symbols_per_frame(model: nn.Module, normalizer: nn.Module, feats: Sequence[torch.Tensor]) -> Dict[str, int]:

@@ -26,7 +26,7 @@ from torch import nn
 from asrkit.export.archive import ExportCheckError, inference_copy
 from asrkit.export.onnx_graphs import OfflineCtcGraph, StreamingCtcGraph
 from asrkit.export.runtime_features import runtime_feature_mismatch
-from asrkit.io.files import atomic_write_bytes, atomic_write_text
+from asrkit.files import atomic_write_bytes, atomic_write_text
 
 OPSET = 17
 OFFLINE_FILE = "model.onnx"

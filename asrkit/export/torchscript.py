@@ -1,21 +1,19 @@
 """The TorchScript module of a trained :class:`asrkit.models.AsrModel`.
 
-:class:`ScriptableAsr` wraps the trained submodules (CMVN, encoder) and a
-:class:`asrkit.decode.searcher.Searcher` (CTC head, attention decoder, special ids) in one
-``nn.Module`` that ``torch.jit.script`` compiles: the real model code is scripted (not
-traced), so any batch size and any input length work.  It defines no search: its search
-methods delegate to the searcher, whose methods call :mod:`asrkit.decode.ctc_search` and
-:mod:`asrkit.decode.attention_search` -- the very functions eager decoding runs -- so the
-exported module returns the same hypotheses and scores as eager
-:func:`asrkit.decode.decode`.
+:class:`ScriptableAsr` wraps the trained submodules (CMVN, encoder) and the searchers (a
+:class:`asrkit.decode.searcher.Searcher`; a transducer's
+:class:`asrkit.decode.transducer_search.TransducerSearcher`) in one ``nn.Module`` that
+``torch.jit.script`` compiles: the real model code is scripted (not traced), so any batch
+size and any input length work.  It defines no search: its search methods delegate to the
+searchers -- the very code eager decoding runs -- so the exported module returns the same
+hypotheses and scores as eager :func:`asrkit.decode.decode`.
 
 Which modes a model supports, and the message refusing each other one, are read from the
 decoding-mode registry (:mod:`asrkit.decode.modes`) when the module is built and stored in
-it (TorchScript cannot call the registry): ``supported_modes()`` lists what the model's
-heads allow (``ctc_greedy_search`` and ``ctc_prefix_beam_search`` need a CTC head,
-``attention`` an attention decoder, ``attention_rescoring`` both), and ``decode`` refuses a
-mode with the registry's words ("mode attention needs an attention decoder; this model has
-none (...)", "unknown decoding mode '...'; choose from [...]").
+it (TorchScript cannot call the registry): ``supported_modes()`` lists the modes the module
+runs (:func:`~asrkit.decode.modes.scripted_modes`, a branch of ``decode`` each) whose needs
+the model meets; ``decode`` refuses others with the registry's words ("mode attention needs
+an attention decoder; this model has none (...)", "unknown decoding mode '...'; ...").
 
 WeNet's C++ runtime (``TorchAsrModel``) loads the archive as it loads WeNet's own
 ``final.zip``: at load time it reads ``subsampling_rate()``, ``right_context()``,
@@ -39,17 +37,14 @@ from typing import Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
-from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
-from asrkit.decode.modes import CTC_HEAD, REGISTRY, UNKNOWN_MODE, refusal
+from asrkit.decode.attention_search import reversed_decoder_inputs
+from asrkit.decode.modes import CTC_HEAD, REGISTRY, UNKNOWN_MODE, refusal, scripted_modes
+from asrkit.decode.options import DEFAULTS
 from asrkit.decode.searcher import Searcher
-from asrkit.decode.transducer_modes import MAX_SYMBOLS_PER_FRAME
-from asrkit.decode.transducer_search import TransducerSearcher
+from asrkit.decode.transducer_search import MAX_SYMBOLS_PER_FRAME, TransducerSearcher
 from asrkit.models.cmvn import RawFbankNormalization
 
-# the registered modes ScriptableAsr.decode runs (each one a branch of it); the transducer's
-# rescoring modes need torchaudio's RNN-T loss, which an archive does not carry
-SCRIPTED_MODES = ("ctc_greedy_search", "ctc_prefix_beam_search", "attention", "attention_rescoring",
-                  "rnnt_greedy_search", "rnnt_beam_search", "modified_beam_search")
+SCRIPTED_MODES = scripted_modes()  # the registered modes ScriptableAsr.decode runs (one branch each)
 
 
 class ScriptableAsr(nn.Module):
@@ -101,7 +96,7 @@ class ScriptableAsr(nn.Module):
         self.mel_bins = int(num_mel_bins)
         self.frame_length_ms = float(frame_length)
         self.frame_shift_ms = float(frame_shift)
-        known = [name for name in REGISTRY if name in SCRIPTED_MODES]
+        known = list(scripted_modes())
         reasons = {name: refusal(name, self.searcher) for name in known}
         self.modes = [name for name in known if reasons[name] is None]
         self.mode_refusals = {name: r for name, r in reasons.items() if r is not None}
@@ -175,9 +170,9 @@ class ScriptableAsr(nn.Module):
 
     @torch.jit.export
     def default_modes(self) -> List[str]:
-        """What :meth:`decode` runs without ``modes``: with a CTC head, the modes sharing
-        its pass (``ctc_greedy_search``, ``ctc_prefix_beam_search`` and, with a decoder,
-        ``attention_rescoring``); without one, ``attention``."""
+        """What :meth:`decode` runs without ``modes``: every supported mode but ``attention``
+        when the model has a CTC head (``attention``'s own beam search shares nothing with the
+        CTC pass the others read)."""
         modes: List[str] = []
         for mode in self.supported_modes():
             if mode != "attention" or not self.has_ctc():
@@ -276,14 +271,11 @@ class ScriptableAsr(nn.Module):
             memory_mask = torch.ones(n, 1, encoder_out.size(1), dtype=torch.bool, device=encoder_out.device)
             r_hyps: Optional[torch.Tensor] = None
             if reverse_weight > 0.0 and self.bidirectional:
-                tokens = hyps[:, 1:]
-                token_lens = hyps_lens - 1
-                positions = torch.arange(tokens.size(1), device=hyps.device).unsqueeze(0)
-                source = token_lens.unsqueeze(1) - 1 - positions
-                gathered = tokens.gather(1, source.clamp(min=0))
-                reversed_tokens = torch.where(source >= 0, gathered, torch.full_like(tokens, self.eos))
-                sos = torch.full((n, 1), self.sos, dtype=hyps.dtype, device=hyps.device)
-                r_hyps = torch.cat([sos, reversed_tokens], dim=1)
+                tokens: List[List[int]] = []
+                for i in range(n):
+                    row: List[int] = hyps[i, 1:int(hyps_lens[i])].tolist()
+                    tokens.append(row)
+                r_hyps = reversed_decoder_inputs(tokens, self.sos, self.eos, hyps.device, hyps.size(1))[0]
             logits, r_logits = decoder(encoder_out, memory_mask, hyps, hyps_lens, r_hyps, index)
             logp = torch.log_softmax(logits.float(), dim=-1)
             if r_logits is None:
@@ -293,8 +285,8 @@ class ScriptableAsr(nn.Module):
     # ------------------------------------------------------------------ searches (delegating)
     @torch.jit.export
     def ctc_prefix_beam_search_nbest(self, log_probs: torch.Tensor, lengths: torch.Tensor,
-                                     beam_size: int = 10,
-                                     blank_skip_threshold: float = DEFAULT_BLANK_SKIP_THRESHOLD
+                                     beam_size: int = DEFAULTS["beam_size"],
+                                     blank_skip_threshold: float = DEFAULTS["blank_skip_threshold"]
                                      ) -> Tuple[List[List[List[int]]], List[List[float]]]:
         """N-best prefixes (at most ``beam_size``, best first) of every utterance from CTC
         log-posteriors ``[B, T', V]``, with their CTC log-probabilities."""
@@ -303,59 +295,61 @@ class ScriptableAsr(nn.Module):
     # (TorchScript takes keyword arguments between methods but not their defaults: every
     # argument of decode is named, the unused ones at values that change nothing)
     @torch.jit.export
-    def ctc_greedy_search(self, feats: torch.Tensor, feats_lengths: torch.Tensor, blank_penalty: float = 0.0
-                          ) -> List[List[int]]:
+    def ctc_greedy_search(self, feats: torch.Tensor, feats_lengths: torch.Tensor,
+                          blank_penalty: float = DEFAULTS["blank_penalty"]) -> List[List[int]]:
         """Token ids per utterance, best CTC path."""
         return self.decode(feats=feats, feats_lengths=feats_lengths, beam_size=1, ctc_weight=0.0,
                            reverse_weight=0.0, blank_skip_threshold=1.0, modes=["ctc_greedy_search"],
-                           length_penalty=0.0, blank_penalty=blank_penalty, search_ctc_weight=0.3,
-                           search_transducer_weight=0.7)["ctc_greedy_search"]
+                           length_penalty=0.0, blank_penalty=blank_penalty, search_ctc_weight=0.0,
+                           search_transducer_weight=1.0)["ctc_greedy_search"]
 
     @torch.jit.export
-    def ctc_prefix_beam_search(self, feats: torch.Tensor, feats_lengths: torch.Tensor, beam_size: int = 10,
-                               blank_skip_threshold: float = DEFAULT_BLANK_SKIP_THRESHOLD,
-                               blank_penalty: float = 0.0) -> List[List[int]]:
+    def ctc_prefix_beam_search(self, feats: torch.Tensor, feats_lengths: torch.Tensor,
+                               beam_size: int = DEFAULTS["beam_size"],
+                               blank_skip_threshold: float = DEFAULTS["blank_skip_threshold"],
+                               blank_penalty: float = DEFAULTS["blank_penalty"]) -> List[List[int]]:
         """Token ids per utterance, best prefix of the CTC prefix beam search."""
         return self.decode(feats=feats, feats_lengths=feats_lengths, beam_size=beam_size, ctc_weight=0.0,
                            reverse_weight=0.0, blank_skip_threshold=blank_skip_threshold,
                            modes=["ctc_prefix_beam_search"], length_penalty=0.0,
-                           blank_penalty=blank_penalty, search_ctc_weight=0.3,
-                           search_transducer_weight=0.7)["ctc_prefix_beam_search"]
+                           blank_penalty=blank_penalty, search_ctc_weight=0.0,
+                           search_transducer_weight=1.0)["ctc_prefix_beam_search"]
 
     @torch.jit.export
-    def attention(self, feats: torch.Tensor, feats_lengths: torch.Tensor, beam_size: int = 10,
-                  length_penalty: float = 0.0) -> List[List[int]]:
+    def attention(self, feats: torch.Tensor, feats_lengths: torch.Tensor, beam_size: int = DEFAULTS["beam_size"],
+                  length_penalty: float = DEFAULTS["length_penalty"]) -> List[List[int]]:
         """Token ids per utterance, attention-decoder beam search."""
         return self.decode(feats=feats, feats_lengths=feats_lengths, beam_size=beam_size, ctc_weight=0.0,
                            reverse_weight=0.0, blank_skip_threshold=1.0, modes=["attention"],
-                           length_penalty=length_penalty, blank_penalty=0.0, search_ctc_weight=0.3,
-                           search_transducer_weight=0.7)["attention"]
+                           length_penalty=length_penalty, blank_penalty=0.0, search_ctc_weight=0.0,
+                           search_transducer_weight=1.0)["attention"]
 
     @torch.jit.export
-    def attention_rescoring(self, feats: torch.Tensor, feats_lengths: torch.Tensor, beam_size: int = 10,
-                            ctc_weight: float = 0.3, reverse_weight: float = 0.0,
-                            blank_skip_threshold: float = DEFAULT_BLANK_SKIP_THRESHOLD,
-                            blank_penalty: float = 0.0) -> List[List[int]]:
+    def attention_rescoring(self, feats: torch.Tensor, feats_lengths: torch.Tensor,
+                            beam_size: int = DEFAULTS["beam_size"], ctc_weight: float = DEFAULTS["ctc_weight"],
+                            reverse_weight: float = DEFAULTS["reverse_weight"],
+                            blank_skip_threshold: float = DEFAULTS["blank_skip_threshold"],
+                            blank_penalty: float = DEFAULTS["blank_penalty"]) -> List[List[int]]:
         """Token ids per utterance: the prefix-beam n-best rescored by the decoder(s)."""
         return self.decode(feats=feats, feats_lengths=feats_lengths, beam_size=beam_size, ctc_weight=ctc_weight,
                            reverse_weight=reverse_weight, blank_skip_threshold=blank_skip_threshold,
                            modes=["attention_rescoring"], length_penalty=0.0,
-                           blank_penalty=blank_penalty, search_ctc_weight=0.3,
-                           search_transducer_weight=0.7)["attention_rescoring"]
+                           blank_penalty=blank_penalty, search_ctc_weight=0.0,
+                           search_transducer_weight=1.0)["attention_rescoring"]
 
     @torch.jit.export
-    def decode(self, feats: torch.Tensor, feats_lengths: torch.Tensor, beam_size: int = 10,
-               ctc_weight: float = 0.3, reverse_weight: float = 0.0,
-               blank_skip_threshold: float = DEFAULT_BLANK_SKIP_THRESHOLD,
-               modes: Optional[List[str]] = None, length_penalty: float = 0.0, blank_penalty: float = 0.0,
-               search_ctc_weight: float = 0.3, search_transducer_weight: float = 0.7
+    def decode(self, feats: torch.Tensor, feats_lengths: torch.Tensor, beam_size: int = DEFAULTS["beam_size"],
+               ctc_weight: float = DEFAULTS["ctc_weight"], reverse_weight: float = DEFAULTS["reverse_weight"],
+               blank_skip_threshold: float = DEFAULTS["blank_skip_threshold"], modes: Optional[List[str]] = None,
+               length_penalty: float = DEFAULTS["length_penalty"], blank_penalty: float = DEFAULTS["blank_penalty"],
+               search_ctc_weight: float = DEFAULTS["search_ctc_weight"],
+               search_transducer_weight: float = DEFAULTS["search_transducer_weight"]
                ) -> Dict[str, List[List[int]]]:
-        """Token ids per utterance for each of ``modes`` (default: :meth:`default_modes`)
-        from one full-context encoder pass; the CTC modes and ``attention_rescoring`` share
-        one prefix beam search.  ``length_penalty`` and ``blank_penalty`` are WeNet's, as in
-        eager :func:`asrkit.decode.decode` (0: none); ``search_ctc_weight`` and
-        ``search_transducer_weight`` those of ``rnnt_beam_search``.  A mode not in
-        :meth:`supported_modes` raises ``RuntimeError`` with the registry's message."""
+        """Token ids per utterance for each of ``modes`` (default: :meth:`default_modes`) from one
+        full-context encoder pass; the CTC modes and ``attention_rescoring`` share one prefix beam
+        search.  ``length_penalty``, ``blank_penalty``: WeNet's, as in :func:`asrkit.decode.decode`
+        (0: none); ``search_ctc_weight``, ``search_transducer_weight``: ``rnnt_beam_search``'s.  A
+        mode not in :meth:`supported_modes` raises ``RuntimeError`` (the registry's message)."""
         chosen = self.default_modes() if modes is None else modes
         needs_ctc = False
         for mode in chosen:
@@ -376,7 +370,8 @@ class ScriptableAsr(nn.Module):
             if "ctc_prefix_beam_search" in chosen or "attention_rescoring" in chosen:
                 nbest, ctc_scores = self.searcher.ctc_nbest(log_probs, encoder_lengths, beam_size,
                                                             blank_skip_threshold)
-        for mode in chosen:
+        transducer = self.transducer
+        for mode in chosen:  # (one branch per scripted mode: tests/decode/test_mode_consumers.py checks them)
             if mode == "ctc_prefix_beam_search":
                 best: List[List[int]] = []
                 for hyps in nbest:
@@ -391,10 +386,15 @@ class ScriptableAsr(nn.Module):
             elif mode == "attention_rescoring":
                 results[mode] = self.searcher.attention_rescoring(encoder_out, encoder_lengths, nbest, ctc_scores,
                                                                   ctc_weight, reverse_weight)[0]
-            elif mode in ("rnnt_greedy_search", "rnnt_beam_search", "modified_beam_search"):
-                transducer = self.transducer
-                assert transducer is not None  # (refused above otherwise: the mode needs a transducer)
-                best = transducer.best_per_utterance(mode, encoder_out, encoder_lengths, log_probs, beam_size,
-                                                     search_ctc_weight, search_transducer_weight, self.max_symbols)
-                results[mode] = [h.tokens for h in best]
+            elif mode == "rnnt_greedy_search" and transducer is not None:
+                best = [h.tokens for h in transducer.greedy_best(encoder_out, encoder_lengths, self.max_symbols)]
+                results[mode] = best
+            elif mode == "rnnt_beam_search" and transducer is not None:
+                results[mode] = [h.tokens for h in transducer.prefix_beam_best(
+                    encoder_out, encoder_lengths, log_probs, beam_size, search_ctc_weight, search_transducer_weight)]
+            elif mode == "modified_beam_search" and transducer is not None:
+                best = [h.tokens for h in transducer.modified_beam_best(encoder_out, encoder_lengths, beam_size)]
+                results[mode] = best
+            elif mode != "ctc_greedy_search":  # (supported, yet without a branch here)
+                raise RuntimeError("mode " + mode + " has no scripted search")
         return results

@@ -1,6 +1,6 @@
 """Turning a freshly built model into the one a fine-tuning run trains, in a fixed order:
 
-1. ``--enc_init``: the named modules from a trained model (``asrkit.train.checkpoint.init_modules``),
+1. ``--enc_init``: the named modules from a trained model (:func:`asrkit.checkpoint.weights.init_modules`),
    after :func:`asrkit.finetune.vocabulary.vocabulary_change` -- a changed vocabulary is
    refused unless ``reinit_output_layers`` leaves the output layers at their fresh
    initialisation (the log says which were re-initialised and what was kept);
@@ -11,7 +11,7 @@
 The result, :class:`Adaptation`, says which tensors the run's checkpoints may leave out:
 those copied from the ``--enc_init`` file that training cannot change (frozen, and not
 modified by ``lora_reinit``).  Checkpoints then name that file by path and SHA-256
-(``asrkit.models.state.BASE_RECORD``) instead of copying it -- a LoRA run's checkpoints hold
+(``asrkit.checkpoint.weights.BASE_RECORD``) instead of copying it -- a LoRA run's checkpoints hold
 the adapters and little else.
 """
 from __future__ import annotations
@@ -23,13 +23,12 @@ from typing import Optional
 
 from torch import nn
 
-from asrkit.io.checkpoint import CheckpointError, load_checkpoint
-from asrkit.io.files import file_digest
+from asrkit.checkpoint.load import CheckpointError, load_checkpoint
+from asrkit.checkpoint.weights import BASE_RECORD, init_modules, model_state, resolved_state
+from asrkit.files import file_digest
 from asrkit.models.lora import LORA_RECORD, LoraPlacementError, inject_lora, is_adapter, lora_record
-from asrkit.models.state import BASE_RECORD, model_state, resolved_state
 from asrkit.finetune.freeze import FreezeError, freeze, unchanged_by_training
 from asrkit.finetune.vocabulary import vocabulary_change, vocabulary_prefixes
-from asrkit.train.checkpoint import init_modules
 
 log = logging.getLogger("asrkit.train")
 

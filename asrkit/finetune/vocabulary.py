@@ -4,7 +4,7 @@ The layers sized by the vocabulary are declared by the modules that own them
 (``VOCABULARY_LAYERS`` of the CTC head, the attention decoder, the transducer's predictor
 and joint): :func:`vocabulary_prefixes` finds them in any model.  :func:`vocabulary_change`
 compares what a checkpoint was trained with -- the units digest every asrkit checkpoint
-records (``asrkit.inputs.INPUT_DIGESTS``), the units file its config names when it can be
+records (``asrkit.config_files.INPUT_DIGESTS``), the units file its config names when it can be
 read, and the size of its output layers -- with this run's units: a different size, or the
 same size with other meanings (two units swapped), is a change; reusing the old output
 layers would then decode one unit as another without a word (NeMo #15778).
@@ -16,8 +16,8 @@ from typing import Optional, Sequence
 
 from torch import nn
 
-from asrkit.inputs import INPUT_DIGESTS, input_digests
-from asrkit.io.files import file_digest
+from asrkit.config_files import INPUT_DIGESTS, input_digests
+from asrkit.files import file_digest
 from asrkit.text.units import UnitsError, read_units
 
 REINIT_OPTION = "--reinit_output_layers (config: reinit_output_layers: true)"

@@ -178,7 +178,7 @@ def build_model(cfg, input_dim: int, vocabulary: Vocabulary, *, load_cmvn_stats:
 
     ``cfg.input_dim`` / ``cfg.output_dim``, when set, must agree with the arguments.
     Set ``load_cmvn_stats=False`` when a checkpoint will supply the CMVN buffers; pass
-    ``cmvn_stats`` (``asrkit.inputs.ModelInputs.model_cmvn``) when they were loaded already."""
+    ``cmvn_stats`` (``asrkit.config_files.ModelInputs.model_cmvn``) when they were loaded already."""
     if not isinstance(vocabulary, Vocabulary):
         raise TypeError(f"build_model needs an asrkit.text.Vocabulary, got {type(vocabulary).__name__}")
     if cfg.input_dim is not None and cfg.input_dim != input_dim:

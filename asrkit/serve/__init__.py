@@ -11,7 +11,7 @@
   the ``websockets`` server;
 * :mod:`asrkit.serve.server` -- :class:`~asrkit.serve.server.RecognitionServer`: the port,
   the decoding pool, the streams' message loop, limits and shutdown;
-* :mod:`asrkit.serve.batcher` -- streams' chunks run through the encoder together
+* :mod:`asrkit.serve.chunk_batcher` -- streams' chunks run through the encoder together
   (``--max_batch``, ``--batch_window_ms``);
 * :mod:`asrkit.serve.page` -- the page: microphone (AudioWorklet) and file upload.
 

@@ -25,11 +25,11 @@ import tempfile
 from pathlib import Path
 
 from asrkit.decode.context_graph import ContextListError
-from asrkit.decode.fusion import build_fusion
-from asrkit.decode.modes import ModeError
-from asrkit.decode.options import DecodingOptionError, DecodingOptions
+from asrkit.decode.modes import REGISTRY, ModeError, partial_modes
+from asrkit.decode.options import DEFAULTS, DecodingOptionError, DecodingOptions, build_fusion
 from asrkit.serve.protocol import Start
 from asrkit.serve.session import ChunkSession, SegmentSession
+from asrkit.stream.searches import streamed_modes
 from asrkit.transcribe import AudioError
 
 
@@ -47,17 +47,20 @@ class SessionError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class ServeSettings:
     """How streams are decoded: ``mode`` (the final result's; partial results of a chunk
-    session come from the CTC prefix search, of a segment session from ``ctc_greedy_search``),
-    ``chunk`` (encoder frames per chunk of a chunk-trained model) and ``left_chunks`` (-1: all),
-    ``beam_size``, ``ctc_weight``, ``reverse_weight``; ``partial_interval_s``: how often a
-    full-context model's segment is checked and re-decoded (seconds of audio)."""
+    session come from the mode's stream search, of a segment session from the first
+    registered mode the model runs that is cheap enough, :func:`asrkit.decode.modes.partial_modes`,
+    else ``mode``), ``chunk`` (encoder frames per chunk of a chunk-trained model) and
+    ``left_chunks`` (-1: all), ``beam_size``, ``ctc_weight``, ``reverse_weight`` (the defaults
+    of all but ``chunk`` are :class:`~asrkit.decode.options.DecodingOptions`');
+    ``partial_interval_s``: how often a full-context model's segment is checked and
+    re-decoded (seconds of audio)."""
 
-    mode: str = "attention_rescoring"
+    mode: str = DEFAULTS["modes"][0]
     chunk: int = 16
-    left_chunks: int = -1
-    beam_size: int = 10
-    ctc_weight: float = 0.3
-    reverse_weight: float = 0.0
+    left_chunks: int = DEFAULTS["num_decoding_left_chunks"]
+    beam_size: int = DEFAULTS["beam_size"]
+    ctc_weight: float = DEFAULTS["ctc_weight"]
+    reverse_weight: float = DEFAULTS["reverse_weight"]
     partial_interval_s: float = 0.5
 
     def __post_init__(self):
@@ -76,6 +79,21 @@ class ServeSettings:
             raise SettingsError(str(e)) from None
 
 
+def served_modes(kind: str) -> list[str]:
+    """The registered modes a server decodes a model of ``kind`` in (:attr:`ServedModel.kind`):
+    for ``chunks`` those a stream runs (:func:`asrkit.stream.searches.streamed_modes`), for
+    ``segments`` every one (what the model itself can run aside)."""
+    return streamed_modes() if kind == "chunks" else list(REGISTRY)
+
+
+def _runs(transcriber, mode: str) -> bool:
+    try:
+        transcriber.check_mode(mode)
+    except ModeError:
+        return False
+    return True
+
+
 class ServedModel:
     """``transcriber`` (:func:`asrkit.transcribe.load_model`) served with ``settings``.
     Raises :class:`SettingsError` for settings the model cannot run."""
@@ -91,8 +109,11 @@ class ServedModel:
             transcriber.check_options(self.options)
         except (DecodingOptionError, ModeError) as e:
             raise SettingsError(str(e).splitlines()[0]) from None
-        greedy = "ctc_greedy_search" if backend.has_ctc else settings.mode
-        self.partial_options = dataclasses.replace(self.options, modes=(greedy,))
+        if settings.mode not in served_modes(self.kind):
+            raise SettingsError(f"mode {settings.mode}: a model streamed chunk by chunk is decoded in one of "
+                                f"{', '.join(served_modes(self.kind))}")
+        partial = next((mode for mode in partial_modes() if _runs(transcriber, mode)), settings.mode)
+        self.partial_options = dataclasses.replace(self.options, modes=(partial,))
         self.file_options = dataclasses.replace(self.options, decoding_chunk_size=0)
         self.sample_rate = int(backend.sample_rate)
 

@@ -6,7 +6,7 @@ Streams share one :class:`~asrkit.serve.model.ServedModel`; each has its own ses
 ``workers`` threads (each a stream's call at a time; torch's intra-op threads are set to
 ``threads_per_worker``), so the loop keeps reading every connection while streams decode;
 a stream's calls run one after another, in order.  With ``max_batch`` > 1 the encoder of
-chunk sessions' full chunks runs through a :class:`~asrkit.serve.batcher.ChunkBatcher`: the
+chunk sessions' full chunks runs through a :class:`~asrkit.serve.chunk_batcher.ChunkBatcher`: the
 chunks of streams ready within ``batch_window_s`` of each other (or queued while the workers
 were busy) go through the encoder in one forward, up to ``max_batch`` at a time; the rest of
 each stream's decoding stays its own.  ``max_batch`` 1: every stream alone.
@@ -36,7 +36,7 @@ from websockets.asyncio.server import serve
 from websockets.exceptions import ConnectionClosed
 
 from asrkit.serve import protocol as wenet
-from asrkit.serve.batcher import ChunkBatcher
+from asrkit.serve.chunk_batcher import ChunkBatcher
 from asrkit.serve.http import (Gate, connection_factory, html_response, is_upgrade, json_response, response, route,
                                upload_name)
 from asrkit.serve.model import ServedModel, SessionError

@@ -31,7 +31,7 @@ does not decode a segment without speech.
 
 Both take 16-bit PCM bytes and give :class:`Event` lists; neither is thread-safe (the server
 runs one call of a stream at a time).  A chunk session also runs in steps, for the server's
-batcher (:mod:`asrkit.serve.batcher`) to run several streams' chunks through the encoder
+batcher (:mod:`asrkit.serve.chunk_batcher`) to run several streams' chunks through the encoder
 together.  State is bounded: a chunk session keeps one segment's
 encoder frames and samples, a segment session one segment's samples (at most the endpoint
 rules' 20 s, plus a chunk or one interval, plus what a client's message holds beyond them).
@@ -47,7 +47,7 @@ import torch
 from asrkit.data.audio import resample
 from asrkit.decode.alignment import AlignmentError, forced_alignment
 from asrkit.stream.endpoint import DEFAULT_RULES, EndpointDetector
-from asrkit.stream.recognizer import Result, StreamingRecognizer
+from asrkit.stream.recognizer import Result
 from asrkit.stream.resample import StreamResampler
 from asrkit.transcribe import AudioError, Segmentation
 from asrkit.transcribe.result import TokenTime, WordTime, group_words
@@ -95,9 +95,9 @@ def has_speech(samples_16k: np.ndarray, probs: Optional[np.ndarray] = None) -> b
 
 
 class ChunkSession:
-    """A stream through :class:`StreamingRecognizer` (``served``: the
+    """A stream through :class:`~asrkit.stream.recognizer.StreamingRecognizer` (``served``: the
     :class:`~asrkit.serve.model.ServedModel`; ``options``: this stream's decoding options,
-    ``fusion``: their phrases' context graph, :func:`asrkit.decode.fusion.build_fusion`;
+    ``fusion``: their phrases' context graph, :func:`asrkit.decode.options.build_fusion`;
     ``nbest``: hypotheses per result)."""
 
     kind = "chunks"
@@ -108,8 +108,7 @@ class ChunkSession:
         self.rate = sample_rate
         # the features at the model's rate: a stream at another rate is resampled on the way in
         self.resampler = StreamResampler(sample_rate, backend.sample_rate)
-        self.recognizer = StreamingRecognizer(backend.model, options, sample_rate=backend.sample_rate,
-                                              fusion=fusion, nbest=True, **backend.fbank_options())
+        self.recognizer = served.transcriber.stream(options, fusion=fusion, nbest=True)
         self.frame_s = backend.subsampling * backend.frame_shift / 1000.0
         self.chunks, self.chunks_s, self.encoder_s = 0, 0.0, 0.0  # chunks run, their compute, its encoder part
         # The samples the voice-activity check reads (module docstring): the stream's from the
@@ -137,7 +136,7 @@ class ChunkSession:
         return tail
 
     # accept and finish in steps, the encoder of full chunks run by the server's batcher
-    # (asrkit.serve.batcher): feed (or end_input at the end); while next_window() gives a window,
+    # (asrkit.serve.chunk_batcher): feed (or end_input at the end); while next_window() gives a window,
     # the batcher's encode, then advance; at the end finish_chunks.
 
     def feed(self, data: bytes) -> None:

@@ -82,7 +82,7 @@ class StreamingRecognizer:
     ``reverse_weight`` for the rescoring, and for a transducer mode (``options.modes[0]``)
     the transducer weights; its other fields do not apply (the prefix search skips no blank
     frames, as WeNet's streaming decoder, and sees no penalties).  ``fusion``: this stream's
-    LM and phrases, :func:`asrkit.decode.fusion.build_fusion` of ``options`` and the model's
+    LM and phrases, :func:`asrkit.decode.options.build_fusion` of ``options`` and the model's
     tokenizer (each stream may bias towards its own phrases); required when ``options`` ask
     for an LM or phrases, for a mode that takes them.  ``nbest``: results carry their
     hypotheses (:attr:`Result.nbest`).  ``fbank``
@@ -148,7 +148,7 @@ class StreamingRecognizer:
         return self.run_chunks() + self.finish_chunks()
 
     # The steps of accept_waveform and finish, for a caller that runs the encoder of several
-    # streams' chunks together (asrkit.stream.batch.encode_chunks; asrkit serve's batcher):
+    # streams' chunks together (asrkit.stream.stacked_chunks.encode_chunks; asrkit serve's batcher):
     # add_waveform; while next_window() gives a window: encode it (alone: encode), then
     # advance(window, out); at the end end_input, the same loop, then finish_chunks.
 

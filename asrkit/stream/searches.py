@@ -5,11 +5,14 @@ endpointing reads) and the segment's final result.
 * :class:`CtcStreamSearch` -- the incremental CTC prefix beam search; the final result is
   attention rescoring of its n-best over all of the segment's frames (``ctc_weight``,
   ``reverse_weight``), or its best prefix without a decoder.
-* :class:`TransducerStreamSearch` -- a transducer search of :mod:`asrkit.decode.transducer_search`
-  (picked by the mode: ``rnnt_greedy_search``, ``modified_beam_search``, else WeNet's prefix
-  beam search), the predictor state carried across chunks; the final result is its best
-  hypothesis, or for ``rnnt_beam_attn_rescoring`` / ``ctc_beam_td_attn_rescoring`` the
-  rescoring of the mode over all of the segment's frames.
+* :class:`TransducerStreamSearch` -- the transducer search the mode makes
+  (:attr:`asrkit.decode.modes.Streaming.search`: one of :mod:`asrkit.decode.transducer_search`),
+  the predictor state carried across chunks; the final result is its best hypothesis, or what
+  the mode's :attr:`~asrkit.decode.modes.Streaming.final` gives over all of the segment's
+  frames (the rescoring of ``rnnt_beam_attn_rescoring`` and ``ctc_beam_td_attn_rescoring``).
+
+Which of the two a mode streams with is its :attr:`asrkit.decode.modes.DecodingMode.stream`
+(:data:`STREAM_SEARCHES`).
 
 Either way a segment's final result equals what decoding the same encoder frames offline in
 that mode gives (the searches are fed frame by frame; ``tests/stream``), with the stream's
@@ -21,14 +24,14 @@ from typing import Optional
 
 import torch
 
-from asrkit.decode import transducer_modes as td
 from asrkit.decode.attention_search import pick_rescored, rank_rescored
 from asrkit.decode.ctc_search import PrefixBeamSearch
 from asrkit.decode.fusion import Fusion
-from asrkit.decode.modes import REGISTRY, TRANSDUCER, SharedOutputs
+from asrkit.decode.modes import REGISTRY, ModeError
 from asrkit.decode.options import DecodingOptions
 from asrkit.decode.searcher import Searcher
-from asrkit.decode.transducer_search import ModifiedBeamSearch, TransducerGreedySearch, TransducerPrefixBeamSearch
+from asrkit.decode.shared import SharedOutputs, transducer_parts
+from asrkit.decode.transducer_search import TransducerPrefixBeamSearch
 
 
 class CtcStreamSearch:
@@ -73,17 +76,9 @@ class CtcStreamSearch:
 class TransducerStreamSearch:
     def __init__(self, model, searcher: Searcher, options: DecodingOptions, fusion: Optional[Fusion] = None):
         self.model, self.searcher, self.options, self.fusion = model, searcher, options, fusion
-        self.mode = options.modes[0]
-        args = (td.transducer_parts(model)[0], next(model.parameters()).device)
-        if self.mode == "rnnt_greedy_search":
-            self.search = TransducerGreedySearch(*args, max_symbols_per_frame=td.MAX_SYMBOLS_PER_FRAME)
-        elif self.mode == "modified_beam_search":
-            self.search = ModifiedBeamSearch(*args, beam_size=options.beam_size, fusion=fusion)
-        else:
-            self.search = TransducerPrefixBeamSearch(*args, beam_size=options.beam_size,
-                                                     ctc_weight=options.search_ctc_weight,
-                                                     transducer_weight=options.search_transducer_weight,
-                                                     fusion=fusion)
+        self.streaming = REGISTRY[options.modes[0]].stream
+        self.search = self.streaming.search(transducer_parts(model)[0], next(model.parameters()).device, options,
+                                            fusion)
 
     def feed(self, encoder_out: torch.Tensor) -> tuple[list[int], torch.Tensor]:
         """``(partial tokens, blank probability per frame)`` after ``encoder_out [1, T, D]``."""
@@ -96,18 +91,29 @@ class TransducerStreamSearch:
 
     def final(self, encoder_out: Optional[torch.Tensor]) -> list[int]:
         """The segment's result, ``encoder_out [1, T, D]`` all of its frames (None: none)."""
-        if encoder_out is None or self.mode not in ("rnnt_beam_attn_rescoring", "ctc_beam_td_attn_rescoring"):
+        if encoder_out is None or self.streaming.final is None:
             return list(self.search.best().tokens)
         shared = SharedOutputs.from_options(self.searcher, encoder_out, torch.tensor([encoder_out.size(1)]),
                                             self.options, self.model, self.fusion)
-        if self.mode == "rnnt_beam_attn_rescoring":  # (the beam searched chunk by chunk is the n-best)
-            return td.rescored_beams(shared, [self.search.nbest()])[0][0]
-        return list(REGISTRY[self.mode].run(shared)[0])
+        return list(self.streaming.final(shared, self.search))
+
+
+# the stream search of each kind of mode (asrkit.decode.modes.Streaming.kind)
+STREAM_SEARCHES = {"ctc": CtcStreamSearch, "transducer": TransducerStreamSearch}
+
+
+def streamed_modes() -> list[str]:
+    """The registered modes a stream runs (those with a :attr:`~asrkit.decode.modes.DecodingMode.stream`
+    of a kind in :data:`STREAM_SEARCHES`), in registration order."""
+    return [name for name, mode in REGISTRY.items() if mode.stream is not None and mode.stream.kind in STREAM_SEARCHES]
 
 
 def stream_search(model, searcher: Searcher, options: DecodingOptions, fusion: Optional[Fusion] = None):
-    """The search of a new segment: a transducer's for a transducer mode, else CTC's;
-    ``fusion``: the stream's LM and context graph (:func:`asrkit.decode.fusion.build_fusion`)."""
-    if TRANSDUCER in REGISTRY[options.modes[0]].needs:
-        return TransducerStreamSearch(model, searcher, options, fusion)
-    return CtcStreamSearch(model, searcher, options, fusion)
+    """The search of a new segment in ``options.modes[0]`` (its
+    :attr:`~asrkit.decode.modes.DecodingMode.stream`); ``fusion``: the stream's LM and context
+    graph (:func:`asrkit.decode.options.build_fusion`).  A mode no stream runs raises
+    :class:`asrkit.decode.modes.ModeError`."""
+    mode = options.modes[0]
+    if mode not in streamed_modes():
+        raise ModeError(f"mode {mode} has no streaming search; stream with one of {', '.join(streamed_modes())}")
+    return STREAM_SEARCHES[REGISTRY[mode].stream.kind](model, searcher, options, fusion)

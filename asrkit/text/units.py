@@ -15,7 +15,7 @@ import unicodedata
 from pathlib import Path
 from typing import Iterable
 
-from asrkit.io.files import atomic_write_text
+from asrkit.files import atomic_write_text
 
 BLANK = "<blank>"
 UNK = "<unk>"
@@ -45,7 +45,7 @@ def units_from_symbols(symbols: Iterable[str], layout: str = "asrkit") -> list[s
 
 def write_units(path: str | Path, symbols: Iterable[str], layout: str = "asrkit") -> list[str]:
     """Write ``units_from_symbols(symbols, layout)`` to ``path`` (``<symbol> <id>`` lines,
-    atomically: :class:`asrkit.io.files.WriteError` on failure, the old file kept) and
+    atomically: :class:`asrkit.files.WriteError` on failure, the old file kept) and
     return the table written."""
     table = units_from_symbols(symbols, layout)
     path = Path(path)

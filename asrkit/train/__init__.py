@@ -2,7 +2,7 @@
 
 
 def __getattr__(name: str):
-    # importing a submodule (asrkit.train.checkpoint, asrkit.train.agreement, ...) does not
+    # importing a submodule (asrkit.checkpoint, asrkit.train.agreement, ...) does not
     # import the whole training stack (build, trainer, executor) with it
     if name == "run":
         from asrkit.train.entry import run  # (deferred: the training stack, to first use)

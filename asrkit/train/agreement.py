@@ -33,7 +33,7 @@ from typing import Any, Iterable, Optional
 import torch.distributed as dist
 
 from asrkit.data.wenet_shards import index_fingerprint
-from asrkit.io.files import file_digest
+from asrkit.files import file_digest
 from asrkit.train.dist import DistContext
 
 log = logging.getLogger("asrkit.train")

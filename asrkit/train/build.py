@@ -24,7 +24,7 @@ from asrkit.data.lists import ListError, read_list
 from asrkit.data.mixing import ListMix
 from asrkit.data.processors import build_sample_processor
 from asrkit.finetune.setup import AdaptError, Adaptation, adapt
-from asrkit.inputs import ModelInputs, load_model_inputs
+from asrkit.config_files import ModelInputs, load_model_inputs
 from asrkit.models import build_model
 from asrkit.train.dist import MonitoredLoader, count_batchnorm, register_comm_hook, wrap_ddp
 from asrkit.train.dist.comm_hooks import describe as describe_comm_hook
@@ -124,7 +124,7 @@ def _scaled_accum_grad(cfg: TrainConfig, ctx: DistContext) -> int:
 def build_training(cfg: TrainConfig, ctx: DistContext, *, train_data: str | Sequence[str] | ListMix,
                    cv_data: str | Sequence[str] | None = None,
                    cache_dir: Optional[Path] = None, inputs: Optional[ModelInputs] = None,
-                   init: Optional[ModuleInit] = None, monitor=None, ddp: bool = True) -> TrainingParts:
+                   init: Optional[ModuleInit] = None, ddp: bool = True) -> TrainingParts:
     """Build every part of a training run of ``cfg`` for this rank.
 
     ``train_data``: a data.list path, several (concatenated), or a :class:`~asrkit.data.mixing.ListMix`
@@ -133,11 +133,11 @@ def build_training(cfg: TrainConfig, ctx: DistContext, *, train_data: str | Sequ
     single list, None for several or none);
     ``cache_dir`` is where the index of a WeNet shard list is cached when its own folder
     cannot be written.  ``inputs`` are the config's units/BPE/CMVN files as
-    ``asrkit.inputs.load_model_inputs(cfg, model_cmvn=True)`` loaded them (loaded here when
+    ``asrkit.config_files.load_model_inputs(cfg, model_cmvn=True)`` loaded them (loaded here when
     None).  ``init`` starts the named modules from another checkpoint (a failure raises
     :class:`InitError`; a list without entries, or with a malformed line, raises
-    ``asrkit.data.lists.ListError``).  The loaders shard by ``ctx.rank``/``ctx.world_size``; with a
-    ``monitor`` (``asrkit.train.dist.RankMonitor``) they record their waits in it.
+    ``asrkit.data.lists.ListError``).  The loaders shard by ``ctx.rank``/``ctx.world_size``; with
+    ``ctx.monitor`` (``asrkit.train.dist.RankMonitor``) they record their waits in it.
     ``ddp=False`` returns the bare model in ``model`` too (for callers that wrap it
     themselves, e.g. a benchmark comparing DDP options)."""
     accum_grad = _scaled_accum_grad(cfg, ctx)
@@ -169,7 +169,7 @@ def build_training(cfg: TrainConfig, ctx: DistContext, *, train_data: str | Sequ
                                       cmvn_stats=inputs.data_cmvn)
         built = build_dataloader(entries, cfg.dataset_conf, proc, train=train, seed=cfg.seed,
                                  rank=ctx.rank, world_size=ctx.world_size, mix=mixed)
-        return MonitoredLoader(built, monitor, "train" if train else "cv") if monitor is not None else built
+        return MonitoredLoader(built, ctx.monitor, "train" if train else "cv") if ctx.monitor is not None else built
 
     train_loader = loader(train_entries, True, (ranges, mix.weights) if mix.weights else None)
     # one loader per CV list: several are reported apart, the run's CV loss is over all together

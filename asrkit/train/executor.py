@@ -26,8 +26,10 @@ training -- carries six sums: the group's utterance (or token) count, the number
 asking to stop (``asrkit.train.preemption``), the number of micro-batches with a
 non-finite loss, the number of ranks that have a batch after this group, and the number
 of micro-batches in the group and its square.  Every rank takes the same skip/stop
-decisions from them.  ``trained_utts`` counts the utterances of this rank whose optimizer
-step was applied in the current epoch (the trainer sums it over ranks for the epoch report).
+decisions from them.  After each step the executor yields a :class:`StepResult`: this rank's
+utterances in the step (0 when it was skipped), the number of ranks asking to stop, and the
+numbers of the train log line when the step wrote one; it holds no per-step state for its
+caller to read.
 
 Group boundaries and the has-next safety net (DDP): the executor reads its loader **one
 batch ahead**, so before each micro-batch it knows whether this rank has another batch.
@@ -73,16 +75,17 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 
 from asrkit.models.chunks import ChunkTraining, micro_batch_index
+from asrkit.progress import ProgressReport, clock
+from asrkit.train.counters import TrainState
 from asrkit.train.dist import DistContext, no_sync_if, unwrap
 from asrkit.train.grads import clip_coefficient, gradient_norm, scale_gradients, to_device_async
-from asrkit.progress import clock
-from asrkit.train.loss_sums import Window, cv_means, merge_names, report, summed_names
-from asrkit.train.reading import consumed_position, mark_consumed, read_ahead
+from asrkit.train.loss_sums import Window, cv_means, merge_names, summed_names
+from asrkit.train.read_ahead import consumed_position, mark_consumed, read_ahead
 
 log = logging.getLogger("asrkit.train")
 
@@ -91,33 +94,26 @@ class NonFiniteError(RuntimeError):
     """Too many optimizer steps in a row had non-finite gradients."""
 
 
-@dataclasses.dataclass
-class TrainState:
-    """Counters that survive a resume (saved in every checkpoint)."""
+@dataclasses.dataclass(frozen=True)
+class StepResult:
+    """What one accumulation group's optimizer step did, as :meth:`Executor.steps` yields it
+    (the step is already counted in its ``TrainState``)."""
 
-    epoch: int = 0              # epoch being trained (0-based)
-    step: int = 0               # optimizer steps taken so far
-    nonfinite_total: int = 0    # steps skipped for non-finite gradients (faults)
-    nonfinite_in_row: int = 0
-    scaler_skips: int = 0       # fp16 GradScaler calibration skips (not faults)
-    empty_groups: int = 0       # groups with no utterance on any rank (all skipped)
-    best_cv_loss: Optional[float] = None
-    epochs_without_improvement: int = 0
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "TrainState":
-        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
+    utterances: int     # this rank's utterances in the group when its step was applied, else 0
+    stop_requests: int  # ranks asking to stop, summed in the step's all-reduce: the same on every rank
+    scalars: Optional[dict[str, float]] = None  # the numbers of the train log line this step wrote, if any
 
 
 class Executor:
-    """Runs epochs of training and CV for an already-built model/optimizer/scheduler."""
+    """Trains and evaluates ``model``: owns what an optimizer step changes -- the model, the
+    optimizer, the scheduler, the fp16 ``scaler`` and the weight ``ema``
+    (``asrkit.train.ema.WeightEma``, updated after each applied step; None: no EMA) -- and
+    steps it with ``cfg``.  ``progress``: a bar of each epoch's batches (``asrkit.progress``);
+    None shows it on rank 0 when stderr is a terminal."""
 
     def __init__(self, cfg, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler,
                  ctx: DistContext, model_dir: Path, *, scaler: Optional[torch.amp.GradScaler] = None,
-                 writer=None, progress: Optional[bool] = None, preemption=None, ema=None):
+                 progress: Optional[bool] = None, ema=None):
         self.cfg = cfg
         self.model = model
         self.optimizer = optimizer
@@ -125,16 +121,11 @@ class Executor:
         self.ctx = ctx
         self.model_dir = Path(model_dir)
         self.scaler = scaler if scaler is not None and scaler.is_enabled() else None
-        self.writer = writer
         self.length_normalized = bool(getattr(unwrap(model), "length_normalized_loss", False))
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.progress = sys.stderr.isatty() and ctx.is_main if progress is None else progress
         self.autocast_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg.dtype)
-        self.preemption = preemption  # asrkit.train.preemption.Preemption (or None)
-        self.ema = ema                # asrkit.train.ema.WeightEma (or None): updated after each applied step
-        self.stop_requests = 0        # ranks asking to stop, from the last step's all-reduce
-        self.all_ranks_have_next = True  # from the last step's all-reduce: every rank has a next batch
-        self.trained_utts = 0         # this rank's utterances in applied steps, this epoch
+        self.ema = ema
         self.chunks = ChunkTraining.from_config(cfg)  # attention context per micro-batch
 
     # ------------------------------------------------------------------ helpers
@@ -168,13 +159,26 @@ class Executor:
 
     def train_epoch(self, loader, state: TrainState,
                     on_step: Callable[[TrainState], bool] = lambda s: False) -> bool:
-        """Train on the rest of ``loader``'s current epoch.
+        """:meth:`steps` for a caller that needs no :class:`StepResult` (benchmarks, tests):
+        ``on_step(state)`` runs after every optimizer step, and True from it stops the epoch
+        there.  Returns True if the epoch ran to its end, False if ``on_step`` stopped it."""
+        with contextlib.closing(self.steps(loader, state)) as results:
+            for _ in results:
+                if on_step(state):
+                    return False
+        return True
 
-        ``on_step(state)`` runs after every optimizer step (checkpointing, CV); when it
-        returns True the epoch stops there (the caller decided, identically on every rank).
-        Returns True if the epoch ran to its end (on every rank: see the module docstring
-        for ranks whose batch counts differ), False if ``on_step`` stopped it.
-        """
+    def steps(self, loader, state: TrainState,
+              stop_requested: Callable[[], bool] = lambda: False) -> Iterator[StepResult]:
+        """Train on the rest of ``loader``'s current epoch, yielding a :class:`StepResult`
+        after each accumulation group's optimizer step, applied or skipped.
+
+        ``stop_requested()`` says whether this rank wants to stop (it received a signal); it
+        is read before each step's all-reduce, which sums it over the ranks into
+        ``StepResult.stop_requests``.  The caller stops the epoch after a step by asking for
+        no further result (close the iterator); it must decide the same on every rank.  The
+        iteration ends when the epoch has ended on every rank (see the module docstring for
+        ranks whose batch counts differ)."""
         self.model.train()
         accum = self.cfg.accum_grad
         n_batches = len(loader)
@@ -182,51 +186,58 @@ class Executor:
         group: list[dict] = []
         group_count = 0
         group_nonfinite = torch.zeros((), dtype=torch.int64, device=self.ctx.device)
-        self.trained_utts = 0
         window = Window()
         epoch_start = time.perf_counter()
         start_position = position
-        t_ready = time.perf_counter()
-        for batch, has_next in read_ahead(loader):
-            wait = time.perf_counter() - t_ready
-            last_in_group = (position + 1) % accum == 0 or not has_next
-            mark_consumed(loader, position)
-            self._set_phase(f"training on train batch {position + 1}/{n_batches} of epoch {state.epoch} "
-                            f"(forward, backward{' with the gradient all-reduce' if last_in_group else ''})",
-                            "compute")
-            utts, tokens, frames = self._counts(batch)
-            dev_batch = self._to_device(batch)
-            chunk = self.chunks.for_training(
-                state.step, micro_batch_index(position, accum, self.ctx.rank, self.ctx.world_size))
-            with no_sync_if(self.model, skip_sync=not last_in_group):
-                out = self._forward(self.model, dev_batch, chunk)
-                loss = out["loss"]
-                (self.scaler.scale(loss) if self.scaler else loss).backward()
-            group_nonfinite += ~torch.isfinite(loss.detach())  # stays on the device: no sync here
-            group_count += tokens if self.length_normalized else utts
-            group.append(batch)
-            window.add(out, utts, tokens, frames, wait)
-            position += 1
-            if last_in_group:
-                self._set_phase(f"in the step all-reduce after train batch {position}/{n_batches} of epoch "
-                                f"{state.epoch}", "collective")
-                grad_norm = self._optimizer_step(group_count, group_nonfinite, group, state, has_next)
-                group, group_count = [], 0
-                group_nonfinite = torch.zeros_like(group_nonfinite)
-                if grad_norm is not None and state.step % self.cfg.log_interval == 0:
-                    self._log_train(window, state, grad_norm, position, n_batches, epoch_start, start_position)
-                    window = Window()
-                if on_step(state):
-                    return False
-                if not self.all_ranks_have_next:
-                    break
-            if self.progress:
-                self._progress(state, position, n_batches)
+        bar = (ProgressReport(n_batches, f"epoch {state.epoch}", "batch", log, terminal=True, done=position)
+               if self.progress else None)
+        try:
             t_ready = time.perf_counter()
-        self._set_phase(f"after the train batches of epoch {state.epoch} (CV, checkpoint, rank-0 decisions)", "other")
-        if self.progress:
-            sys.stderr.write("\n")
-        return True
+            for batch, has_next in read_ahead(loader):
+                wait = time.perf_counter() - t_ready
+                last_in_group = (position + 1) % accum == 0 or not has_next
+                mark_consumed(loader, position)
+                self._set_phase(f"training on train batch {position + 1}/{n_batches} of epoch {state.epoch} "
+                                f"(forward, backward{' with the gradient all-reduce' if last_in_group else ''})",
+                                "compute")
+                utts, tokens, frames = self._counts(batch)
+                dev_batch = self._to_device(batch)
+                chunk = self.chunks.for_training(
+                    state.step, micro_batch_index(position, accum, self.ctx.rank, self.ctx.world_size))
+                with no_sync_if(self.model, skip_sync=not last_in_group):
+                    out = self._forward(self.model, dev_batch, chunk)
+                    loss = out["loss"]
+                    (self.scaler.scale(loss) if self.scaler else loss).backward()
+                group_nonfinite += ~torch.isfinite(loss.detach())  # stays on the device: no sync here
+                group_count += tokens if self.length_normalized else utts
+                group.append(batch)
+                window.add(out, utts, tokens, frames, wait)
+                position += 1
+                if last_in_group:
+                    self._set_phase(f"in the step all-reduce after train batch {position}/{n_batches} of epoch "
+                                    f"{state.epoch}", "collective")
+                    grad_norm, stop_requests, all_have_next = self._optimizer_step(
+                        group_count, group_nonfinite, group, state, has_next, stop_requested)
+                    applied = grad_norm is not None
+                    utterances = sum(int(b["feats_lengths"].numel()) for b in group) if applied else 0
+                    group, group_count = [], 0
+                    group_nonfinite = torch.zeros_like(group_nonfinite)
+                    scalars = None
+                    if applied and state.step % self.cfg.log_interval == 0:
+                        scalars = self._log_train(window, state, grad_norm, position, n_batches, epoch_start,
+                                                  start_position)
+                        window = Window()
+                    yield StepResult(utterances, stop_requests, scalars)
+                    if not all_have_next:
+                        break
+                if bar is not None:
+                    bar.advance_to(position)
+                t_ready = time.perf_counter()
+            self._set_phase(f"after the train batches of epoch {state.epoch} (CV, checkpoint, rank-0 decisions)",
+                            "other")
+        finally:
+            if bar is not None:
+                bar.close()
 
     def _set_phase(self, text: str, kind: str) -> None:
         """What this rank does now, for the stuck-rank diagnosis (``asrkit.train.dist.monitor.RankMonitor``)."""
@@ -234,11 +245,10 @@ class Executor:
             self.ctx.monitor.set_phase(text, kind)
 
     def _agree_on_the_end(self, has_next: bool, ranks_with_next: int, micro_batches: float,
-                          micro_batches_sq: float, state: TrainState) -> None:
+                          micro_batches_sq: float, state: TrainState) -> bool:
         """From the step all-reduce: does every rank go on after this group?  Logs the
         sampler bugs the sums reveal (identical values, hence decisions, on every rank)."""
         world = self.ctx.world_size
-        self.all_ranks_have_next = ranks_with_next == world
         if 0 < ranks_with_next < world and has_next:
             log.error("rank %d: %d of %d rank(s) ran out of batches at step %d; stopping this epoch here, "
                       "its remaining batches untrained (the batch counts were unequal -- a sampler bug)",
@@ -247,38 +257,41 @@ class Executor:
             log.error("rank %d: the ranks' last accumulation groups of this epoch held different numbers of "
                       "micro-batches (%d in all over %d ranks; the batch counts were unequal -- a sampler bug)",
                       self.ctx.rank, int(micro_batches), world)
+        return ranks_with_next == world
 
     def _optimizer_step(self, local_count: int, local_nonfinite: torch.Tensor, group: list[dict],
-                        state: TrainState, has_next: bool = False) -> Optional[float]:
+                        state: TrainState, has_next: bool = False,
+                        stop_requested: Callable[[], bool] = lambda: False) -> tuple[Optional[float], int, bool]:
         """Agree with the other ranks (one all-reduce: count, stop requests, non-finite
         losses, ranks with a next batch, micro-batches and their square), then normalise,
-        clip and apply the accumulated gradients; returns the grad norm, or None when the
-        step was skipped.  The host reads the device once: the all-reduced sums together
-        with the gradient norm (``asrkit.train.grads``)."""
+        clip and apply the accumulated gradients.  Returns ``(grad norm, or None when the
+        step was skipped; ranks asking to stop; every rank has a batch after this group)``.
+        The host reads the device once: the all-reduced sums together with the gradient norm
+        (``asrkit.train.grads``)."""
         # (unscaling records the scaler's inf check on the device, no sync; a group whose
         # backward made no gradient has nothing for the scaler to check or update)
         scaler = self.scaler if any(p.grad is not None for p in self.params) else None
         if scaler:
             scaler.unscale_(self.optimizer)
         raw_norm = gradient_norm(self.params, self.ctx.device)  # identical on every rank after DDP
-        flag = self.preemption.flag() if self.preemption is not None else 0.0
         n = float(len(group))
-        local = to_device_async([local_count, flag, 0.0, float(has_next), n, n * n], self.ctx.device)
+        stop = float(stop_requested())
+        local = to_device_async([local_count, stop, 0.0, float(has_next), n, n * n], self.ctx.device)
         local[2:3].add_(local_nonfinite.reshape(1).to(torch.float64))
         summed = self.ctx.all_reduce_sum(local)
         global_count, stop_requests, nonfinite_losses, with_next, micro, micro_sq, raw = \
             torch.cat([summed, raw_norm.reshape(1).to(summed)]).tolist()  # the step's one host sync
-        self.stop_requests = int(stop_requests)
-        self._agree_on_the_end(has_next, int(with_next), micro, micro_sq, state)
+        agreed = int(stop_requests), self._agree_on_the_end(has_next, int(with_next), micro, micro_sq, state)
         try:
             if global_count == 0:
                 state.empty_groups += 1
                 log.warning("step %d: no utterance left in this accumulation group on any rank "
                             "(all skipped as bad data); no optimizer step", state.step)
-                return None
+                return None, *agreed
             if nonfinite_losses:
-                return self._count_fault(group, state, f"the loss of {int(nonfinite_losses)} micro-batch(es) "
-                                                       f"(over all ranks) is not finite")
+                self._count_fault(group, state, f"the loss of {int(nonfinite_losses)} micro-batch(es) "
+                                                f"(over all ranks) is not finite")
+                return None, *agreed
             # DDP averaged the per-rank gradient sums over world_size; undo that and divide
             # by the global count: grad = (sum over ranks and micro-batches) / global_count.
             factor = self.ctx.world_size / global_count
@@ -286,8 +299,9 @@ class Executor:
             if not math.isfinite(grad_norm):
                 if self.scaler:  # fp16 calibration: no step; the scaler's update lowers its scale
                     state.scaler_skips += 1
-                    return None
-                return self._count_fault(group, state, f"gradient norm is {grad_norm}")
+                    return None, *agreed
+                self._count_fault(group, state, f"gradient norm is {grad_norm}")
+                return None, *agreed
             scale_gradients(self.params, factor * clip_coefficient(grad_norm, self.cfg.grad_clip))
             # (with fp16 the gradients are unscaled and finite -- the scaler's inf check is
             # clear -- so the optimizer steps directly; GradScaler.step would read that check
@@ -302,8 +316,7 @@ class Executor:
             self.ema.update(unwrap(self.model))
         state.step += 1
         state.nonfinite_in_row = 0
-        self.trained_utts += sum(int(b["feats_lengths"].numel()) for b in group)
-        return grad_norm
+        return grad_norm, *agreed
 
     def _count_fault(self, group: list[dict], state: TrainState, what: str) -> None:
         """Count a skipped non-finite step (gradients already zeroed); after
@@ -321,41 +334,23 @@ class Executor:
                 f"{state.nonfinite_in_row} optimizer steps in a row were not finite "
                 f"(max_nonfinite_steps={self.cfg.max_nonfinite_steps}; last: {what}); the last group's "
                 f"batches are saved in {path}. Lower the learning rate, check the data, or raise grad_clip.")
-        return None
 
     # ------------------------------------------------------------------ logging
 
     def _log_train(self, w: Window, state: TrainState, grad_norm: float, position: int,
-                   n_batches: int, epoch_start: float, start_position: int) -> None:
-        w.flush()
-        elapsed = max(time.perf_counter() - w.start, 1e-9)
-        per_utt = 1.0 / max(w.tokens if self.length_normalized else w.utts, 1)
-        loss = w.sums["loss"] * per_utt
-        lr = self.optimizer.param_groups[0]["lr"]
-        epoch_elapsed = time.perf_counter() - epoch_start
-        done = max(position - start_position, 1)
-        eta = epoch_elapsed / done * (n_batches - position)
-        parts = [f"epoch {state.epoch} step {state.step} batch {position}/{n_batches}",
-                 f"loss {loss:.4f}"]
-        scalars = {"loss": loss, "lr": lr, "grad_norm": grad_norm,
-                   "frames_per_s": w.frames / elapsed, "data_wait_share": w.data_wait / elapsed}
-        for k, v in report(w.sums, lambda total: total * per_utt).items():
-            if k != "loss":
-                scalars[k] = v
-                parts.append(f"{k} {v:.4f}")
-        parts += [f"lr {lr:.3e}", f"grad_norm {grad_norm:.3f}", f"{scalars['frames_per_s']:.0f} frames/s",
-                  f"data_wait {100 * scalars['data_wait_share']:.1f}%", f"eta {clock(eta)}"]
-        log.info(" | ".join(parts))
-        if self.writer is not None:
-            for k, v in scalars.items():
-                self.writer.add_scalar(f"train/{k}", v, state.step)
-
-    def _progress(self, state: TrainState, position: int, n_batches: int) -> None:
-        width = 30
-        filled = int(width * position / max(n_batches, 1))
-        sys.stderr.write(f"\repoch {state.epoch} [{'#' * filled}{'.' * (width - filled)}] "
-                         f"{position}/{n_batches} step {state.step}")
-        sys.stderr.flush()
+                   n_batches: int, epoch_start: float, start_position: int) -> dict[str, float]:
+        """Log the train line of the steps in ``w``; returns its numbers by name
+        (``asrkit.train.loss_sums.Window.train_numbers``)."""
+        numbers = w.train_numbers(self.length_normalized, self.optimizer.param_groups[0]["lr"], grad_norm)
+        eta = (time.perf_counter() - epoch_start) / max(position - start_position, 1) * (n_batches - position)
+        own = ("loss", "lr", "grad_norm", "frames_per_s", "data_wait_share")
+        log.info(" | ".join([f"epoch {state.epoch} step {state.step} batch {position}/{n_batches}",
+                             f"loss {numbers['loss']:.4f}",
+                             *(f"{k} {v:.4f}" for k, v in numbers.items() if k not in own),
+                             f"lr {numbers['lr']:.3e}", f"grad_norm {grad_norm:.3f}",
+                             f"{numbers['frames_per_s']:.0f} frames/s",
+                             f"data_wait {100 * numbers['data_wait_share']:.1f}%", f"eta {clock(eta)}"]))
+        return numbers
 
     # ------------------------------------------------------------------ CV
 

@@ -89,6 +89,21 @@ class Window:
                 self.sums[k] = self.sums.get(k, 0.0) + float(v)
         self._pending.clear()
 
+    def train_numbers(self, length_normalized: bool, lr: float, grad_norm: float) -> dict[str, float]:
+        """The numbers of a train log line over this window (its pending sums read first):
+        ``loss``, ``lr``, ``grad_norm``, ``frames_per_s``, ``data_wait_share`` (of the
+        seconds since the window began), then the model's other reported entries
+        (:func:`report`), the losses per utterance (per token with ``length_normalized``)."""
+        self.flush()
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        per_utt = 1.0 / max(self.tokens if length_normalized else self.utts, 1)
+        numbers = {"loss": self.sums["loss"] * per_utt, "lr": lr, "grad_norm": grad_norm,
+                   "frames_per_s": self.frames / elapsed, "data_wait_share": self.data_wait / elapsed}
+        for k, v in report(self.sums, lambda total: total * per_utt).items():
+            if k != "loss":
+                numbers[k] = v
+        return numbers
+
 
 def cv_means(summed: tuple[Mapping[str, float], int, int], length_normalized: bool) -> dict:
     """``{"loss", "num_utts", ...}`` of summed CV losses ``(sums, utterances, tokens)``

@@ -17,8 +17,8 @@ signal that reaches only some nodes (or reaches them a few steps apart) still st
 whole job in step.  Rank 0 then writes a mid-epoch checkpoint (``step_<N>.pt``, the kind
 ``save_interval`` writes: it records the sampler position, RNG states and counters, so a
 rerun with ``--checkpoint auto`` continues with exactly the next batch), every rank logs
-the reason and ``asrkit.bin.train`` exits with status :data:`EXIT_PREEMPTED` after
-destroying the process group.  Between epochs (after the epoch checkpoint and its CV)
+the reason and the run ends with :class:`Preempted` (exit status :data:`EXIT_PREEMPTED`,
+after destroying the process group).  Between epochs (after the epoch checkpoint and its CV)
 :meth:`Preemption.count_requests` makes the same decision with one tiny all-reduce.
 
 The grace period must cover the rest of the current optimizer step plus one checkpoint
@@ -37,17 +37,27 @@ from typing import Optional
 
 import torch
 
+from asrkit.train.problems import TrainingExit
+
 log = logging.getLogger("asrkit.train")
 
 EXIT_PREEMPTED = 4          # exit status of a run stopped by a signal after saving a checkpoint
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
+class Preempted(TrainingExit):
+    """The run stopped on a stop signal after saving a checkpoint at an optimizer-step
+    boundary (logged as a warning, not an error).  Exit status :data:`EXIT_PREEMPTED`."""
+
+    exit_status = EXIT_PREEMPTED
+
+
 class Preemption:
     """The signal flag of this process and the rank-agreed decision to stop.
 
     :attr:`requested` is local (this process got a signal); :meth:`count_requests` and the
-    executor's per-step all-reduce turn it into a decision identical on every rank.
+    executor's per-step all-reduce (which reads :attr:`requested` before each step) turn it
+    into a decision identical on every rank.
     """
 
     def __init__(self):
@@ -81,10 +91,6 @@ class Preemption:
     def requested(self) -> bool:
         """This process received a stop signal (not yet agreed with the other ranks)."""
         return self.signum is not None
-
-    def flag(self) -> float:
-        """1.0 when :attr:`requested`, else 0.0 (what this rank adds to the per-step sum)."""
-        return 1.0 if self.requested else 0.0
 
     def signal_name(self) -> str:
         return signal.Signals(self.signum).name if self.signum is not None else "a stop request"

@@ -1,6 +1,7 @@
-"""Epoch loop around the Executor: CV, checkpoints, resume, early stopping.
+"""Epoch loop around the Executor: CV, checkpoints, resume, early stopping, TensorBoard and
+the stop signals.
 
-Checkpoints (see ``asrkit.train.checkpoint``) are written by rank 0 only:
+Checkpoints (see ``asrkit.checkpoint``) are written by rank 0 only:
 
 * ``step_<N>.pt`` every ``save_interval`` optimizer steps (mid-epoch; it records the
   sampler position of the batches *consumed*, so a resume continues with exactly the
@@ -20,7 +21,7 @@ stopped and resumed, on one rank or several, ends with the weights of an uninter
 run.  On another world size every rank takes rank 0's states.
 
 A checkpoint rank 0 cannot write (full disk, file-size limit) stops every rank with a
-:class:`~asrkit.train.checkpoint.CheckpointError` naming the file and the reason; the
+:class:`~asrkit.checkpoint.CheckpointError` naming the file and the reason; the
 earlier checkpoints are intact.
 
 An epoch that ran to its end without training a single utterance on any rank, because
@@ -30,25 +31,29 @@ optimizer step either, so such a run leaves no checkpoint that looks trained.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 from typing import Optional
 
-import torch
-
 from asrkit.config import to_dict
 from asrkit.finetune.schema import adaptation_difference
-from asrkit.inputs import INPUT_DIGESTS, check_input_digests, input_digests
-from asrkit.io.checkpoint_names import EPOCH, STEP, checkpoint_filename
-from asrkit.models.state import load_weights
-from asrkit.models.wenet_state import is_wenet_state
+from asrkit.config_files import INPUT_DIGESTS, check_input_digests, input_digests
+from asrkit.checkpoint.names import EPOCH, STEP, checkpoint_filename
+from asrkit.checkpoint.weights import load_weights
+from asrkit.checkpoint.wenet import is_wenet_state
 from asrkit.text.tokenizer import BpeModelError
 from asrkit.text.units import UnitsError
-from asrkit.train import checkpoint as ckpt
+from asrkit.checkpoint.load import CheckpointError, load_checkpoint
+from asrkit.checkpoint.rng import capture_rng_state, restore_rng_state
+from asrkit.checkpoint.save import prune_step_checkpoints, save_checkpoint
 from asrkit.train.dist import DistContext, unwrap
 from asrkit.train.ema import WeightEma
-from asrkit.train.executor import Executor, TrainState, consumed_position
+from asrkit.train.counters import TrainState
+from asrkit.train.executor import Executor, StepResult
 from asrkit.train.loss_sums import cv_means
+from asrkit.train.preemption import Preempted, Preemption
+from asrkit.train.read_ahead import consumed_position
 
 log = logging.getLogger("asrkit.train")
 
@@ -59,51 +64,49 @@ class NoUsableDataError(RuntimeError):
 
 
 class Trainer:
-    """Runs the epochs of one training phase from the built ``parts``
-    (``asrkit.train.build.TrainingParts``): steps with ``parts.train_cfg`` (the world-size
-    scaled ``accum_grad``), records ``parts.cfg`` (the config as written) in the checkpoints
-    it writes into ``model_dir``.  ``max_steps`` stops after that many optimizer steps in
-    total; ``preemption`` (``asrkit.train.preemption.Preemption``) stops at an optimizer-step
-    boundary on a signal; ``writer`` is a TensorBoard ``SummaryWriter`` (rank 0) or None."""
+    """Runs the epochs of one training stage from the built ``parts``
+    (``asrkit.train.build.TrainingParts``): its :class:`~asrkit.train.executor.Executor`
+    steps ``parts.model`` with ``parts.train_cfg`` (the world-size scaled ``accum_grad``);
+    the trainer records ``parts.cfg`` (the config as written) in the checkpoints it writes
+    into ``model_dir``, writes TensorBoard (rank 0) into ``tensorboard_dir`` (default
+    ``<model_dir>/tensorboard``) and stops at an optimizer-step boundary on a stop signal
+    (``asrkit.train.preemption``).  ``max_steps`` stops after that many optimizer steps in
+    total."""
 
-    def __init__(self, parts, ctx: DistContext, model_dir: str | Path, *, writer=None,
-                 max_steps: Optional[int] = None, progress: Optional[bool] = None, preemption=None):
+    def __init__(self, parts, ctx: DistContext, model_dir: str | Path, *, tensorboard_dir: Optional[str] = None,
+                 max_steps: Optional[int] = None, progress: Optional[bool] = None):
         self.cfg = parts.train_cfg
         self.ctx = ctx
-        self.model = parts.model
-        self.optimizer = parts.optimizer
-        self.scheduler = parts.scheduler
-        self.scaler = parts.scaler
         self.train_loader = parts.train_loader
         self.cv_parts = parts.cv_parts  # [(CV list path, its loader)], one per list
         self.model_dir = Path(model_dir)
+        self.tensorboard_dir = tensorboard_dir or str(self.model_dir / "tensorboard")
         self.config_dict = to_dict(parts.cfg)
         # the units/BPE files this run trains with, hashed once: what every checkpoint records
         # (and recognize, export and resume check the units against)
         self.input_digests = input_digests(parts.cfg)
-        self.writer = writer
         self.max_steps = max_steps
         self.state = TrainState()
         self.resumed_mid_epoch = False
-        self.preemption = preemption  # asrkit.train.preemption.Preemption (or None)
-        self.preempted = False        # fit() stopped on a signal, after saving a checkpoint
+        self.preemption = Preemption()
+        self.writer = None  # TensorBoard's SummaryWriter on rank 0, while fit() runs
         self.comm_hook = parts.comm_hook  # asrkit.train.dist.comm_hooks.CommHook (or None): told of a resume
         self.adaptation = parts.adaptation  # asrkit.finetune.setup.Adaptation: what the model entry holds
         # weight EMA (asrkit.train.ema): the shadow of the unwrapped model, the same on every rank
-        self.ema = WeightEma(unwrap(self.model), self.cfg.ema_decay) if self.cfg.ema_decay else None
-        self.executor = Executor(self.cfg, self.model, self.optimizer, self.scheduler, ctx, self.model_dir,
-                                 scaler=self.scaler, writer=writer, progress=progress, preemption=preemption,
-                                 ema=self.ema)
+        ema = WeightEma(unwrap(parts.model), self.cfg.ema_decay) if self.cfg.ema_decay else None
+        self.executor = Executor(self.cfg, parts.model, parts.optimizer, parts.scheduler, ctx, self.model_dir,
+                                 scaler=parts.scaler, progress=progress, ema=ema)
 
     # ------------------------------------------------------------------ checkpoints
 
     def _full_state(self, sampler_state: Optional[dict], rng_ranks: list) -> dict:
-        ema = {"ema": self.ema.state_dict()} if self.ema is not None else {}
+        ex = self.executor
+        ema = {"ema": ex.ema.state_dict()} if ex.ema is not None else {}
         return {**ema,
-            **self.adaptation.checkpoint_entries(unwrap(self.model).state_dict()),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "scaler": self.scaler.state_dict() if self.scaler is not None else {},
+            **self.adaptation.checkpoint_entries(unwrap(ex.model).state_dict()),
+            "optimizer": ex.optimizer.state_dict(),
+            "scheduler": ex.scheduler.state_dict(),
+            "scaler": ex.scaler.state_dict() if ex.scaler is not None else {},
             "train_state": self.state.to_dict(),
             "sampler": sampler_state,
             "rng": rng_ranks[0],
@@ -113,27 +116,27 @@ class Trainer:
         }
 
     def save(self, kind: str, number: int, *, mid_epoch: bool, cv_loss: Optional[float] = None) -> Optional[Path]:
-        """Rank 0 writes the checkpoint ``kind`` (``asrkit.io.checkpoint_names.STEP`` or
+        """Rank 0 writes the checkpoint ``kind`` (``asrkit.checkpoint.names.STEP`` or
         ``EPOCH``) ``number`` into ``model_dir`` (with every rank's RNG states, gathered
         first); then rank 0 broadcasts whether the write succeeded and every rank raises
-        :class:`~asrkit.train.checkpoint.CheckpointError` if it did not."""
-        rng_ranks = self.ctx.gather_to_main(ckpt.capture_rng_state())
+        :class:`~asrkit.checkpoint.CheckpointError` if it did not."""
+        rng_ranks = self.ctx.gather_to_main(capture_rng_state())
         name = checkpoint_filename(kind, number)
         path, error = None, None
         if self.ctx.is_main:
             sampler_state = self.train_loader.state_dict() if mid_epoch else None
             info = {"epoch": self.state.epoch if mid_epoch else self.state.epoch - 1,
                     "step": self.state.step, "cv_loss": cv_loss,
-                    "mid_epoch": mid_epoch, "lr": self.optimizer.param_groups[0]["lr"]}
+                    "mid_epoch": mid_epoch, "lr": self.executor.optimizer.param_groups[0]["lr"]}
             try:
-                path = ckpt.save_checkpoint(self.model_dir / name, self._full_state(sampler_state, rng_ranks),
+                path = save_checkpoint(self.model_dir / name, self._full_state(sampler_state, rng_ranks),
                                             info)
-                ckpt.prune_step_checkpoints(self.model_dir, self.cfg.keep_checkpoint_max)
+                prune_step_checkpoints(self.model_dir, self.cfg.keep_checkpoint_max)
                 log.info("saved %s (epoch %d, step %d)", path, info["epoch"], self.state.step)
-            except ckpt.CheckpointError as e:
+            except CheckpointError as e:
                 error = e
         if not self.ctx.decide(error is None):
-            raise error or ckpt.CheckpointError(
+            raise error or CheckpointError(
                 f"rank 0 could not write checkpoint {name} (its log says why); the previous checkpoints "
                 f"are intact")
         return path
@@ -148,43 +151,44 @@ class Trainer:
         fresh, as with WeNet's own ``--checkpoint``.
 
         A checkpoint whose recorded units file or BPE model digest
-        (:data:`asrkit.inputs.INPUT_DIGESTS`) differs from this run's files is refused
-        (:class:`~asrkit.train.checkpoint.CheckpointError`: the model was trained with other
+        (:data:`asrkit.config_files.INPUT_DIGESTS`) differs from this run's files is refused
+        (:class:`~asrkit.checkpoint.CheckpointError`: the model was trained with other
         units); one without digests (saved before they were recorded) resumes as before.
         """
-        state = ckpt.load_checkpoint(path, map_location=self.ctx.device)
+        ex = self.executor
+        state = load_checkpoint(path, map_location=self.ctx.device)
         if is_wenet_state(state["model"]):
-            load_weights(unwrap(self.model), state, str(path))
+            load_weights(unwrap(ex.model), state, str(path))
             log.info("fine-tuning from WeNet checkpoint %s: all of its weights loaded; optimizer, "
                      "scheduler and epochs start fresh", path)
             return
         missing = [k for k in ("optimizer", "scheduler", "train_state", "rng") if k not in state]
         if missing:
-            raise ckpt.CheckpointError(f"{path} is a model-only checkpoint (no {', '.join(missing)}); "
+            raise CheckpointError(f"{path} is a model-only checkpoint (no {', '.join(missing)}); "
                                        f"it can initialise a model but not resume a run")
         try:
             check_input_digests(self.cfg, state.get(INPUT_DIGESTS), path)
         except (UnitsError, BpeModelError) as e:
-            raise ckpt.CheckpointError(str(e)) from None
+            raise CheckpointError(str(e)) from None
         differs = adaptation_difference(state.get("config") or {}, self.config_dict)
         if differs:
-            raise ckpt.CheckpointError(f"{path} was trained with {differs}: a run resumes with the fine-tuning "
+            raise CheckpointError(f"{path} was trained with {differs}: a run resumes with the fine-tuning "
                                        f"set-up it started with (start a new run in another --model_dir, from "
                                        f"this checkpoint with --enc_init, to change it)")
-        load_weights(unwrap(self.model), state, str(path))
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        if self.scaler is not None and state.get("scaler"):
-            self.scaler.load_state_dict(state["scaler"])
+        load_weights(unwrap(ex.model), state, str(path))
+        ex.optimizer.load_state_dict(state["optimizer"])
+        ex.scheduler.load_state_dict(state["scheduler"])
+        if ex.scaler is not None and state.get("scaler"):
+            ex.scaler.load_state_dict(state["scaler"])
         self.state = TrainState.from_dict(state["train_state"])
         self._resume_ema(state, path)
         if self.comm_hook is not None:  # (PowerSGD's memory is not in the checkpoint: comm_hooks says what it does)
             self.comm_hook.resumed_at(self.state.step)
         rng_ranks = state.get("rng_ranks") or [state["rng"]]
         if len(rng_ranks) == self.ctx.world_size:
-            ckpt.restore_rng_state(rng_ranks[self.ctx.rank])
+            restore_rng_state(rng_ranks[self.ctx.rank])
         else:
-            ckpt.restore_rng_state(state["rng"])
+            restore_rng_state(state["rng"])
             log.info("the checkpoint holds the RNG states of %d rank(s), this run has %d: every rank takes "
                      "rank 0's (dropout draws differ from an uninterrupted run's)", len(rng_ranks),
                      self.ctx.world_size)
@@ -196,40 +200,64 @@ class Trainer:
 
     def _resume_ema(self, state: dict, path) -> None:
         """Restore the EMA shadow, or start it at the resumed weights when the checkpoint has none."""
-        if self.ema is None:
+        ema = self.executor.ema
+        if ema is None:
             return
         if state.get("ema") is not None:
-            self.ema.load_state_dict(state["ema"])
+            ema.load_state_dict(state["ema"])
         else:
-            self.ema.reset(unwrap(self.model))
-            log.info("%s holds no weight EMA: ema_decay %g starts its shadow at the resumed weights", path,
-                     self.ema.decay)
+            ema.reset(unwrap(self.executor.model))
+            log.info("%s holds no weight EMA: ema_decay %g starts its shadow at the resumed weights", path, ema.decay)
 
     # ------------------------------------------------------------------ loop
 
-    def _on_step(self, state: TrainState) -> bool:
-        """After each optimizer step: CV / checkpoint at their intervals, a stop signal
-        agreed in the step's all-reduce, ``max_steps``; True = stop now."""
-        stop = self.max_steps is not None and state.step >= self.max_steps
-        preempt = self.executor.stop_requests > 0
-        stepped = state.step > 0  # (groups of skipped samples before the first step: nothing to check or save)
-        cv_loss = None
-        if self.cfg.cv_interval and stepped and state.step % self.cfg.cv_interval == 0 and not preempt:
-            cv_loss = self.run_cv(f"step {state.step}")["loss"]
-        if stop or preempt or (self.cfg.save_interval and stepped and state.step % self.cfg.save_interval == 0):
-            self.save(STEP, state.step, mid_epoch=True, cv_loss=cv_loss)
-        if preempt:
-            self._stop_preempted(self.executor.stop_requests, f"after optimizer step {state.step}")
-        elif stop:
-            log.info("reached max_steps=%d; stopping (resume with --checkpoint auto)", self.max_steps)
-        return stop or preempt
+    def _train_epoch(self) -> tuple[Optional[str], int]:
+        """Train the rest of the current epoch, with CV and checkpoints at their intervals.
+        Returns why it stopped before the epoch's end (``"max_steps"`` or ``"preempted"``;
+        None: it ran to its end) and this rank's utterances trained in applied steps."""
+        trained = 0
+        steps = self.executor.steps(self.train_loader, self.state, lambda: self.preemption.requested)
+        with contextlib.closing(steps) as results:
+            for result in results:
+                trained += result.utterances
+                self._write_scalars("train", result.scalars or {})
+                stop = self._after_step(result)
+                if stop:
+                    return stop, trained
+        return None, trained
 
-    def _stop_preempted(self, ranks_requesting: int, where: str) -> None:
-        self.preempted = True
+    def _after_step(self, result: StepResult) -> Optional[str]:
+        """After each optimizer step: CV / checkpoint at their intervals, a stop signal
+        agreed in the step's all-reduce, ``max_steps``.  Returns why training stops here
+        (``"preempted"``, ``"max_steps"``) or None to go on."""
+        step = self.state.step
+        stop = self.max_steps is not None and step >= self.max_steps
+        preempt = result.stop_requests > 0
+        stepped = step > 0  # (groups of skipped samples before the first step: nothing to check or save)
+        cv_loss = None
+        if self.cfg.cv_interval and stepped and step % self.cfg.cv_interval == 0 and not preempt:
+            cv_loss = self.run_cv(f"step {step}")["loss"]
+        if stop or preempt or (self.cfg.save_interval and stepped and step % self.cfg.save_interval == 0):
+            self.save(STEP, step, mid_epoch=True, cv_loss=cv_loss)
+        if preempt:
+            self._log_preempted(result.stop_requests, f"after optimizer step {step}")
+            return "preempted"
+        if stop:
+            log.info("reached max_steps=%d; stopping (resume with --checkpoint auto)", self.max_steps)
+            return "max_steps"
+        return None
+
+    def _log_preempted(self, ranks_requesting: int, where: str) -> None:
         log.warning("preempted: %s; stopping %s with a checkpoint at step %d (epoch %d) -- rerun with "
                     "--checkpoint auto to continue from it", self.preemption.describe(ranks_requesting,
-                                                                                      self.ctx.world_size)
-                    if self.preemption is not None else "stop requested", where, self.state.step, self.state.epoch)
+                                                                                      self.ctx.world_size),
+                    where, self.state.step, self.state.epoch)
+
+    def _write_scalars(self, board: str, scalars: dict[str, float]) -> None:
+        """``scalars`` to TensorBoard (rank 0) as ``<board>/<name>`` at the current step."""
+        if self.writer is not None:
+            for k, v in scalars.items():
+                self.writer.add_scalar(f"{board}/{k}", v, self.state.step)
 
     def run_cv(self, label: str) -> dict:
         """CV over every CV list, the result over all of them together (from their summed
@@ -252,22 +280,19 @@ class Trainer:
     def _log_cv(self, label: str, result: dict, board: str) -> None:
         parts = [f"{k} {v:.4f}" for k, v in result.items() if k != "num_utts"]
         log.info("CV %s: %s (%d utterances)", label, " | ".join(parts), result["num_utts"])
-        if self.writer is not None:
-            for k, v in result.items():
-                if k != "num_utts":
-                    self.writer.add_scalar(f"{board}/{k}", v, self.state.step)
+        self._write_scalars(board, {k: v for k, v in result.items() if k != "num_utts"})
 
-    def _report_data(self, epoch: int, partial: bool) -> tuple[int, dict[str, int]]:
+    def _report_data(self, epoch: int, trained_here: int, partial: bool) -> tuple[int, dict[str, int]]:
         """Per-reason counts of samples dropped as bad data this epoch (each rank logs its
         own), and on rank 0 the totals over all ranks: utterances trained (in applied
-        optimizer steps) and skipped per reason.  ``partial``: the epoch was resumed or
+        optimizer steps; this rank's: ``trained_here``) and skipped per reason.  ``partial``: the epoch was resumed or
         stopped mid-way, so the totals cover only this process's part of it.  Returns the
         totals ``(trained, skipped per reason)``, the same on every rank."""
         stats = getattr(self.train_loader, "skip_stats", None)
         counts = dict(stats.counts) if stats is not None else {}
         if counts:
             log.warning("epoch %d: rank %d skipped bad samples: %s", epoch, self.ctx.rank, stats.summary())
-        per_rank = self.ctx.all_gather({"trained": self.executor.trained_utts, "skipped": counts})
+        per_rank = self.ctx.all_gather({"trained": trained_here, "skipped": counts})
         trained = sum(r["trained"] for r in per_rank)
         skipped: dict[str, int] = {}
         for r in per_rank:
@@ -303,7 +328,31 @@ class Trainer:
         return self.ctx.decide(wants)
 
     def fit(self) -> TrainState:
-        """Train from the current state to ``max_epoch`` (or ``max_steps``/early stop)."""
+        """Train from the current state to ``max_epoch`` (or ``max_steps``/early stop), with
+        TensorBoard open and the stop signals handled for the call.  A stop signal ends it at
+        an optimizer-step boundary, after a checkpoint, with
+        :class:`~asrkit.train.preemption.Preempted` (raised once the writer is closed)."""
+        if self.ctx.is_main:
+            from torch.utils.tensorboard import SummaryWriter  # (defers tensorboard: rank 0 only)
+            self.writer = SummaryWriter(self.tensorboard_dir)
+        # Installed only now: a signal during start-up still ends the process at once (there is
+        # nothing to save yet); from here on it is acted on at the next optimizer step.
+        self.preemption.install()
+        try:
+            preempted = self._epochs()
+        finally:
+            self.preemption.uninstall()
+            if self.writer is not None:
+                self.writer.close()
+                self.writer = None
+        if preempted:
+            by = self.preemption.signal_name() if self.preemption.requested else "another rank's stop signal"
+            raise Preempted(f"exiting with status {Preempted.exit_status} after {by} (step {self.state.step} saved)")
+        log.info("training finished at epoch %d, step %d", self.state.epoch, self.state.step)
+        return self.state
+
+    def _epochs(self) -> bool:
+        """The epochs from the current state on; True when a stop signal ended them."""
         while self.state.epoch < self.cfg.max_epoch:
             epoch = self.state.epoch
             if not self.resumed_mid_epoch:
@@ -311,24 +360,24 @@ class Trainer:
             self.resumed_mid_epoch = False
             log.info("epoch %d: %d batches per rank", epoch, len(self.train_loader))
             partial = consumed_position(self.train_loader) > 0
-            finished = self.executor.train_epoch(self.train_loader, self.state, on_step=self._on_step)
-            trained, skipped = self._report_data(epoch, partial=partial or not finished)
-            if not finished:
-                return self.state
+            stopped, trained_here = self._train_epoch()
+            trained, skipped = self._report_data(epoch, trained_here, partial=partial or stopped is not None)
+            if stopped is not None:
+                return stopped == "preempted"
             self._check_some_data_used(epoch, trained, skipped)
             cv = self.run_cv(f"epoch {epoch}")
             stop = self._early_stop(cv["loss"])
             self.state.epoch = epoch + 1
             self.save(EPOCH, epoch, mid_epoch=False, cv_loss=cv["loss"])
-            requests = self.preemption.count_requests(self.ctx) if self.preemption is not None else 0
+            requests = self.preemption.count_requests(self.ctx)
             if requests and self.state.epoch < self.cfg.max_epoch and not stop:
-                self._stop_preempted(requests, f"after epoch {epoch} and its checkpoint")
-                return self.state
+                self._log_preempted(requests, f"after epoch {epoch} and its checkpoint")
+                return True
             if stop:
                 log.info("early stop: no CV improvement for %d epochs (best %.4f)",
                          self.state.epochs_without_improvement, self.state.best_cv_loss)
                 break
-        return self.state
+        return False
 
 
 def _reasons(skipped: dict[str, int]) -> str:

@@ -1,9 +1,8 @@
 """The two kinds of model :func:`asrkit.load_model` takes, behind one interface
 (:class:`Backend`): features in, encoder output and a searcher out.
 
-* an **experiment directory** (:class:`EagerBackend`): ``train.yaml`` (its relative paths
-  resolved by :func:`asrkit.inputs.load_experiment_config`) and a checkpoint, built and
-  loaded as ``asrkit.bin.recognize`` does (:func:`asrkit.decode.recognizer.build_trained_model`);
+* an **experiment directory** (:class:`EagerBackend`): ``train.yaml`` and a checkpoint,
+  loaded as every tool loads them (:func:`asrkit.trained_model.load_trained_model`);
   features go through the config's data-pipeline CMVN (``dataset_conf.cmvn_file``) when set;
 * an **exported archive** ``final.zip`` (:class:`ScriptBackend`): the TorchScript module of
   ``asrkit.bin.export`` (:func:`asrkit.export.load_exported`), which takes raw fbank.
@@ -19,17 +18,16 @@ from typing import Optional, Sequence
 import torch
 import yaml
 
-from asrkit.data.features import FBANK_OPTION_DEFAULTS, apply_cmvn, load_cmvn
+from asrkit.data.features import FBANK_OPTION_DEFAULTS, apply_cmvn
 from asrkit.decode.batch import encoder_output
 from asrkit.decode.ctc_search import apply_blank_penalty
 from asrkit.decode.modes import ModeError, check_modes
 from asrkit.decode.options import DecodingOptionError, DecodingOptions
-from asrkit.decode.recognizer import build_trained_model
 from asrkit.decode.searcher import Searcher
+from asrkit.checkpoint.names import checkpoint_to_decode
 from asrkit.export.archive import EXTRA_CONFIG, EXTRA_META, load_exported
-from asrkit.inputs import load_experiment_config, load_text_inputs
-from asrkit.io.checkpoint_names import checkpoint_to_decode
 from asrkit.models.chunks import ChunkTraining
+from asrkit.trained_model import TrainedModel, load_trained_model
 
 
 class ModelLoadError(ValueError):
@@ -44,7 +42,7 @@ class Backend:
     id), ``blank``, ``has_ctc``, ``searcher`` (a :class:`Searcher` or its scripted copy),
     ``bidirectional``, ``chunk_trained`` (trained with dynamic or static chunks),
     ``description``, ``decoding_source`` (what the transducer modes search with: the model,
-    or the archive's module; :func:`asrkit.decode.transducer_modes.transducer_parts`)."""
+    or the archive's module; :func:`asrkit.decode.shared.transducer_parts`)."""
 
     snip_edges, high_freq, sample_scale = (FBANK_OPTION_DEFAULTS[k] for k in ("snip_edges", "high_freq",
                                                                                "sample_scale"))
@@ -74,8 +72,12 @@ class Backend:
 
 
 class EagerBackend(Backend):
-    def __init__(self, model, cfg, tokenizer, description: str):
+    """A :class:`~asrkit.trained_model.TrainedModel` (``trained``) as transcription runs it."""
+
+    def __init__(self, trained: TrainedModel, description: str):
+        cfg, model, tokenizer = trained.cfg, trained.model, trained.tokenizer
         fbank = cfg.dataset_conf.fbank_conf
+        self.trained = trained
         self.model, self.tokenizer, self.description = model, tokenizer, description
         self.decoding_source = model
         self.sample_rate = int(cfg.dataset_conf.resample_conf.resample_rate)
@@ -83,8 +85,7 @@ class EagerBackend(Backend):
         self.frame_length, self.frame_shift = float(fbank.frame_length), float(fbank.frame_shift)
         self.snip_edges, self.high_freq = bool(fbank.snip_edges), float(fbank.high_freq)
         self.sample_scale = float(fbank.sample_scale)
-        self.feature_cmvn = (load_cmvn(cfg.dataset_conf.cmvn_file, self.num_mel_bins)
-                             if cfg.dataset_conf.cmvn_file else None)
+        self.feature_cmvn = trained.feature_cmvn
         self.subsampling = int(model.encoder.subsampling_rate)
         self.min_input_length = int(model.encoder.min_input_length)
         self.right_context = self.min_input_length - 1
@@ -110,7 +111,7 @@ class EagerBackend(Backend):
 
 
 class ArchiveSearcher:
-    """An archive's scripted :class:`Searcher` as :class:`asrkit.decode.modes.SharedOutputs`
+    """An archive's scripted :class:`Searcher` as :class:`asrkit.decode.shared.SharedOutputs`
     calls it, also for archives exported before ``blank_penalty`` and ``length_penalty``
     were arguments of its methods: the penalty is applied here with the function the
     scripted code runs (:func:`asrkit.decode.ctc_search.apply_blank_penalty`), and a
@@ -213,7 +214,7 @@ class ScriptBackend(Backend):
 
 def find_checkpoint(exp_dir: Path) -> Path:
     """The checkpoint an experiment decodes with when none is named
-    (:func:`asrkit.io.checkpoint_names.checkpoint_to_decode`: the ``avg_<N>.pt`` with the
+    (:func:`asrkit.checkpoint.names.checkpoint_to_decode`: the ``avg_<N>.pt`` with the
     largest N, else ``final.pt``, else the newest training checkpoint by recorded step)."""
     chosen = checkpoint_to_decode(exp_dir)
     if chosen is None:
@@ -227,7 +228,6 @@ def load_experiment(exp_dir: Path, checkpoint: Optional[str | Path], device: str
     config = exp_dir / "train.yaml"
     if not config.is_file():
         raise ModelLoadError(f"{exp_dir}: no train.yaml (an experiment directory holds the training config)")
-    cfg = load_experiment_config(config, overrides)  # (relative paths found as recognize finds them)
     if checkpoint is None:
         path = find_checkpoint(exp_dir)
     else:
@@ -236,9 +236,8 @@ def load_experiment(exp_dir: Path, checkpoint: Optional[str | Path], device: str
             path = exp_dir / path
         if not path.is_file():
             raise ModelLoadError(f"checkpoint not found: {checkpoint}")
-    tokenizer = load_text_inputs(cfg, model_cmvn=False)
-    model = build_trained_model(cfg, path, tokenizer.vocabulary, device)
-    return EagerBackend(model, cfg, tokenizer, f"{exp_dir} ({path.name})")
+    trained = load_trained_model(config, path, overrides=overrides, device=device)
+    return EagerBackend(trained, f"{exp_dir} ({path.name})")
 
 
 def load_archive(path: Path, device: str) -> ScriptBackend:

@@ -9,7 +9,8 @@ fbank features by :class:`asrkit.stream.features.StreamingFbank` (in 30 s pieces
 part is that long) normalised as the model expects (the data-pipeline CMVN of the config,
 when set).  Decoding is :mod:`asrkit.decode`'s: the encoder output of
 :func:`asrkit.decode.batch.encoder_output` (or the archive's encoder), the mode from
-:data:`asrkit.decode.modes.REGISTRY`; token times come from :mod:`asrkit.decode.alignment`.
+:data:`asrkit.decode.modes.REGISTRY`; token times from the mode's search where it records them
+(:attr:`asrkit.decode.modes.DecodingMode.timed`), else from :mod:`asrkit.decode.alignment`.
 """
 from __future__ import annotations
 
@@ -26,13 +27,13 @@ from asrkit.data.audio import DataFault, load_audio, resample
 from asrkit.data.features import num_frames
 from asrkit.data.lists import ListEntry
 from asrkit.decode.alignment import AlignmentError, best_path_spans, forced_alignment
-from asrkit.decode.ctc_search import DEFAULT_BLANK_SKIP_THRESHOLD
-from asrkit.decode.fusion import Fusion, build_fusion
-from asrkit.decode.modes import REGISTRY, SharedOutputs, mode_nbest
-from asrkit.decode.options import DecodingOptionError, DecodingOptions, check_encoder_context
-from asrkit.decode.transducer_modes import TIMED
+from asrkit.decode.fusion import Fusion
+from asrkit.decode.modes import REGISTRY, mode_nbest
+from asrkit.decode.options import DEFAULTS, DecodingOptionError, DecodingOptions, build_fusion, check_encoder_context
+from asrkit.decode.shared import SharedOutputs
 from asrkit.precision import decoding_precision_warning
 from asrkit.stream.features import StreamingFbank
+from asrkit.stream.recognizer import StreamingRecognizer
 from asrkit.transcribe.loading import ModelLoadError, load_archive, load_experiment
 from asrkit.transcribe.result import TokenTime, Transcript, group_words
 from asrkit.transcribe.segments import Segment, Segmentation, fixed_pieces, speech_segments
@@ -130,7 +131,7 @@ class Transcriber:
                                       f"context graph; transcribe the experiment directory to use them")
 
     def fusion(self, options: DecodingOptions) -> Optional[Fusion]:
-        """The LM and context graph of ``options`` (:func:`asrkit.decode.fusion.build_fusion`
+        """The LM and context graph of ``options`` (:func:`asrkit.decode.options.build_fusion`
         with this model's tokenizer), built once for the same fusion options."""
         if not options.fused:
             return None
@@ -139,6 +140,30 @@ class Transcriber:
         if self._fusion[0] != key:
             self._fusion = (key, build_fusion(options, self.backend.tokenizer))
         return self._fusion[1]
+
+    def stream(self, options: DecodingOptions, *, fusion: Optional[Fusion] = None,
+               nbest: bool = False) -> StreamingRecognizer:
+        """A new stream over this model (as sherpa-onnx's ``create_stream()``): a
+        :class:`asrkit.stream.recognizer.StreamingRecognizer` with this model's features (its
+        sample rate and fbank options), chunk by chunk as ``options`` say (``decoding_chunk_size
+        > 0``; its first mode is the stream's search), with ``fusion`` (default: the context
+        graph and LM of ``options``, :meth:`fusion`) and, with ``nbest``, the search's n-best in
+        each result.  Feed it samples at :attr:`sample_rate` (``accept_waveform``), read its
+        results, end it with ``input_finished``.  Raises
+        :class:`asrkit.decode.DecodingOptionError` for an exported archive (its searches run
+        whole utterances; sherpa-onnx streams an ONNX export), for a model trained with full
+        context only (chunks would garble it) or for options without chunks, and
+        :class:`asrkit.decode.ModeError` for a mode the model does not run."""
+        model = getattr(self.backend, "model", None)
+        if model is None:
+            raise DecodingOptionError(f"{self.description}: an exported archive does not stream from Python; "
+                                      f"stream the experiment directory, or export for sherpa-onnx "
+                                      f"(asrkit.bin.export_onnx)")
+        check_encoder_context(options, self.backend.chunk_trained)
+        if fusion is None:
+            fusion = self.fusion(options)
+        return StreamingRecognizer(model, options, sample_rate=self.sample_rate, fusion=fusion, nbest=nbest,
+                                   **self.backend.fbank_options())
 
     def features(self, wav: torch.Tensor) -> torch.Tensor:
         """Normalised fbank ``[T', F]`` of ``wav [T]`` (samples at the model's rate)."""
@@ -158,20 +183,23 @@ class Transcriber:
         return speech_segments(at_16k.numpy(), self.sample_rate, wav.numel(), segmentation)
 
     def transcribe(self, audio: Union[str, os.PathLike, np.ndarray, torch.Tensor],
-                   sample_rate: Optional[int] = None, mode: str = "attention_rescoring",
-                   chunk: Optional[int] = None, left_chunks: int = -1, beam_size: int = 10,
-                   ctc_weight: float = 0.3, reverse_weight: float = 0.0, blank_penalty: float = 0.0,
-                   length_penalty: float = 0.0, blank_skip_threshold: float = DEFAULT_BLANK_SKIP_THRESHOLD,
+                   sample_rate: Optional[int] = None, mode: str = DEFAULTS["modes"][0],
+                   chunk: Optional[int] = None, left_chunks: int = DEFAULTS["num_decoding_left_chunks"],
+                   beam_size: int = DEFAULTS["beam_size"], ctc_weight: float = DEFAULTS["ctc_weight"],
+                   reverse_weight: float = DEFAULTS["reverse_weight"], blank_penalty: float = DEFAULTS["blank_penalty"],
+                   length_penalty: float = DEFAULTS["length_penalty"],
+                   blank_skip_threshold: float = DEFAULTS["blank_skip_threshold"],
                    segmentation: Optional[Segmentation] = None,
-                   progress: Optional[Callable[[float, float], None]] = None, dtype: str = "fp32",
-                   lm_path: Optional[str] = None, lm_weight: float = 0.5, word_bonus: float = 1.0,
-                   lm_oov_penalty: float = 10.0, context_phrases: Sequence[str] = (),
-                   context_graph_score: float = 3.0) -> Transcript:
+                   progress: Optional[Callable[[float, float], None]] = None, dtype: str = DEFAULTS["dtype"],
+                   lm_path: Optional[str] = DEFAULTS["lm_path"], lm_weight: float = DEFAULTS["lm_weight"],
+                   word_bonus: float = DEFAULTS["word_bonus"], lm_oov_penalty: float = DEFAULTS["lm_oov_penalty"],
+                   context_phrases: Sequence[str] = DEFAULTS["context_phrases"],
+                   context_graph_score: float = DEFAULTS["context_graph_score"]) -> Transcript:
         """Transcribe ``audio``: a path (a WAV/FLAC file at any sample rate), or samples
         (a numpy array or tensor ``[T]`` or ``[channels, T]``, floats in [-1, 1) or int16)
         with their ``sample_rate``.
 
-        ``mode``: a decoding mode (:data:`asrkit.decode.MODES`); ``chunk``: decode as a
+        ``mode``: a registered decoding mode (:data:`asrkit.decode.MODES`); ``chunk``: decode as a
         streaming model with chunks of that many encoder frames and ``left_chunks`` left
         chunks (-1: all; recognize's ``--decoding_chunk_size`` /
         ``--num_decoding_left_chunks``); ``None``, 0 or negative: full context.  The other
@@ -275,8 +303,9 @@ class Transcriber:
     @torch.inference_mode()
     def _decode(self, feats: torch.Tensor, mode: str, options: DecodingOptions, fusion: Optional[Fusion] = None,
                 nbest: int = 1) -> tuple[list[int], Optional[list[tuple[int, int]]], list[list[int]]]:
-        """Token ids of one segment and their spans in its encoder frames: a transducer
-        search's emission frame (one frame per token), else the CTC alignment of the tokens
+        """Token ids of one segment and their spans in its encoder frames: the emission frame
+        of a mode whose search records it (:attr:`~asrkit.decode.modes.DecodingMode.timed`:
+        one frame per token), else the CTC alignment of the tokens
         (``None``: no CTC head, or tokens the CTC frames cannot hold); and up to ``nbest``
         hypotheses, best first (:func:`mode_nbest`), the ids first."""
         b = self.backend
@@ -284,8 +313,9 @@ class Transcriber:
         with options.autocast(x.device.type):
             enc, lengths = b.encode(x, torch.tensor([x.size(1)], device=self.device), options)
             shared = SharedOutputs.from_options(b.searcher, enc, lengths, options, b.decoding_source, fusion)
-            if mode in TIMED:
-                hyp = TIMED[mode](shared)[0]
+            timed = REGISTRY[mode].timed
+            if timed is not None:  # (the search's own emission frames)
+                hyp = timed(shared)[0]
                 ids = [int(t) for t in hyp.tokens]
                 others = mode_nbest(mode, shared)[0][1:nbest] if nbest > 1 else []
                 return ids, [(f, f + 1) for f in hyp.frames], [ids] + [[int(t) for t in h] for h in others]
@@ -314,7 +344,7 @@ class Transcriber:
         b = self.backend
         frame_s = b.subsampling * b.frame_shift / 1000.0
         tokens: list[str] = []
-        times: Optional[list[TokenTime]] = [] if b.has_ctc or mode in TIMED else None
+        times: Optional[list[TokenTime]] = [] if b.has_ctc or REGISTRY[mode].timed is not None else None
         words: list = []
         texts: list[str] = []
         for segment, ids, spans, _ in decoded:
@@ -341,7 +371,7 @@ def load_model(source: Union[str, os.PathLike], checkpoint: Optional[Union[str, 
 
     * an experiment directory: its ``train.yaml`` (with ``overrides``, ``KEY.PATH=VALUE``
       as recognize's ``--override``; relative file paths resolved as
-      :func:`asrkit.inputs.resolve_config_paths` says) and ``checkpoint``, or
+      :func:`asrkit.config_files.resolve_config_paths` says) and ``checkpoint``, or
       by default the one :func:`asrkit.transcribe.loading.find_checkpoint` picks
       (``avg_<N>.pt`` with the largest N, else ``final.pt``, else the newest
       ``epoch_*``/``step_*`` checkpoint by recorded step);

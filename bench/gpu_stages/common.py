@@ -16,8 +16,10 @@ from typing import Any, Callable, Iterator, Optional
 
 import torch
 
-from asrkit.config import TrainConfig, apply_overrides, build, read_yaml
-from asrkit.io.files import atomic_write_text
+from asrkit.config import TrainConfig, apply_overrides, read_yaml
+
+from asrkit.schema import build
+from asrkit.files import atomic_write_text
 from asrkit.train.build import TrainingParts
 from asrkit.train.dist import DistContext
 from asrkit.train.executor import Executor, TrainState

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from bench import gpu_check
-from bench.gpu_stages.corpus import pack_corpus, unpack_corpus
+from bench.gpu_stages.corpus import unpack_corpus
+from tools.carried_corpus import pack_corpus
 from bench.gpu_stages.process import GRACE_S, run_with_deadline
 from tests.conftest import TINY_SEED, TINY_SIZES, unpack_carried_corpus
 from tests.helpers import REPO, repo_env

@@ -44,7 +44,9 @@ def test_tiny_bench_on_two_hosts(netns_hosts, tmp_path):
     (row,) = result["rows"]
     assert (row["setting"], row["hook"], row["world"], row["nodes"]) == ("100mbit", "fp16", 2, 2)
 
-    from asrkit.config import TrainConfig, build
+    from asrkit.config import TrainConfig
+
+    from asrkit.schema import build
     from asrkit.models import build_model
     from asrkit.text.vocabulary import Vocabulary
     units = len((tmp_path / "corpus_8_2" / "units.txt").read_text().splitlines())

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 
 from asrkit.bin.average_model import main
-from asrkit.inputs import INPUT_DIGESTS
-from asrkit.train import checkpoint as ckpt
+from asrkit.config_files import INPUT_DIGESTS
+from asrkit import checkpoint as ckpt
 
 
 def three_epochs(model_dir):

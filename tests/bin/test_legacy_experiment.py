@@ -17,9 +17,9 @@ import pytest
 
 from asrkit.bin import recognize
 from asrkit.config import load_config
-from asrkit.io.checkpoint import CheckpointError, load_checkpoint
+from asrkit.checkpoint.load import CheckpointError, load_checkpoint
 from asrkit.models import build_model
-from asrkit.models.state import load_weights
+from asrkit.checkpoint.weights import load_weights
 from asrkit.text import read_units
 from asrkit.text.vocabulary import Vocabulary
 

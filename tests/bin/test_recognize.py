@@ -266,7 +266,7 @@ def digits_lm(tiny_corpus, tmp_path_factory):
 
 
 def test_recognize_with_lm_and_phrases_equals_decode_with_fusion(experiment, tiny_corpus, digits_lm, tmp_path):
-    from asrkit.decode.fusion import build_fusion
+    from asrkit.decode.options import build_fusion
     root, cfg, model = experiment
     data = tiny_corpus.splits["test"].data_list
     (tmp_path / "phrases.txt").write_text("one two\nseven\n", encoding="utf-8")

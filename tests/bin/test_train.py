@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from asrkit.train import checkpoint as ckpt
+from asrkit import checkpoint as ckpt
 from tests.helpers import REPO, train_args
 from tests.helpers import train_here as train
 

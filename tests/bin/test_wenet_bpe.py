@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from asrkit.bin import recognize
-from asrkit.inputs import load_text_inputs
+from asrkit.config_files import load_text_inputs
 from asrkit.config import load_config
 from asrkit.data.lists import read_list
 from asrkit.text import WenetBpeTokenizer, read_units

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from asrkit.bin import average_model, export, recognize
-from asrkit.inputs import load_text_inputs
+from asrkit.config_files import load_text_inputs
 from asrkit.config import load_config
 from asrkit.data.lists import read_list
 from asrkit.decode import DecodingOptions, decode
-from asrkit.decode.recognizer import build_trained_model
+from asrkit.trained_model import build_trained_model
 from asrkit.export import load_exported
 from asrkit.text import read_units
 from tests.helpers import train_here

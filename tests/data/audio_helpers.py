@@ -7,7 +7,9 @@ from pathlib import Path
 import numpy as np
 import soundfile
 
-from asrkit.config import TrainConfig, build
+from asrkit.config import TrainConfig
+
+from asrkit.schema import build
 from asrkit.data.processors import build_sample_processor
 from asrkit.text import build_tokenizer
 

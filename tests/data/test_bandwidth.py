@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from asrkit.config import ConfigError
+from asrkit.schema import ConfigError
 from asrkit.data.bandwidth import limit_bandwidth
 from asrkit.data.lists import read_list
 from tests.data.audio_helpers import SR, check_waveform_step_in_the_chain, config

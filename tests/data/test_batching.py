@@ -1,10 +1,10 @@
-"""Plan steps of asrkit.data.batching: shuffles, sorts, the three batch modes, splitting."""
+"""Plan steps of asrkit.data.batch_plan: shuffles, sorts, the three batch modes, splitting."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from asrkit.data.batching import (bucket_batches, dynamic_batches, permute_groups, permute_within_windows,
+from asrkit.data.batch_plan import (bucket_batches, dynamic_batches, permute_groups, permute_within_windows,
                                   planned_frames, sort_within_windows, split_to_multiple, static_batches)
 
 

@@ -7,7 +7,7 @@ import torch
 
 from asrkit.config import load_config
 from asrkit.data.features import CmvnError, CmvnStats, feature_record, load_cmvn, recorded_features, write_cmvn
-from asrkit.inputs import load_model_inputs
+from asrkit.config_files import load_model_inputs
 from tests.helpers import run_tool
 from tools.compute_cmvn_stats import keep_existing
 

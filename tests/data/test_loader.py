@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from asrkit.config import TrainConfig, build
+from asrkit.config import TrainConfig
+
+from asrkit.schema import build
 from asrkit.data.dataset import build_dataloader
 from asrkit.data.lists import ListEntry, read_list, write_shard_list
 from asrkit.data.processors import collate

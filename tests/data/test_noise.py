@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from asrkit.config import ConfigError, TrainConfig, build
+from asrkit.config import TrainConfig
+
+from asrkit.schema import ConfigError, build
 from asrkit.data.dataset import build_dataloader
 from asrkit.data.lists import read_list
 from asrkit.data.noise import db_range, mix_at_snr, noise_segment

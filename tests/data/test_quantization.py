@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from asrkit.config import ConfigError
+from asrkit.schema import ConfigError
 from asrkit.data.lists import read_list
 from asrkit.data.quantization import requantize
 from tests.data.audio_helpers import check_waveform_step_in_the_chain, config

@@ -12,7 +12,9 @@ import soundfile
 import torch
 import torchaudio.compliance.kaldi as kaldi
 
-from asrkit.config import ConfigError, load_config
+from asrkit.config import load_config
+
+from asrkit.schema import ConfigError
 from asrkit.data.features import FBANK_OPTION_DEFAULTS, compute_fbank, fbank_options, num_frames
 from asrkit.data.schema import FbankConf
 

@@ -10,7 +10,7 @@ import torch
 
 from asrkit.decode import transducer_modes as td
 from asrkit.decode.batch import decode, encoder_output
-from asrkit.decode.modes import SharedOutputs
+from asrkit.decode.shared import SharedOutputs
 from asrkit.decode.options import DecodingOptions
 from asrkit.decode.searcher import Searcher
 from tests.models.transducer.wenet_transducer import load_reference, load_wenet_transducer

@@ -179,7 +179,7 @@ def test_guide_failure_messages_are_what_asrkit_prints(tmp_path, monkeypatch):
     for fragment in ("ranks disagree on {what}; refusing to start", "the checkpoint to resume from",
                      "every rank must resume from the same checkpoint: with --checkpoint auto on several",
                      "model_dir must be on a shared filesystem (or copy the checkpoint to each node)",
-                     "error: cannot start training:", ": file not found", "a collective failed after"):
+                     "cannot start training:", 'f"error: {e}"', ": file not found", "a collective failed after"):
         assert fragment in sources, fragment
     row = rows["checkpoints only on node 0's disk"]
     assert "`ranks disagree on the checkpoint to resume from; refusing to start:`" in row

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from asrkit.config import TrainConfig, build
+from asrkit.config import TrainConfig
+
+from asrkit.schema import build
 from asrkit.decode import DecodingOptions, decode
 from asrkit.decode.modes import runnable_modes
 from asrkit.export import script_model

@@ -19,12 +19,12 @@ import torch
 
 from asrkit.config import load_config
 from asrkit.data.features import compute_fbank, fbank_options
-from asrkit.decode.recognizer import build_trained_model
+from asrkit.trained_model import build_trained_model
 from asrkit.export.onnx import FBANK_DEFAULTS, OFFLINE_FILE, STREAMING_FILE, eager_stream_reference, export_onnx, int8_name
 from asrkit.export.sherpa import (TAIL_PADDING_S, FeatureMismatchError, FeatureMismatchWarning, decode_offline,
                                   decode_streaming, offline_recognizer, online_recognizer,
                                   runtime_feature_mismatch)
-from asrkit.inputs import load_text_inputs
+from asrkit.config_files import load_text_inputs
 from asrkit.metrics import score
 from tests.helpers import REPO
 

@@ -17,7 +17,9 @@ import pytest
 import soundfile as sf
 import torch
 
-from asrkit.config import TrainConfig, build, load_config
+from asrkit.config import TrainConfig, load_config
+
+from asrkit.schema import build
 from asrkit.export import sherpa_transducer as st
 from asrkit.export.onnx import int8_name, ort_session, session_runner
 from asrkit.export.one_symbol_per_frame import search_mismatch

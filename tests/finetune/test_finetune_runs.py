@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from asrkit.config import load_config
-from asrkit.io.checkpoint import load_checkpoint
+from asrkit.checkpoint.load import load_checkpoint
 from asrkit.models import build_model
 from asrkit.models.lora import LORA_RECORD
-from asrkit.models.state import BASE_RECORD, load_weights, resolved_state
+from asrkit.checkpoint.weights import BASE_RECORD, load_weights, resolved_state
 from asrkit.text.units import read_units
 from asrkit.text.vocabulary import Vocabulary
 from tests.helpers import train_here as train

@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from asrkit.config import load_config
-from asrkit.decode.recognizer import build_trained_model
+from asrkit.trained_model import build_trained_model
 from asrkit.export.onnx import OFFLINE_FILE, export_onnx
 from asrkit.export.sherpa import decode_offline, offline_recognizer
-from asrkit.inputs import load_text_inputs
-from asrkit.io.checkpoint import load_checkpoint
+from asrkit.config_files import load_text_inputs
+from asrkit.checkpoint.load import load_checkpoint
 from asrkit.models.lora import LORA_RECORD
-from asrkit.models.state import BASE_RECORD
+from asrkit.checkpoint.weights import BASE_RECORD
 from tests.export.test_sherpa_runtime import MAX_DITHER_FLIPS, MODEL, features, greedy, utterances  # noqa: F401
 from tests.helpers import train_here as train
 

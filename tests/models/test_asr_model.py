@@ -4,7 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from asrkit.config import TrainConfig, build
+from asrkit.config import TrainConfig
+
+from asrkit.schema import build
 from asrkit.models import build_model, count_parameters
 from asrkit.models.asr_model import add_sos_eos, reverse_padded
 from asrkit.models.losses import label_smoothing_loss

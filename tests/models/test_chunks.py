@@ -7,7 +7,9 @@ import hashlib
 import pytest
 import torch
 
-from asrkit.config import TrainConfig, build, check_all
+from asrkit.config import TrainConfig
+
+from asrkit.schema import build, check_all
 from asrkit.models import chunks
 from asrkit.models.chunks import FULL_CONTEXT, ChunkTraining, draw, micro_batch_index
 

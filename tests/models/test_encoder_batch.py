@@ -1,5 +1,5 @@
 """Several streams' chunks through the encoder in one forward
-(:meth:`BaseEncoder.forward_chunks`, driven by :func:`asrkit.stream.batch.encode_chunks`):
+(:meth:`BaseEncoder.forward_chunks`, driven by :func:`asrkit.stream.stacked_chunks.encode_chunks`):
 streams at different positions -- one just started, one a few chunks in, one far enough in
 that its attention cache is trimmed to its left chunks -- get the encoder frames and the
 caches each gets alone, for every positional encoding asrkit has (absolute and WeNet's
@@ -11,7 +11,7 @@ import torch
 
 from asrkit.decode import DecodingOptions
 from asrkit.models.mask import padded_cache_mask, padded_cache_masks
-from asrkit.stream.batch import encode_chunks
+from asrkit.stream.stacked_chunks import encode_chunks
 from asrkit.stream.recognizer import StreamingRecognizer
 from tests.models.tiny import tiny_streaming_model
 

@@ -6,7 +6,9 @@ import pytest
 import torch
 from torch import nn
 
-from asrkit.config import ConfigError, TrainConfig, build
+from asrkit.config import TrainConfig
+
+from asrkit.schema import ConfigError, build
 from asrkit.models import registry
 from asrkit.models import build_model
 from asrkit.models.encoder import TransformerEncoder

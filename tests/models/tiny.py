@@ -5,7 +5,9 @@ import copy
 
 import torch
 
-from asrkit.config import TrainConfig, build
+from asrkit.config import TrainConfig
+
+from asrkit.schema import build
 from asrkit.models import build_model
 from asrkit.text.vocabulary import Vocabulary
 

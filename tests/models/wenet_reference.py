@@ -17,11 +17,12 @@ import pytest
 import torch
 
 from asrkit.config import load_config
-from asrkit.decode.modes import SharedOutputs
+from asrkit.decode.options import DecodingOptions
+from asrkit.decode.shared import SharedOutputs
 from asrkit.decode.searcher import Searcher
-from asrkit.io.checkpoint import load_checkpoint
+from asrkit.checkpoint.load import load_checkpoint
 from asrkit.models import build_model
-from asrkit.models.state import load_weights
+from asrkit.checkpoint.weights import load_weights
 from asrkit.text.units import read_units
 from asrkit.text.vocabulary import Vocabulary
 
@@ -59,9 +60,9 @@ def assert_four_modes_match(model, enc: torch.Tensor, lengths: torch.Tensor, wan
     ``enc`` as WeNet's reference did (beam 4, ctc_weight 0.3, no blank skip, length and blank
     penalties 0)."""
     searcher = Searcher.of_model(model)
-    shared = SharedOutputs(searcher, enc, lengths, beam_size=4, ctc_weight=0.3,
-                           reverse_weight=reverse_weight, blank_skip_threshold=1.0,
-                           length_penalty=0.0, blank_penalty=0.0)
+    options = DecodingOptions(beam_size=4, ctc_weight=0.3, reverse_weight=reverse_weight, blank_skip_threshold=1.0,
+                              length_penalty=0.0, blank_penalty=0.0)
+    shared = SharedOutputs.from_options(searcher, enc, lengths, options)
     assert searcher.ctc_greedy(shared.log_probs(), lengths)[0] == want["ctc_greedy_search"]["tokens"], wav
     nbest, ctc_scores = shared.nbest()
     assert nbest[0][0] == want["ctc_prefix_beam_search"]["tokens"], wav

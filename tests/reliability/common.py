@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from asrkit.bin import average_model, export, recognize, train
-from asrkit.train import checkpoint as ckpt
+from asrkit import checkpoint as ckpt
 from tests.helpers import free_port, train_args
 
 # A "step" line of the training log: "epoch 0 step 3 batch 3/6 | loss ..."

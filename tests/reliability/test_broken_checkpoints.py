@@ -13,8 +13,8 @@ import sys
 import pytest
 import torch
 
-from asrkit.io.checkpoint_names import training_checkpoints
-from asrkit.train import checkpoint as ckpt
+from asrkit.checkpoint.names import training_checkpoints
+from asrkit import checkpoint as ckpt
 from tests.helpers import REPO, plain_env, train_args, train_here
 
 

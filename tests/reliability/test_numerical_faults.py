@@ -11,7 +11,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from asrkit.config import TrainConfig, build
+from asrkit.config import TrainConfig
+
+from asrkit.schema import build
 from asrkit.models import build_model
 from asrkit.train.dist import DistContext
 from asrkit.train.executor import Executor, NonFiniteError, TrainState
@@ -80,13 +82,13 @@ def test_nonfinite_loss_step_is_skipped_and_counted_without_touching_state(tmp_p
     faulty = make(tmp_path, kind, faults=[False, True, False])
     clean = make(tmp_path)
     s_faulty, s_clean = TrainState(), TrainState()
-    faulty.train_epoch([good1, bad, good2], s_faulty)
-    clean.train_epoch([good1, good2], s_clean)
+    faulty_steps = list(faulty.steps([good1, bad, good2], s_faulty))
+    clean_steps = list(clean.steps([good1, good2], s_clean))
     assert (s_faulty.step, s_faulty.nonfinite_total, s_faulty.nonfinite_in_row) == (2, 1, 0)
     assert s_clean.step == 2 and s_clean.nonfinite_total == 0
     # the faulty step left no trace: the run equals one that never saw the bad batch
     assert_same_state(snapshot(faulty), snapshot(clean))
-    assert faulty.trained_utts == clean.trained_utts == 6
+    assert [r.utterances for r in faulty_steps] == [3, 0, 3] and [r.utterances for r in clean_steps] == [3, 3]
 
 
 @pytest.mark.parametrize("kind", ["nan", "inf"])

@@ -17,7 +17,7 @@ import torch
 
 from asrkit.data.lists import ListEntry, read_list
 from asrkit.data.processors import Skip, build_sample_processor
-from asrkit.train import checkpoint as ckpt
+from asrkit import checkpoint as ckpt
 from tests.data.audio_helpers import config, tokenizer_for, tone, write_wav
 from tests.helpers import REPO, run_tool, train_here
 from tools import make_shard_list

@@ -11,9 +11,9 @@ import pytest
 
 from asrkit.bin import cli
 from asrkit.export.archive import EXTRA_META, load_exported
-from asrkit.inputs import INPUT_DIGESTS
-from asrkit.io.files import file_digest
-from asrkit.train import checkpoint as ckpt
+from asrkit.config_files import INPUT_DIGESTS
+from asrkit.files import file_digest
+from asrkit import checkpoint as ckpt
 from tests.helpers import train_here
 from tests.reliability.common import error_lines, run_main
 

@@ -1,4 +1,4 @@
-"""Streams' chunks batched through the encoder (``--max_batch``, :mod:`asrkit.serve.batcher`):
+"""Streams' chunks batched through the encoder (``--max_batch``, :mod:`asrkit.serve.chunk_batcher`):
 several clients at once, started at different times and sending different piece sizes (so
 their chunks meet the batch at different positions), get the same final results -- texts,
 n-best and word pieces -- from a server batching their chunks as from one running every

@@ -32,7 +32,7 @@ import pytest
 import torch
 
 from asrkit.data.audio import resample
-from asrkit.decode.modes import SharedOutputs
+from asrkit.decode.shared import SharedOutputs
 from asrkit.serve import ServedModel
 from asrkit.transcribe import Segmentation
 from asrkit.transcribe.segments import speech_regions_16k

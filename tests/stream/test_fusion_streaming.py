@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from asrkit.decode import DecodingOptionError, DecodingOptions, decode
-from asrkit.decode.fusion import build_fusion
+from asrkit.decode.options import build_fusion
 from asrkit.stream.features import StreamingFbank
 from asrkit.stream.recognizer import StreamingRecognizer
 from asrkit.text.asrkit_rules import CharTokenizer

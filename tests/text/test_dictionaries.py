@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from asrkit.inputs import load_text_inputs
-from asrkit.config import TrainConfig, build
+from asrkit.config_files import load_text_inputs
+from asrkit.config import TrainConfig
+from asrkit.schema import build
 from asrkit.text import SPACE, UnitsError, Vocabulary, build_tokenizer, read_units, units_from_symbols, write_units
 from tests.helpers import run_tool
 

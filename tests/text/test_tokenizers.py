@@ -2,7 +2,9 @@ import pickle
 
 import pytest
 
-from asrkit.config import ConfigError, TrainConfig, build
+from asrkit.config import TrainConfig
+
+from asrkit.schema import ConfigError, build
 from asrkit.text import (SPACE, BpeTokenizer, CharTokenizer, UnitsError, build_tokenizer, read_units,
                          units_from_symbols, write_units)
 from tests.helpers import run_tool

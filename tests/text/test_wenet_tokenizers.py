@@ -11,7 +11,9 @@ import pickle
 import pytest
 import sentencepiece as spm
 
-from asrkit.config import ConfigError, TrainConfig, build
+from asrkit.config import TrainConfig
+
+from asrkit.schema import ConfigError, build
 from asrkit.text import (SPACE, BpeTokenizer, CharTokenizer, NonLangSymsError, WenetBpeTokenizer, WenetCharTokenizer,
                          build_tokenizer, read_non_lang_syms, read_units, units_from_symbols, write_units)
 from tests.helpers import run_tool

@@ -11,8 +11,10 @@ import sys
 import pytest
 import torch
 
-from asrkit.config import TrainConfig, build
-from asrkit.train import checkpoint as ckpt
+from asrkit.config import TrainConfig
+
+from asrkit.schema import build
+from asrkit import checkpoint as ckpt
 from asrkit.train import dist as D
 from tests.helpers import free_port, random_batch, run_checked, tiny_config_dict, train_args
 from asrkit.text.vocabulary import Vocabulary

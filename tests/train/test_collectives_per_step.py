@@ -5,7 +5,7 @@ it), whatever ``accum_grad`` is.
 The ranks are real gloo processes under torchrun, started through ``tests.hooked_train
 --count_collectives``, which counts the Python-level collectives (``torch.distributed.
 all_reduce``, ``broadcast``, ``all_gather_object``, ``gather_object``, ``barrier``) issued
-inside ``Executor.train_epoch``.  CV and checkpoints are off during the epoch
+while an epoch's ``Executor.steps`` runs.  CV and checkpoints are off during the epoch
 (``cv_interval``/``save_interval`` 0), so nothing else runs there.  A has-next all-reduce
 before every micro-batch (the design this replaced) gives 16 instead of 3 here.
 """

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from asrkit.train import checkpoint as ckpt
+from asrkit import checkpoint as ckpt
 from asrkit.train.executor import Executor
 from asrkit.train.precision import CpuCapabilities, cpu_capabilities, cpu_precision
 from tests.helpers import cpuinfo_flags, train_here

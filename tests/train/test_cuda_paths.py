@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from asrkit.train import checkpoint as ckpt
+from asrkit import checkpoint as ckpt
 from tests.helpers import REPO, free_port, repo_env, run_checked, train_args, train_here
 
 pytestmark = pytest.mark.gpu

@@ -6,11 +6,12 @@ import pytest
 import torch
 
 from asrkit.bin import average_model
-from asrkit.config import ConfigError, TrainConfig, build
-from asrkit.decode.recognizer import build_trained_model
-from asrkit.inputs import load_text_inputs
+from asrkit.config import TrainConfig
+from asrkit.schema import ConfigError, build
+from asrkit.trained_model import build_trained_model
+from asrkit.config_files import load_text_inputs
 from asrkit.config import load_config
-from asrkit.train import checkpoint as ckpt
+from asrkit import checkpoint as ckpt
 from asrkit.train.ema import WeightEma, ema_weights
 from tests.helpers import train_here
 

@@ -106,7 +106,7 @@ def test_wenet_squeezeformer_scheduler_config_loads_and_builds(tmp_path):
      "scheduler_conf.decay_rate: scheduler warmuplr takes no such key"),
 ])
 def test_scheduler_conf_checked_against_its_scheduler(tmp_path, scheduler_yaml, message):
-    from asrkit.config import ConfigError
+    from asrkit.schema import ConfigError
     with pytest.raises(ConfigError, match=message):
         _config(tmp_path, scheduler_yaml)
 
@@ -117,6 +117,6 @@ def test_scheduler_conf_checked_against_its_scheduler(tmp_path, scheduler_yaml, 
     ("scheduler: warmuplr\nscheduler_conf:\n  warmup_steps: 0\n", "scheduler_conf.warmup_steps: must be > 0, got 0"),
 ])
 def test_scheduler_conf_values_checked(tmp_path, scheduler_yaml, message):
-    from asrkit.config import ConfigError
+    from asrkit.schema import ConfigError
     with pytest.raises(ConfigError, match=message):
         _config(tmp_path, scheduler_yaml)

@@ -217,7 +217,7 @@ def test_words_from_char_bpe_cjk_and_space_separated_units():
 
 
 def test_the_checkpoint_rule(tmp_path):
-    """asrkit.io.checkpoint_names.checkpoint_to_decode (tests/io has its cases): names and
+    """asrkit.checkpoint.names.checkpoint_to_decode (tests/io has its cases): names and
     recorded steps decide, never modification times."""
     for age, name in enumerate(("epoch_3.pt", "epoch_4.pt", "avg_5.pt", "avg_10.pt", "final.pt")):
         (tmp_path / name).write_bytes(b"")

@@ -9,13 +9,10 @@ import contextlib
 import dataclasses
 import os
 import socket
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
-
-if TYPE_CHECKING:  # (the monitor module imports this one)
-    from asrkit.train.dist.monitor import RankMonitor
 
 
 @dataclasses.dataclass
@@ -29,8 +26,10 @@ class DistContext:
     device: torch.device = dataclasses.field(default_factory=lambda: torch.device("cpu"))
     backend: Optional[str] = None
     host: str = dataclasses.field(default_factory=socket.gethostname)
-    # What this rank is doing, for the stuck-rank diagnosis (see RankMonitor); optional.
-    monitor: Optional["RankMonitor"] = dataclasses.field(default=None, repr=False, compare=False)
+    # What this rank is doing, for the stuck-rank diagnosis: the asrkit.train.dist.monitor.RankMonitor
+    # that RankMonitor.for_context attached (None: none) -- the one way the training reaches it.  (Typed
+    # Any: the monitor module imports this one.)
+    monitor: Optional[Any] = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def is_main(self) -> bool:

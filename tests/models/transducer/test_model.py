@@ -8,7 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from asrkit.config import ConfigError, TrainConfig, build
+from asrkit.config import TrainConfig
+
+from asrkit.schema import ConfigError, build
 from asrkit.models import build_model
 from asrkit.models.transducer import loss as transducer_loss
 from asrkit.models.transducer.loss import RnntLossUnavailable, rnnt_loss

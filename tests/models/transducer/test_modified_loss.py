@@ -8,7 +8,9 @@ import itertools
 import pytest
 import torch
 
-from asrkit.config import ConfigError, TrainConfig, build
+from asrkit.config import TrainConfig
+
+from asrkit.schema import ConfigError, build
 from asrkit.decode.transducer_search import TransducerSearcher
 from asrkit.models.transducer.loss import modified_rnnt_loss, rnnt_loss
 from tests.models.tiny import TINY, merge

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from asrkit.config import TrainConfig, build
+from asrkit.config import TrainConfig
+
+from asrkit.schema import build
 from asrkit.models import build_model
 from asrkit.text.vocabulary import Vocabulary
 from tests.models.tiny import TINY, merge

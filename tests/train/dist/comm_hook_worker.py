@@ -29,7 +29,9 @@ import datetime
 import torch
 import torch.distributed as dist
 
-from asrkit.config import TrainConfig, build
+from asrkit.config import TrainConfig
+
+from asrkit.schema import build
 from asrkit.models import build_model
 from asrkit.text.vocabulary import Vocabulary
 from asrkit.train.dist import DistContext, register_comm_hook, wrap_ddp

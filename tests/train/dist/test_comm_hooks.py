@@ -13,7 +13,9 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from asrkit.config import ConfigError, TrainConfig, build, to_dict
+from asrkit.config import TrainConfig, to_dict
+
+from asrkit.schema import ConfigError, build
 from asrkit.train import agreement as A
 from asrkit.train.dist import comm_hook_problem
 from tests.helpers import free_port, launch_ranks, tiny_config_dict, train_args

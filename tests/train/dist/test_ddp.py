@@ -31,7 +31,7 @@ import sys
 import pytest
 import torch
 
-from asrkit.train import checkpoint as ckpt
+from asrkit import checkpoint as ckpt
 from asrkit.models.asr_model import AsrModel
 from asrkit.models.chunks import FULL_CONTEXT
 from tests.helpers import (distinct_utterance_list, free_port, run_checked, tensorboard_scalars, train_args,

@@ -41,7 +41,8 @@ class _Batches:
 
 
 def _stall_worker(rank, port, timeout_s, queue, tmp):
-    from asrkit.config import TrainConfig, build
+    from asrkit.config import TrainConfig
+    from asrkit.schema import build
     from asrkit.models import build_model
     from asrkit.text.vocabulary import Vocabulary
     from asrkit.train.executor import Executor, TrainState

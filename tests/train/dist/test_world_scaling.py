@@ -14,7 +14,7 @@ import re
 import pytest
 import torch
 
-from asrkit.train import checkpoint as ckpt
+from asrkit import checkpoint as ckpt
 from asrkit.train.dist import scale_accum_grad
 from tests.helpers import distinct_utterance_list, launch_ranks, tensorboard_scalars, train_args, train_here
 

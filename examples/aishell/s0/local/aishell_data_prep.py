@@ -36,7 +36,7 @@ import os
 import sys
 from pathlib import Path
 
-from asrkit.io.files import WriteError, atomic_write_text
+from asrkit.files import WriteError, atomic_write_text
 
 SETS = ("train", "dev", "test")
 TRANSCRIPT = Path("transcript") / "aishell_transcript_v0.8.txt"

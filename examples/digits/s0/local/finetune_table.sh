@@ -144,7 +144,7 @@ for variant in $resume_check; do  # (real speakers only: the same run stopped ha
   checks+=("$(python - "$dir/step_$steps.pt" "$parted/step_$steps.pt" "$variant" "$((steps / 2))" "$parted.log" <<'PY'
 import sys
 import torch
-from asrkit.io.checkpoint import load_checkpoint
+from asrkit.checkpoint.load import load_checkpoint
 a, b = (load_checkpoint(p)["model"] for p in sys.argv[1:3])
 same = a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 mid = "(mid-epoch)" in open(sys.argv[5]).read()

@@ -38,7 +38,7 @@ import os
 import sys
 from pathlib import Path
 
-from asrkit.io.files import WriteError, atomic_write_text
+from asrkit.files import WriteError, atomic_write_text
 
 TRAIN = ["train-clean-100", "train-clean-360", "train-other-500"]
 DEV = ["dev-clean", "dev-other"]

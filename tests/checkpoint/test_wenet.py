@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from asrkit.io.checkpoint import CheckpointError, load_checkpoint
-from asrkit.models.state import load_weights
+from asrkit.checkpoint.load import CheckpointError, load_checkpoint
+from asrkit.checkpoint.weights import load_weights
 from asrkit.models.embedding import sinusoid_table
-from asrkit.models.wenet_state import check_table, from_wenet_state, is_wenet_state
+from asrkit.checkpoint.wenet import check_table, from_wenet_state, is_wenet_state
 from tests.models.wenet_reference import FIXTURES, load_wenet_model
 
 TABLES = ["encoder.embed.pos_enc.pe", "decoder.left_decoder.embed.1.pe", "decoder.right_decoder.embed.1.pe"]

@@ -25,11 +25,13 @@ from typing import Optional, Sequence
 
 import torch
 
-from asrkit.config import ConfigError, load_config
+from asrkit.config import load_config
+
+from asrkit.schema import ConfigError
 from asrkit.data.features import CmvnError, feature_record, load_cmvn
 from asrkit.data.lists import ListError
-from asrkit.io.checkpoint import CheckpointError
-from asrkit.io.files import file_digest
+from asrkit.checkpoint.load import CheckpointError
+from asrkit.files import file_digest
 from asrkit.models.registry import check_cmvn_placement, model_cmvn_stats
 from asrkit.text.tokenizer import BpeModelError, Tokenizer, build_tokenizer
 from asrkit.text.units import UnitsError

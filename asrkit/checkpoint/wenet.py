@@ -14,7 +14,7 @@ A WeNet ``.pt`` is its ``model.state_dict()``.  Every key is accounted for:
   rounding (:func:`check_table`) and dropped (asrkit computes them);
 * every other key keeps its name (asrkit's modules carry WeNet's names).
 
-What is left must then match the model exactly (:func:`asrkit.models.state.load_weights`
+What is left must then match the model exactly (:func:`asrkit.checkpoint.weights.load_weights`
 refuses one missing or one extra key, naming it).
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ import re
 
 import torch
 
-from asrkit.io.checkpoint import CheckpointError
+from asrkit.checkpoint.load import CheckpointError
 from asrkit.models.embedding import sinusoid_table
 
 # (WeNet name pattern, asrkit name template)

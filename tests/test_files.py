@@ -1,4 +1,4 @@
-"""asrkit.io.files: the one atomic writer -- the whole new file or the old one, never a part,
+"""asrkit.files: the one atomic writer -- the whole new file or the old one, never a part,
 no temporary left behind -- and the digests it reports."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from asrkit.io.files import TEMP_GLOB, WriteError, atomic_write, atomic_write_text, file_digest, remove_temporaries
+from asrkit.files import TEMP_GLOB, WriteError, atomic_write, atomic_write_text, file_digest, remove_temporaries
 
 
 def test_a_write_replaces_the_file_and_reports_what_it_wrote(tmp_path):

@@ -11,7 +11,7 @@ Names (``<model_dir>/<name>``):
   model too, with no number.
 
 Anything else (``final.pt``, ``init.pt``, ...) is not named by this rule.  A training
-checkpoint may have a ``.yaml`` record beside it (:mod:`asrkit.io.checkpoint_record`)
+checkpoint may have a ``.yaml`` record beside it (:mod:`asrkit.checkpoint.record`)
 holding the optimizer step it was saved at.
 
 **Training order** (:func:`training_checkpoints`), oldest first: by the recorded step; a
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from asrkit.io.checkpoint_record import read_info
+from asrkit.checkpoint.record import read_info
 
 STEP, EPOCH, AVERAGE = "step", "epoch", "average"
 FINAL = "final.pt"  # WeNet's name for the model its training ends with

@@ -1,4 +1,4 @@
-"""The command-line tools' exit statuses: bad input (``asrkit.inputs.BAD_INPUT``: a file the
+"""The command-line tools' exit statuses: bad input (``asrkit.config_files.BAD_INPUT``: a file the
 user handed in -- config, units, BPE model, non-linguistic symbols, CMVN, checkpoint, data
 list -- that is missing or malformed) is reported in one line with status 2; other failures
 (a write that failed, a bug) exit 1."""
@@ -8,7 +8,7 @@ import argparse
 import logging
 from typing import Callable
 
-from asrkit.inputs import BAD_INPUT
+from asrkit.config_files import BAD_INPUT
 
 
 def run_tool(run: Callable[[argparse.Namespace], int], args: argparse.Namespace, log: logging.Logger,

@@ -1,4 +1,4 @@
-"""The checkpoint-naming rule (asrkit.io.checkpoint_names): parsing, the training order,
+"""The checkpoint-naming rule (asrkit.checkpoint.names): parsing, the training order,
 pruning, averaged models, the checkpoint to decode and the checkpoints to average.  Files
 are stand-ins (the rule reads names and ``.yaml`` records, never the weights)."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from asrkit.io import checkpoint_names as names
-from asrkit.io.checkpoint_names import CheckpointName, CheckpointSelectionError
+from asrkit.checkpoint import names
+from asrkit.checkpoint.names import CheckpointName, CheckpointSelectionError
 
 
 def make(model_dir: Path, name: str, mtime: float, **record) -> Path:

@@ -1,28 +1,34 @@
 """Reading asrkit checkpoints (training and inference alike): the integrity check against
-the ``.yaml`` record beside a ``.pt`` (read by :mod:`asrkit.io.checkpoint_record`) and a
-weights-only load.  Which file of a model directory is which checkpoint, and in which
-order they come, is the rule of :mod:`asrkit.io.checkpoint_names`.
+the ``.yaml`` record beside a ``.pt`` (read by :mod:`asrkit.checkpoint.record`) and a
+weights-only load; the resume lookup (the newest checkpoint that loads).  Which file of a
+model directory is which checkpoint, and in which order they come, is the rule of
+:mod:`asrkit.checkpoint.names`; putting the loaded weights into a model,
+:mod:`asrkit.checkpoint.weights`.
 
 A checkpoint ``<name>.pt`` holds tensors and plain Python types only, so
 ``torch.load(weights_only=True)`` loads it and a file carrying any other pickled object
 is refused (never executed).  Its ``<name>.yaml`` record holds epoch, step, CV loss and
 the SHA-256 and size of the ``.pt`` bytes, computed while they were written
-(``asrkit.train.checkpoint.save_checkpoint``); :func:`load_checkpoint` checks them when the
+(:func:`asrkit.checkpoint.save.save_checkpoint`); :func:`load_checkpoint` checks them when the
 record has them, so a checkpoint whose bytes changed after the write is refused as
 corrupted.  A ``.pt`` without a record (``average_model``'s output) is checked
 structurally only.
 """
 from __future__ import annotations
 
+import logging
 import re
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
-from asrkit.io.checkpoint_record import read_info, read_record  # (read_info: re-exported)
-from asrkit.io.files import file_digest
+from asrkit.checkpoint.names import training_checkpoints
+from asrkit.checkpoint.record import read_record
+from asrkit.files import file_digest
+
+log = logging.getLogger("asrkit.checkpoint")
 
 
 class CheckpointError(RuntimeError):
@@ -91,3 +97,19 @@ def strip_module_prefix(state_dict: dict) -> dict:
     if state_dict and all(k.startswith("module.") for k in state_dict):
         return {k[len("module."):]: v for k, v in state_dict.items()}
     return state_dict
+
+
+def find_resume_checkpoint(model_dir: str | Path) -> Optional[Path]:
+    """The newest checkpoint in ``model_dir`` that loads (structure, weights-only content
+    and recorded SHA-256 all checked); a broken newer one -- truncated, corrupted, carrying
+    pickled objects -- is reported with a warning and skipped, falling back to the previous
+    valid one.  None if none.  Newest means last in the training order of
+    :func:`asrkit.checkpoint.names.training_checkpoints` (by recorded step)."""
+    for path in reversed(training_checkpoints(model_dir)):
+        try:
+            load_checkpoint(path)
+        except CheckpointError as e:
+            log.warning("skipping unusable checkpoint: %s", e)
+            continue
+        return path
+    return None

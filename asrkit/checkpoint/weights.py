@@ -1,9 +1,9 @@
 """Putting a checkpoint's weights into a model: the one loader that decoding, export,
-resuming and ``--enc_init`` share.
+resuming and ``--enc_init`` (:func:`init_modules`) share.
 
 :func:`model_state` turns what a checkpoint holds into a state dict under the model's
 names -- asrkit's own (a DDP ``module.`` prefix dropped) or WeNet's
-(:mod:`asrkit.models.wenet_state`; less the heads WeNet saves untrained, whose loss weight
+(:mod:`asrkit.checkpoint.wenet`; less the heads WeNet saves untrained, whose loss weight
 is 0 and which asrkit does not build: :func:`without_untrained_heads`) -- and refuses an
 asrkit checkpoint written before ``config_version`` 2 whose relative positions the model
 would read differently.
@@ -26,10 +26,12 @@ from typing import Optional
 
 from torch import nn
 
-from asrkit.io.checkpoint import CheckpointError, load_checkpoint, strip_module_prefix
-from asrkit.io.files import file_digest
+import torch
+
+from asrkit.checkpoint.load import CheckpointError, load_checkpoint, strip_module_prefix
+from asrkit.checkpoint.wenet import from_wenet_state, is_wenet_state
+from asrkit.files import file_digest
 from asrkit.models.lora import LORA_RECORD, has_lora, merge_lora_state
-from asrkit.models.wenet_state import from_wenet_state, is_wenet_state
 
 # the checkpoint entry of a run that stores only what it changed:
 # {"path": the base model file (absolute), "sha256": its bytes' digest, "tensors": [names]}
@@ -67,7 +69,7 @@ def without_untrained_heads(state: dict, model: nn.Module) -> dict:
 
 
 def model_state(checkpoint: dict, model: nn.Module, source: str) -> dict:
-    """The state dict of ``checkpoint`` (as :func:`asrkit.io.checkpoint.load_checkpoint`
+    """The state dict of ``checkpoint`` (as :func:`asrkit.checkpoint.load.load_checkpoint`
     returns it) under ``model``'s names (see the module docstring); LoRA adapters merged
     unless ``model`` has adapters itself."""
     state = strip_module_prefix(checkpoint["model"])
@@ -150,3 +152,46 @@ def load_weights(model: nn.Module, checkpoint: dict, source: str) -> None:
     state = model_state(checkpoint, model, source)
     check_keys(state, model, source)
     model.load_state_dict(state)
+
+
+def init_modules(model: torch.nn.Module, path: str | Path, prefixes: list[str], *,
+                 source: Optional[dict] = None, skip: tuple[str, ...] = ()) -> list[str]:
+    """Copy the parameters and buffers whose names start with one of ``prefixes`` (e.g.
+    ``["encoder."]``) from the model in checkpoint ``path`` (a training checkpoint or an
+    averaged model) into ``model``; everything else keeps its fresh initialisation.
+    WeNet's ``--enc_init`` / ``--enc_init_mods``: a BPE model can start from the encoder of
+    a char model (or any pretrained encoder of the same architecture).
+
+    Strict about what it does copy: every prefix must match at least one entry of ``model``
+    and every such entry must be in the checkpoint with the same shape, else
+    :class:`CheckpointError` names the first offending key (a different ``output_size`` or
+    ``num_blocks`` is refused, not silently skipped).  A WeNet checkpoint is read with
+    WeNet's names mapped (:func:`model_state`).  ``source``: that state,
+    when the caller has it already; ``skip``: prefixes within ``prefixes`` left at their
+    fresh initialisation (re-initialised output layers).  Returns the copied names.
+    """
+    prefixes = [p for p in prefixes if p]
+    if not prefixes:
+        raise CheckpointError("init_modules: no module prefix given (e.g. 'encoder.')")
+    if source is None:
+        source = model_state(load_checkpoint(path), model, f"init from {path}")
+    target = model.state_dict()
+    copied: list[str] = []
+    for prefix in prefixes:
+        names = [k for k in target if k.startswith(prefix)]
+        if not names:
+            raise CheckpointError(f"init from {path}: the model has no parameter whose name starts with '{prefix}' "
+                                  f"(its top-level modules: {sorted({k.split('.')[0] + '.' for k in target})})")
+        for name in names:
+            if name.startswith(skip):
+                continue
+            if name not in source:
+                raise CheckpointError(f"init from {path}: the checkpoint has no '{name}' (a different "
+                                      f"architecture?)")
+            if source[name].shape != target[name].shape:
+                raise CheckpointError(f"init from {path}: '{name}' is {tuple(source[name].shape)} in the "
+                                      f"checkpoint, {tuple(target[name].shape)} in this model")
+            target[name] = source[name]  # (load_state_dict copies into the model's dtype)
+            copied.append(name)
+    model.load_state_dict(target)
+    return copied

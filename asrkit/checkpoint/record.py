@@ -1,7 +1,7 @@
 """The ``.yaml`` record beside a checkpoint ``<name>.pt``: epoch, step, CV loss and the
-SHA-256 and size of the ``.pt`` bytes (``asrkit.train.checkpoint.save_checkpoint`` writes
+SHA-256 and size of the ``.pt`` bytes (:func:`asrkit.checkpoint.save.save_checkpoint` writes
 it).  Reading it needs no torch, so the checkpoint-naming rules
-(:mod:`asrkit.io.checkpoint_names`) and their command line start fast."""
+(:mod:`asrkit.checkpoint.names`) and their command line start fast."""
 from __future__ import annotations
 
 from pathlib import Path

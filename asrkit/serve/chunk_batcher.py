@@ -4,7 +4,7 @@ A chunk session's stream (:class:`~asrkit.serve.session.ChunkSession`) hands eac
 it has to :meth:`ChunkBatcher.encode` and waits.  The first chunk to arrive when no batch is
 waiting opens a window of ``window_s``; at its end a batch job goes to the decoding pool, and
 when a worker starts it, the job takes every chunk waiting by then (up to ``max_batch``, of one
-length) and runs them in one encoder forward (:func:`asrkit.stream.batch.encode_chunks`: each
+length) and runs them in one encoder forward (:func:`asrkit.stream.stacked_chunks.encode_chunks`: each
 stream its own start, attention and convolution caches).  The window closes early when every
 stream under way has a chunk waiting (one stream alone never waits) or ``max_batch`` are.  So
 a chunk arriving alone waits at most the window and runs alone, and chunks that queue while
@@ -23,7 +23,7 @@ from typing import Callable
 
 import torch
 
-from asrkit.stream.batch import encode_chunks
+from asrkit.stream.stacked_chunks import encode_chunks
 
 
 @dataclasses.dataclass

@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from asrkit.io.checkpoint_names import training_checkpoints
-from asrkit.train import checkpoint as ckpt
+from asrkit.checkpoint.names import training_checkpoints
+from asrkit import checkpoint as ckpt
 from tests.helpers import REPO
 
 
@@ -77,7 +77,7 @@ def test_killed_writer_leaves_previous_checkpoint(tmp_path):
     before = good.read_bytes()
     code = (
         "import os, signal, torch\n"
-        "from asrkit.train import checkpoint as ckpt\n"
+        "from asrkit import checkpoint as ckpt\n"
         "real = torch.save\n"
         "def save(obj, f):\n"
         "    f.write(b'x' * 1000); f.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"
