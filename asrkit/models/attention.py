@@ -19,16 +19,18 @@ from torch import nn
 
 
 class MultiHeadedAttention(nn.Module):
-    """``softmax(q kᵀ / sqrt(d_k) + mask) v`` over ``n_head`` heads of size ``n_feat / n_head``."""
+    """``softmax(q kᵀ / sqrt(d_k) + mask) v`` over ``n_head`` heads of size ``n_feat / n_head``.
+    ``key_bias=False``: the key projection has no bias (WeNet's ``key_bias``, Whisper's
+    attention); every other projection always has one."""
 
-    def __init__(self, n_head: int, n_feat: int, dropout_rate: float):
+    def __init__(self, n_head: int, n_feat: int, dropout_rate: float, key_bias: bool = True):
         super().__init__()
         if n_feat % n_head:
             raise ValueError(f"attention size {n_feat} is not divisible by {n_head} heads")
         self.h = n_head
         self.d_k = n_feat // n_head
         self.linear_q = nn.Linear(n_feat, n_feat)
-        self.linear_k = nn.Linear(n_feat, n_feat)
+        self.linear_k = nn.Linear(n_feat, n_feat, bias=key_bias)
         self.linear_v = nn.Linear(n_feat, n_feat)
         self.linear_out = nn.Linear(n_feat, n_feat)
         self.dropout_rate = dropout_rate
@@ -146,8 +148,8 @@ class RelPositionMultiHeadedAttention(MultiHeadedAttention):
     the position term depends on the key's position only.  Parameter names are WeNet's.
     """
 
-    def __init__(self, n_head: int, n_feat: int, dropout_rate: float):
-        super().__init__(n_head, n_feat, dropout_rate)
+    def __init__(self, n_head: int, n_feat: int, dropout_rate: float, key_bias: bool = True):
+        super().__init__(n_head, n_feat, dropout_rate, key_bias)
         self.linear_pos = nn.Linear(n_feat, n_feat, bias=False)
         self.pos_bias_u = nn.Parameter(torch.empty(self.h, self.d_k))
         self.pos_bias_v = nn.Parameter(torch.empty(self.h, self.d_k))

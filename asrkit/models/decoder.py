@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from asrkit.models.attention import MultiHeadedAttention
-from asrkit.models.embedding import PositionalEncoding
+from asrkit.models.embedding import PositionalEncoding, TablePositionalEncoding
 from asrkit.models.layers import Dropout, PositionwiseFeedForward
 from asrkit.models.mask import causal_mask, decoder_self_mask
 from asrkit.models.schema import DecoderConf
@@ -64,8 +64,14 @@ class DecoderLayer(nn.Module):
         return x
 
 
+# the rows of the learned positional table of input_layer embed_learnable_pe (Whisper's n_text_ctx,
+# WeNet's LearnablePositionalEncoding's max_len)
+WHISPER_TEXT_POSITIONS = 448
+
+
 class TransformerDecoder(nn.Module):
-    """Embedding + absolute positions, ``num_blocks`` decoder layers, output projection."""
+    """Embedding + absolute positions (``decoder_conf.input_layer``), ``num_blocks`` decoder
+    layers, output projection (its weight the embedding's with ``tie_word_embedding``)."""
     # the layers sized by the vocabulary (asrkit.finetune.vocabulary re-initialises them)
     VOCABULARY_LAYERS = ("embed", "output_layer")
 
@@ -73,11 +79,16 @@ class TransformerDecoder(nn.Module):
         super().__init__()
         blocks = conf.num_blocks if num_blocks is None else num_blocks
         self.embed = nn.Embedding(vocab_size, d_model)
-        self.pos_enc = PositionalEncoding(d_model, conf.positional_dropout_rate)
+        self.pos_enc = (TablePositionalEncoding(d_model, conf.positional_dropout_rate, WHISPER_TEXT_POSITIONS,
+                                                learnable=True)
+                        if conf.input_layer == "embed_learnable_pe"
+                        else PositionalEncoding(d_model, conf.positional_dropout_rate))
         self.decoders = nn.ModuleList([
             DecoderLayer(d_model,
-                         MultiHeadedAttention(conf.attention_heads, d_model, conf.self_attention_dropout_rate),
-                         MultiHeadedAttention(conf.attention_heads, d_model, conf.src_attention_dropout_rate),
+                         MultiHeadedAttention(conf.attention_heads, d_model, conf.self_attention_dropout_rate,
+                                              conf.key_bias),
+                         MultiHeadedAttention(conf.attention_heads, d_model, conf.src_attention_dropout_rate,
+                                              conf.key_bias),
                          PositionwiseFeedForward(d_model, conf.linear_units, conf.dropout_rate,
                                                  conf.activation_type),
                          conf.dropout_rate, conf.normalize_before)
@@ -85,6 +96,8 @@ class TransformerDecoder(nn.Module):
         self.normalize_before = conf.normalize_before
         self.after_norm: Optional[nn.LayerNorm] = nn.LayerNorm(d_model, eps=1e-5) if conf.normalize_before else None
         self.output_layer = nn.Linear(d_model, vocab_size)
+        if conf.tie_word_embedding:
+            self.output_layer.weight = self.embed.weight
 
     @property
     def has_reverse(self) -> bool:

@@ -1,5 +1,7 @@
-"""Sinusoidal positional encodings: absolute (``abs_pos``), WeNet's relative form
-(``rel_pos``) and Transformer-XL's relative form (``rel_pos_xl``)."""
+"""Positional encodings: sinusoidal absolute (``abs_pos``), WeNet's relative form
+(``rel_pos``), Transformer-XL's relative form (``rel_pos_xl``), and Whisper's two: the
+encoder's sinusoid table added unscaled (``abs_pos_whisper``) and the decoder's learned
+table (``embed_learnable_pe``)."""
 from __future__ import annotations
 
 import math
@@ -86,6 +88,61 @@ class PositionalEncoding(nn.Module):
         positions = start.reshape(-1, 1) + torch.arange(-cache_frames, chunk_frames, dtype=start.dtype)
         rows = sinusoid_table(positions.reshape(-1), self.d_model)
         return rows.view(positions.size(0), positions.size(1), self.d_model)
+
+
+def whisper_sinusoids(length: int, channels: int) -> torch.Tensor:
+    """``[length, channels]``, Whisper's encoder table (``whisper.model.sinusoids``): row
+    ``p`` is ``sin(p · f_i)`` for ``i = 0 .. channels/2 − 1`` then ``cos(p · f_i)``, with
+    ``f_i = exp(−i · ln(10000) / (channels/2 − 1))`` (halves, not interleaved; the last
+    frequency is exactly 1/10000), computed in float32 as Whisper does."""
+    if channels % 2 or channels < 4:
+        raise ValueError(f"Whisper's positional table needs an even dimension >= 4, got {channels}")
+    increment = math.log(10000) / (channels // 2 - 1)
+    inv_timescales = torch.exp(-increment * torch.arange(channels // 2))
+    scaled_time = torch.arange(length)[:, None] * inv_timescales[None, :]
+    return torch.cat([torch.sin(scaled_time), torch.cos(scaled_time)], dim=1)
+
+
+class TablePositionalEncoding(PositionalEncoding):
+    """Whisper's encodings: ``x + PE[offset : offset + T]`` (no ``sqrt(d)`` scaling), then
+    dropout, where ``PE`` is a stored ``[1, max_len, d_model]`` table (state-dict key
+    ``pe``, WeNet's name): ``forward`` returns ``(x, PE[offset : offset + T])`` as
+    :class:`PositionalEncoding` does.  A position ``>= max_len`` is an error (the table
+    is not grown: Whisper's model has no positions beyond it).
+
+    ``learnable=False`` (``abs_pos_whisper``, WeNet's ``WhisperPositionalEncoding``, the
+    encoder's; ``max_len`` 1500): a persistent buffer initialised to
+    :func:`whisper_sinusoids` (a checkpoint's own table is loaded into it, as OpenAI's files
+    and WeNet's store one).  ``learnable=True`` (``embed_learnable_pe``, WeNet's
+    ``LearnablePositionalEncoding``, the decoder's; ``max_len`` 448): a parameter,
+    initialised from ``N(0, 0.02²)`` here (Whisper leaves it uninitialised; a checkpoint
+    supplies it)."""
+
+    def __init__(self, d_model: int, dropout_rate: float, max_len: int = 1500, learnable: bool = False):
+        super().__init__(d_model, dropout_rate, max_len=1)
+        self.xscale = 1.0
+        self.max_len = max_len
+        table = whisper_sinusoids(max_len, d_model).unsqueeze(0)
+        del self.pe
+        if learnable:
+            self.pe = nn.Parameter(torch.randn(1, max_len, d_model) * 0.02)
+        else:
+            self.register_buffer("pe", table)
+
+    def _table(self, length: int) -> torch.Tensor:
+        if length > self.max_len:
+            raise ValueError(f"position {length - 1} is past this model's {self.max_len}-row positional table")
+        return self.pe[:, :length]
+
+    @torch.jit.unused
+    def rows_at(self, start: torch.Tensor, cache_frames: int, chunk_frames: int) -> torch.Tensor:
+        """The table rows of positions ``start − cache_frames .. start + chunk_frames − 1``
+        per stream (see :meth:`PositionalEncoding.rows_at`), gathered from ``PE``; rows of
+        negative positions are zeros."""
+        positions = start.reshape(-1, 1) + torch.arange(-cache_frames, chunk_frames, dtype=start.dtype)
+        rows = self.pe[0].index_select(0, positions.clamp(min=0).reshape(-1))
+        rows = rows.view(positions.size(0), positions.size(1), self.d_model)
+        return rows.masked_fill((positions < 0).unsqueeze(-1), 0.0)
 
 
 class RelPositionalEncoding(PositionalEncoding):

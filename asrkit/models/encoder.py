@@ -25,12 +25,13 @@ from torch import nn
 
 from asrkit.models.attention import (MultiHeadedAttention, RelPositionMultiHeadedAttention,
                                     XLRelPositionMultiHeadedAttention)
-from asrkit.models.embedding import PositionalEncoding, RelPositionalEncoding, XLRelPositionalEncoding
+from asrkit.models.embedding import (PositionalEncoding, RelPositionalEncoding, TablePositionalEncoding,
+                                    XLRelPositionalEncoding)
 from asrkit.models.encoder_layer import ConformerEncoderLayer, TransformerEncoderLayer
 from asrkit.models.layers import ConvolutionModule, PositionwiseFeedForward
 from asrkit.models.mask import chunk_attention_mask, padded_cache_mask, valid_mask
 from asrkit.models.schema import EncoderConf
-from asrkit.models.subsampling import INPUT_LAYERS, Conv2dSubsampling
+from asrkit.models.subsampling import build_subsampling
 
 
 # pos_enc_layer_type -> its encoding module, and the self-attention that reads its output
@@ -38,6 +39,7 @@ POSITIONAL_ENCODINGS: dict[str, type[nn.Module]] = {
     "abs_pos": PositionalEncoding,
     "rel_pos": RelPositionalEncoding,        # WeNet's: absolute table rows, no shift
     "rel_pos_xl": XLRelPositionalEncoding,   # Transformer-XL's: 2T-1 distances, shifted
+    "abs_pos_whisper": TablePositionalEncoding,  # Whisper's: its sinusoid table (a buffer), unscaled
 }
 POSITIONAL_ATTENTION: dict[str, type[MultiHeadedAttention]] = {
     "rel_pos": RelPositionMultiHeadedAttention,
@@ -64,7 +66,7 @@ class BaseEncoder(nn.Module):
             raise ValueError("selfattention_layer_type rel_selfattn needs pos_enc_layer_type rel_pos or rel_pos_xl")
         d = conf.output_size
         pos_enc = POSITIONAL_ENCODINGS[self.pos_enc_type](d, conf.positional_dropout_rate)
-        self.embed = Conv2dSubsampling(input_dim, d, INPUT_LAYERS[conf.input_layer], pos_enc)
+        self.embed = build_subsampling(conf.input_layer, input_dim, d, pos_enc)
         self.encoders = nn.ModuleList([self.build_layer(conf) for _ in range(conf.num_blocks)])
         self.normalize_before = conf.normalize_before
         self.after_norm: Optional[nn.LayerNorm] = nn.LayerNorm(d, eps=1e-5) if conf.normalize_before else None
@@ -72,7 +74,7 @@ class BaseEncoder(nn.Module):
     def build_self_attention(self, conf: EncoderConf) -> MultiHeadedAttention:
         cls = (POSITIONAL_ATTENTION[self.pos_enc_type] if self.attention_type == "rel_selfattn"
                else MultiHeadedAttention)
-        return cls(conf.attention_heads, conf.output_size, conf.attention_dropout_rate)
+        return cls(conf.attention_heads, conf.output_size, conf.attention_dropout_rate, conf.key_bias)
 
     def build_feed_forward(self, conf: EncoderConf) -> PositionwiseFeedForward:
         return PositionwiseFeedForward(conf.output_size, conf.linear_units, conf.dropout_rate,

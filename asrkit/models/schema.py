@@ -26,7 +26,6 @@ _COMMON_WENET_KEYS: dict[str, WenetKey] = {
     "layer_norm_type": only("layer_norm", reason="asrkit's only normalisation layer (no rms_norm)"),
     "norm_eps": only(1e-5, reason="the epsilon of asrkit's LayerNorms"),
     "query_bias": only(True, reason="asrkit's attention projections always have a bias"),
-    "key_bias": only(True, reason="asrkit's attention projections always have a bias"),
     "value_bias": only(True, reason="asrkit's attention projections always have a bias"),
     "n_kv_head": off(None, feature="grouped-query attention (n_kv_head)"),
     "head_dim": only(None, reason="asrkit's head size is always the model size / attention_heads"),
@@ -50,12 +49,15 @@ class EncoderConf:
     dropout_rate: float = checked(0.1, between(0.0, 1.0))
     positional_dropout_rate: float = checked(0.1, between(0.0, 1.0))
     attention_dropout_rate: float = checked(0.0, between(0.0, 1.0))
-    input_layer: Literal["conv2d", "conv2d6", "conv2d8"] = "conv2d"
+    # conv1d2: Whisper's two 1-D convolutions, 2x (asrkit.models.subsampling.Conv1dSubsampling2)
+    input_layer: Literal["conv2d", "conv2d6", "conv2d8", "conv1d2"] = "conv2d"
     normalize_before: bool = True
     activation_type: Optional[Literal["relu", "swish", "gelu"]] = None
     # rel_pos: WeNet's relative form; rel_pos_xl: Transformer-XL's (asrkit's before
-    # config_version 2, see asrkit.config_versions); both need selfattention rel_selfattn
-    pos_enc_layer_type: Optional[Literal["abs_pos", "rel_pos", "rel_pos_xl"]] = None
+    # config_version 2, see asrkit.config_versions); both need selfattention rel_selfattn.
+    # abs_pos_whisper: Whisper's encoder table, added unscaled (asrkit.models.embedding)
+    pos_enc_layer_type: Optional[Literal["abs_pos", "rel_pos", "rel_pos_xl", "abs_pos_whisper"]] = None
+    key_bias: bool = True  # false: self-attention key projections without bias (Whisper's)
     selfattention_layer_type: Optional[Literal["selfattn", "rel_selfattn"]] = None
     # conformer only
     macaron_style: bool = True
@@ -85,7 +87,8 @@ class EncoderConf:
         if self.output_size % self.attention_heads:
             errors.append(f"output_size ({self.output_size}) must be divisible by "
                           f"attention_heads ({self.attention_heads})")
-        if self.selfattention_layer_type == "rel_selfattn" and self.pos_enc_layer_type == "abs_pos":
+        if self.selfattention_layer_type == "rel_selfattn" and self.pos_enc_layer_type in ("abs_pos",
+                                                                                           "abs_pos_whisper"):
             errors.append("selfattention_layer_type rel_selfattn needs pos_enc_layer_type rel_pos or rel_pos_xl")
         errors += self._chunk_errors()
         return errors
@@ -107,7 +110,12 @@ class EncoderConf:
 @dataclasses.dataclass
 class DecoderConf:
     """``decoder_conf`` (WeNet names).  ``r_num_blocks`` is the depth of the right-to-left
-    decoder of ``decoder: bitransformer``."""
+    decoder of ``decoder: bitransformer``.  ``input_layer``: ``embed`` (token embedding ·
+    sqrt(d) + sinusoid positions) or ``embed_learnable_pe`` (token embedding + a learned
+    448-row table, unscaled: Whisper's decoder).  ``tie_word_embedding``: the output
+    projection's weight is the token embedding (one parameter; the projection keeps its
+    bias, as WeNet's does).  ``key_bias: false``: the key projections of self- and source
+    attention have no bias (WeNet passes the one key to both; Whisper's attention)."""
 
     attention_heads: int = checked(4, positive)
     linear_units: int = checked(2048, positive)
@@ -119,16 +127,16 @@ class DecoderConf:
     src_attention_dropout_rate: float = checked(0.0, between(0.0, 1.0))
     normalize_before: bool = True
     activation_type: Literal["relu", "swish", "gelu"] = "relu"
+    input_layer: Literal["embed", "embed_learnable_pe"] = "embed"
+    tie_word_embedding: bool = False
+    key_bias: bool = True
 
     WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
         **_COMMON_WENET_KEYS,
-        "input_layer": only("embed", reason="asrkit's decoder input is a token embedding with absolute "
-                                            "positions"),
         "use_output_layer": only(True, reason="asrkit's decoders always end with the output projection"),
         "src_attention": only(True, reason="asrkit's decoder layers always attend to the encoder output"),
-        "tie_word_embedding": off(False, feature="tying the decoder embedding to its output layer"),
         "src_query_bias": only(True, reason="asrkit's attention projections always have a bias"),
-        "src_key_bias": only(True, reason="asrkit's attention projections always have a bias"),
+        "src_key_bias": only(True, reason="asrkit's source attention follows decoder_conf.key_bias"),
         "src_value_bias": only(True, reason="asrkit's attention projections always have a bias"),
     }
 

@@ -1,5 +1,8 @@
-"""Convolutional front end: 2-D convolutions that subsample time by 4, 6 or 8."""
+"""Convolutional front ends: 2-D convolutions that subsample time by 4, 6 or 8, and
+Whisper's two 1-D convolutions that subsample by 2 (``conv1d2``)."""
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 from torch import nn
@@ -162,3 +165,63 @@ class Conv2dSubsampling(nn.Module):
             x = self.later_layers(x)
         b, c, t, f = x.size()
         return self.out(x.transpose(1, 2).reshape(b, t, c * f))
+
+
+class Conv1dSubsampling2(nn.Module):
+    """Whisper's front end (``input_layer: conv1d2``, WeNet's ``Conv1dSubsampling2``):
+    ``[B, T, idim] -> [B, T', odim]`` through ``Conv1d(idim, odim, 3, padding=1)``, GELU,
+    ``Conv1d(odim, odim, 3, stride=2, padding=1)``, GELU (exact erf GELU, as Whisper's
+    ``F.gelu``), then the positional encoding.  ``T' = ceil(T / 2)`` and
+    ``out_lengths = ceil(lengths / 2)``.
+
+    Padding: frames ``t >= lengths[b]`` are set to zero before each convolution, so every
+    frame ``t' < out_lengths[b]`` equals that of the utterance run alone (its zero padding is
+    what the convolutions' own padding gives).  For a batch of one utterance with no padding
+    (Whisper's 3000-frame input) this is exactly Whisper's ``conv1``/``conv2``.  (WeNet's
+    module does not zero padding frames, and its mask keeps frames ``(T + 1) % 2, +2, ...``:
+    the same count as here except for an odd length in an even-length batch.)  Output frame
+    ``t'`` reads input frames up to ``2t' + 2`` (``right_context`` 2, one frame needed)."""
+
+    def __init__(self, idim: int, odim: int, pos_enc: nn.Module):
+        super().__init__()
+        self.conv = nn.Sequential(nn.Conv1d(idim, odim, 3, padding=1), nn.GELU(),
+                                  nn.Conv1d(odim, odim, 3, stride=2, padding=1), nn.GELU())
+        self.pos_enc = pos_enc
+        self.rate = 2
+        self.right_context = 2
+        self.min_input_length = 1
+
+    def output_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
+        return torch.div(lengths + 1, 2, rounding_mode="floor")
+
+    def subsample(self, x: torch.Tensor, lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``[B, T, idim] -> [B, T', odim]`` before the positional encoding; with
+        ``lengths``, frames past each length are zeroed before each convolution."""
+        x = x.transpose(1, 2)  # [B, idim, T]
+        if lengths is not None:
+            x = x * valid_frames(lengths, x.size(2)).to(x.dtype)
+        x = self.conv[1](self.conv[0](x))
+        if lengths is not None:
+            x = x * valid_frames(lengths, x.size(2)).to(x.dtype)
+        return self.conv[3](self.conv[2](x)).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor, offset: int = 0
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Returns ``(x [B, T', odim], pos_emb, out_lengths [B])`` (as :class:`Conv2dSubsampling`)."""
+        x, pos_emb = self.pos_enc(self.subsample(x, lengths), offset)
+        return x, pos_emb, self.output_lengths(lengths)
+
+
+def valid_frames(lengths: torch.Tensor, frames: int) -> torch.Tensor:
+    """``[B, 1, frames]`` bool: ``t < lengths[b]``."""
+    return (torch.arange(frames, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)).unsqueeze(1)
+
+
+def build_subsampling(input_layer: str, idim: int, odim: int, pos_enc: nn.Module) -> nn.Module:
+    """The front end ``encoder_conf.input_layer`` names: ``conv2d`` / ``conv2d6`` /
+    ``conv2d8`` (:class:`Conv2dSubsampling`) or ``conv1d2`` (:class:`Conv1dSubsampling2`)."""
+    if input_layer == "conv1d2":
+        return Conv1dSubsampling2(idim, odim, pos_enc)
+    if input_layer not in INPUT_LAYERS:
+        raise ValueError(f"input_layer must be one of {sorted(INPUT_LAYERS) + ['conv1d2']}, got {input_layer!r}")
+    return Conv2dSubsampling(idim, odim, INPUT_LAYERS[input_layer], pos_enc)
