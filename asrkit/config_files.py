@@ -61,7 +61,7 @@ def load_model_inputs(cfg, *, model_cmvn: bool) -> ModelInputs:
     model (:class:`BpeModelError`), the non-linguistic symbols (:class:`NonLangSymsError`),
     ``ctc_conf.ctc_blank_id`` against the units' ``<blank>`` (when the model has a CTC head)
     and the CMVN files (:class:`CmvnError`, their dimension against
-    ``fbank_conf.num_mel_bins``): ``dataset_conf.cmvn_file`` always, ``cmvn_conf.cmvn_file``
+    ``dataset_conf.feat_dim``): ``dataset_conf.cmvn_file`` always, ``cmvn_conf.cmvn_file``
     of the model layer only with ``model_cmvn`` (training); both against the features they
     record (:func:`asrkit.data.features.load_cmvn`)."""
     if model_cmvn:
@@ -69,10 +69,11 @@ def load_model_inputs(cfg, *, model_cmvn: bool) -> ModelInputs:
     tokenizer = build_tokenizer(cfg)
     blank = tokenizer.vocabulary.blank_id
     if cfg.model_conf.ctc_weight > 0.0 and cfg.ctc_conf.ctc_blank_id != blank:
-        raise UnitsError(f"ctc_conf.ctc_blank_id is {cfg.ctc_conf.ctc_blank_id} but "
-                         f"{cfg.tokenizer_conf.symbol_table_path} has <blank> at id {blank}: "
+        where = (f"{cfg.tokenizer_conf.symbol_table_path} has <blank>" if cfg.tokenizer != "whisper"
+                 else "Whisper's CTC blank <|nospeech|> is")
+        raise UnitsError(f"ctc_conf.ctc_blank_id is {cfg.ctc_conf.ctc_blank_id} but {where} at id {blank}: "
                          f"set ctc_conf.ctc_blank_id: {blank}")
-    dim = cfg.dataset_conf.fbank_conf.num_mel_bins
+    dim = cfg.dataset_conf.feat_dim
     features = feature_record(cfg.dataset_conf)
     data_stats = load_cmvn(cfg.dataset_conf.cmvn_file, dim, features) if cfg.dataset_conf.cmvn_file else None
     model_stats = model_cmvn_stats(cfg, dim, features) if model_cmvn else None

@@ -14,7 +14,9 @@ every checkpoint's ``config``.
 
 Which configs are version 1 when the key is absent: a config **saved by asrkit's trainer**
 (it carries ``input_dim`` and ``output_dim``) that has none of the keys WeNet's trainer
-adds (``vocab_size``, ``model_dir``, ``train_engine``).  Every other config without the
+adds (``vocab_size``, ``model_dir``, ``train_engine``) and is not a Whisper config
+(``model: whisper`` or ``tokenizer: whisper``: asrkit had neither before version 2; WeNet's
+Whisper converter writes ``input_dim`` and ``output_dim`` without those keys).  Every other config without the
 key -- a recipe's ``conf/*.yaml``, a WeNet ``train.yaml`` -- is read with the current
 meaning.  :func:`upgrade` rewrites a version-1 config into current keys (``rel_pos_xl``
 spelled out) before it is validated, so a model rebuilt from an old experiment folder
@@ -36,7 +38,8 @@ def saved_version(raw: dict) -> int:
     if version is not None:
         return version if isinstance(version, int) else CONFIG_VERSION  # (the schema reports bad types)
     saved_by_asrkit = ("input_dim" in raw and "output_dim" in raw
-                       and not any(k in raw for k in _WENET_SAVED_KEYS))
+                       and not any(k in raw for k in _WENET_SAVED_KEYS)
+                       and "whisper" not in (raw.get("model"), raw.get("tokenizer")))
     return 1 if saved_by_asrkit else CONFIG_VERSION
 
 

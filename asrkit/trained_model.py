@@ -34,8 +34,8 @@ class TrainedModel:
 
 
 def feature_dim(cfg) -> int:
-    """The model's input dimension: ``input_dim``, else ``dataset_conf.fbank_conf.num_mel_bins``."""
-    return cfg.input_dim if cfg.input_dim is not None else cfg.dataset_conf.fbank_conf.num_mel_bins
+    """The model's input dimension: ``input_dim``, else ``dataset_conf.feat_dim`` (the selected features' bins)."""
+    return cfg.input_dim if cfg.input_dim is not None else cfg.dataset_conf.feat_dim
 
 
 def build_trained_model(cfg, checkpoint: str | Path, vocabulary, device: str = "cpu") -> AsrModel:

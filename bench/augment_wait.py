@@ -53,7 +53,7 @@ def load_times(cfg, inputs, entries, batches: int) -> tuple[list[float], list[di
 
 
 def step_times(cfg, inputs, batches: list[dict]) -> list[float]:
-    model = build_model(cfg, cfg.dataset_conf.fbank_conf.num_mel_bins, inputs.tokenizer.vocabulary,
+    model = build_model(cfg, cfg.dataset_conf.feat_dim, inputs.tokenizer.vocabulary,
                         cmvn_stats=inputs.model_cmvn)
     optimizer = build_optimizer(cfg, model.parameters())
     model.train()

@@ -5,7 +5,7 @@
         [--checkpoint exp/small/avg_5.pt] [--modes attention_rescoring] [--beam_size 10]
         [--batch_size 16] [--threads 2] [--max_utts 200]
 
-Features (Kaldi fbank, ``dataset_conf.fbank_conf.num_mel_bins``) are computed first and
+Features (``dataset_conf.feats_type``, ``dataset_conf.feat_dim`` bins) are computed first and
 timed separately; the reported RTF is **model time** (CMVN + encoder + searches, one
 encoder pass per batch for all modes) / audio duration, batches formed in order of
 decreasing length.  One warm-up batch is decoded first and not counted.
@@ -81,7 +81,7 @@ def main(argv=None) -> int:
         model = build_trained_model(cfg, args.checkpoint, Vocabulary.of_size(vocab))
     else:
         torch.manual_seed(0)
-        input_dim = cfg.dataset_conf.fbank_conf.num_mel_bins
+        input_dim = cfg.dataset_conf.feat_dim
         model = build_model(cfg, input_dim, Vocabulary.of_size(vocab), load_cmvn_stats=False).eval()
     batches = duration_batches(entries, args.batch_size)
     options = DecodingOptions(modes=args.modes, beam_size=args.beam_size, ctc_weight=args.ctc_weight,

@@ -206,6 +206,25 @@ def _finetuning(cfg, exp, tmp_path):
     assert adaptation.lora and any(k.endswith(".lora_A") for k in model.state_dict())
 
 
+def _whisper(cfg, exp, tmp_path):
+    import yaml
+    from asrkit.checkpoint.whisper import wenet_config
+    from asrkit.data.feature_steps import feature_step
+    from asrkit.models import build_model
+    from asrkit.text import build_tokenizer
+    dims = dict(n_mels=80, n_audio_ctx=1500, n_audio_state=16, n_audio_head=2, n_audio_layer=1, n_vocab=51865,
+                n_text_ctx=448, n_text_state=16, n_text_head=2, n_text_layer=1)
+    path = tmp_path / "whisper.yaml"
+    path.write_text(yaml.safe_dump(wenet_config(dims)), encoding="utf-8")
+    whisper_cfg = load_config(path)
+    tokenizer = build_tokenizer(whisper_cfg)
+    model = build_model(whisper_cfg, whisper_cfg.dataset_conf.feat_dim, tokenizer.vocabulary)
+    assert model.special_tokens["eot"] == tokenizer.vocabulary.sos_id  # (WeNet's converter's eot)
+    sample = feature_step(whisper_cfg.dataset_conf, train=False)(
+        {"key": "u", "wav": torch.full((1, 1600), 0.01), "sample_rate": 16000}, None)
+    assert sample["feat"].shape == (10, 80)
+
+
 # (preflight reads the switches and the lists' paths in every run)
 _AUGMENT_KEYS = ["DatasetConf.volume_perturb_conf", "DatasetConf.band_limit_conf", "BandLimitConf.rates",
                  "BandLimitConf.band_limit_apply_prob", "ReverbConf.rir_apply_prob", "NoiseConf.noise_apply_prob",
@@ -234,6 +253,12 @@ TARGETED = {
         "the tiny run is one process: no DDP model, no hook", _powersgd_state),
     **{key: ("asrkit.data.processors.waveform_augmentation (reverb, noise, band_limit, volume_perturb, requantize: true)",
              "the tiny experiment has no noise or RIR list", _waveform_augmentation) for key in _AUGMENT_KEYS},
+    **{key: ("asrkit.text.build_tokenizer, asrkit.models.registry.build_whisper_model and "
+             "asrkit.data.feature_steps.feature_step of a converted Whisper config (tokenizer/model: whisper, "
+             "feats_type: log_mel_spectrogram)", "the tiny run is a char-unit model on fbank", _whisper)
+       for key in ["TokenizerConf.is_multilingual", "TokenizerConf.num_languages", "ModelConf.special_tokens",
+                   "DatasetConf.log_mel_spectrogram_conf", *(f"LogMelSpectrogramConf.{k}" for k in
+                                                             ("n_fft", "hop_length", "num_mel_bins", "padding"))]},
     **{key: ("asrkit.finetune.setup.adapt (use_lora, --enc_init reaching the output layers)",
              "the tiny run trains from scratch, without adapters", _finetuning)
        for key in ["TrainConfig.lora_conf", "TrainConfig.reinit_output_layers",

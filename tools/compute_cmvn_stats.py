@@ -2,8 +2,9 @@
 """Global CMVN statistics of a training set, as WeNet JSON.
 
 Features are exactly those of the training pipeline without augmentation: load
-(down-mix), resample to ``resample_conf.resample_rate``, Kaldi fbank with
-``fbank_conf`` from ``--train_config`` (dither off).  Output::
+(down-mix), resample to ``resample_conf.resample_rate``, the features ``feats_type``
+selects from ``--train_config`` (Kaldi fbank with ``fbank_conf``, dither off, or Whisper's
+log-mel with ``log_mel_spectrogram_conf``).  Output::
 
     {"mean_stat": [sum per dim], "var_stat": [sum of squares per dim], "frame_num": N,
      "asrkit_features": {the filterbank's settings: asrkit.data.features.feature_record}}
@@ -35,7 +36,8 @@ import torch
 from asrkit.config import TrainConfig, load_config
 from asrkit.data import processors
 from asrkit.data.audio import DataFault
-from asrkit.data.features import (CmvnStats, fbank_options, feature_record, features_difference,
+from asrkit.data.feature_steps import feature_step
+from asrkit.data.features import (CmvnStats, feature_record, features_difference,
                                   recorded_features, write_cmvn)
 from asrkit.data.lists import ListEntry, read_list, read_wav_scp
 from asrkit.files import WriteError
@@ -47,13 +49,12 @@ def chunk_stats(job: tuple[list[ListEntry], object]) -> tuple[CmvnStats, list[pr
     """Statistics of one chunk of entries, and the entries skipped."""
     torch.set_num_threads(1)
     entries, conf = job
-    fb = conf.fbank_conf
-    stats, skipped = CmvnStats(fb.num_mel_bins), []
+    stats, skipped, features = CmvnStats(conf.feat_dim), [], feature_step(conf, train=False)
     for entry in entries:
         try:
             sample = processors.load(entry)
             sample = processors.resample(sample, None, resample_rate=conf.resample_conf.resample_rate)
-            sample = processors.fbank(sample, None, **fbank_options(fb), dither=0.0)
+            sample = features(sample, None)
         except DataFault as fault:
             skipped.append(processors.Skip(entry.key, fault.reason, fault.detail))
             continue
@@ -100,7 +101,7 @@ def main(argv=None) -> int:
     else:
         entries = read_list(args.data_list)
     jobs = [(entries[i:i + _CHUNK], cfg.dataset_conf) for i in range(0, len(entries), _CHUNK)]
-    total = CmvnStats(cfg.dataset_conf.fbank_conf.num_mel_bins)
+    total = CmvnStats(cfg.dataset_conf.feat_dim)
     skips = processors.SkipStats()
     with multiprocessing.Pool(max(1, min(args.num_workers, len(jobs)))) as pool:
         for stats, skipped in pool.imap(chunk_stats, jobs):

@@ -73,7 +73,7 @@ def model_state(checkpoint: dict, model: nn.Module, source: str) -> dict:
     returns it) under ``model``'s names (see the module docstring); LoRA adapters merged
     unless ``model`` has adapters itself."""
     state = strip_module_prefix(checkpoint["model"])
-    if is_wenet_state(state):
+    if is_wenet_state(state, model.state_dict().keys()):
         return without_untrained_heads(from_wenet_state(state, source), model)
     check_positional_version(checkpoint, model, source)
     return resolved_state(checkpoint, source, merge_lora=not has_lora(model))
@@ -111,7 +111,7 @@ def _base_tensors(base: dict, source: str) -> dict:
                               f"bytes changed since (SHA-256 differs from the {base['sha256'][:12]}... recorded): "
                               f"restore the file the run started from")
     state = resolved_state(load_checkpoint(path), str(path))
-    if is_wenet_state(state):
+    if is_wenet_state(state, names):
         state = from_wenet_state(state, str(path))
     missing = [n for n in names if n not in state]
     if missing:

@@ -42,10 +42,13 @@ _TABLES = re.compile(r"^(encoder\.embed\.pos_enc|decoder\.(?:(?:left|right)_deco
 _TABLE_ULPS = 4.0
 
 
-def is_wenet_state(state: dict) -> bool:
+def is_wenet_state(state: dict, model_keys=()) -> bool:
     """Whether ``state`` (a bare state dict) uses WeNet's names: it holds a key only
-    WeNet writes (a saved ``pe`` table, ``encoder.global_cmvn.*``, or a renamed layer)."""
-    return any(_TABLES.match(k) or any(p.match(k) for p, _ in _RENAMES) for k in state)
+    WeNet writes (a saved ``pe`` table, ``encoder.global_cmvn.*``, or a renamed layer) that
+    is not one of ``model_keys`` (the state names of the model it is for: asrkit's Whisper
+    keeps its encoder's table, ``encoder.embed.pos_enc.pe``, as a weight of its own)."""
+    own = set(model_keys)
+    return any((_TABLES.match(k) or any(p.match(k) for p, _ in _RENAMES)) and k not in own for k in state)
 
 
 def check_table(name: str, table: torch.Tensor, source: str) -> None:

@@ -29,12 +29,17 @@ import re
 from pathlib import Path
 
 import torch
+import yaml
 
 from asrkit.checkpoint.load import CheckpointError
+from asrkit.checkpoint.save import save_checkpoint
+from asrkit.files import atomic_write_text
+from asrkit.models.ctc import CTC
 from asrkit.models.decoder import WHISPER_TEXT_POSITIONS
 from asrkit.models.schema import DecoderConf, EncoderConf
 from asrkit.models.whisper import WhisperModel, build_whisper
 from asrkit.schema import build
+from asrkit.text.whisper import special_token_names
 
 DIMS = ("n_mels", "n_vocab", "n_audio_ctx", "n_audio_state", "n_audio_head", "n_audio_layer",
         "n_text_ctx", "n_text_state", "n_text_head", "n_text_layer")
@@ -88,12 +93,22 @@ def wenet_config(dims: dict) -> dict:
     ``decoder: transformer`` with its ``decoder_conf``, ``model: whisper``, ``tokenizer:
     whisper`` with ``tokenizer_conf.is_multilingual`` (``n_vocab >= 51865``) and
     ``num_languages`` (``n_vocab − 51765 − is_multilingual``), and
-    ``dataset_conf.feats_type: log_mel_spectrogram`` with ``log_mel_spectrogram_conf``.
+    ``dataset_conf.feats_type: log_mel_spectrogram`` with ``log_mel_spectrogram_conf``,
+    ``ctc_conf.ctc_blank_id`` (``<|nospeech|>``) and ``model_conf`` (``ctc_weight`` 0.3,
+    ``lsm_weight`` 0.1, ``length_normalized_loss`` false, ``special_tokens`` as WeNet writes
+    them: ``eot`` is ``sot``'s id, see :func:`asrkit.models.whisper.special_tokens`).
     Where WeNet's converter writes a value asrkit refuses, this writes asrkit's (WeNet's
     same behaviour at inference): ``gradient_checkpointing: false`` (WeNet: true, a memory
     saving asrkit lacks) and ``static_chunk_size: 0`` (WeNet: -1; both mean no chunk).
     Training keys (optimiser, batches, augmentation) are the recipe's, not written."""
     multilingual = dims["n_vocab"] >= 51865
+    num_languages = dims["n_vocab"] - 51765 - int(multilingual)
+    names = special_token_names(num_languages)
+    eot = dims["n_vocab"] - len(names)
+
+    def token(name: str) -> int:
+        return eot + names.index(name)
+
     encoder_conf = {"input_layer": "conv1d2", "output_size": dims["n_audio_state"],
                     "attention_heads": dims["n_audio_head"], "linear_units": 4 * dims["n_audio_state"],
                     "num_blocks": dims["n_audio_layer"], "dropout_rate": 0.1, "positional_dropout_rate": 0.1,
@@ -112,8 +127,17 @@ def wenet_config(dims: dict) -> dict:
             "decoder": "transformer", "decoder_conf": decoder_conf,
             "model": "whisper",
             "tokenizer": "whisper",
-            "tokenizer_conf": {"is_multilingual": multilingual,
-                               "num_languages": dims["n_vocab"] - 51765 - int(multilingual)},
+            "tokenizer_conf": {"is_multilingual": multilingual, "num_languages": num_languages},
+            "ctc_conf": {"ctc_blank_id": token("<|nospeech|>")},
+            "model_conf": {"ctc_weight": 0.3, "lsm_weight": 0.1, "length_normalized_loss": False,
+                           "special_tokens": {"sot": token("<|startoftranscript|>"),
+                                              "eot": token("<|startoftranscript|>"),
+                                              "sot_prev": token("<|startofprev|>"),
+                                              "transcribe": token("<|transcribe|>"),
+                                              "translate": token("<|translate|>"),
+                                              "no_timestamps": token("<|notimestamps|>"),
+                                              "no_speech": token("<|nospeech|>"),
+                                              "timestamp_begin": token("<|0.00|>")}},
             "dataset_conf": {"feats_type": "log_mel_spectrogram",
                              "log_mel_spectrogram_conf": {"n_fft": 400, "hop_length": 160,
                                                           "num_mel_bins": dims["n_mels"], "padding": 0}}}
@@ -173,3 +197,29 @@ def load_openai_whisper(path: str | Path) -> tuple[dict, WhisperModel]:
                                   f"the model of its dims {tuple(own[name].shape)}")
     model.load_state_dict(weights)
     return config, model.eval()
+
+
+def convert_openai_file(path: str | Path, out_dir: str | Path, seed: int = 0) -> tuple[Path, Path]:
+    """WeNet's converter in asrkit: ``(train.yaml, whisper.pt)`` written into ``out_dir`` for
+    the OpenAI file ``path``: the :func:`wenet_config` of its dimensions, and an asrkit
+    checkpoint (``{"model": state}``, :func:`asrkit.checkpoint.save.save_checkpoint`, with
+    its ``whisper.yaml`` record) holding every weight of the ``model: whisper`` that config
+    builds (:func:`asrkit.models.registry.build_model`), so that
+    :func:`asrkit.checkpoint.weights.load_weights` takes it as it is: the file's tensors
+    under asrkit's names (:func:`load_openai_whisper`) and the CTC head, which Whisper has
+    not (WeNet's training starts it from its initialisation), at ``torch.nn.Linear``'s
+    initialisation drawn from a generator seeded with ``seed`` (the global one untouched)."""
+    config, model = load_openai_whisper(path)
+    state = dict(model.state_dict())
+    if config["model_conf"]["ctc_weight"] > 0.0:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            ctc = CTC(config["output_dim"], config["encoder_conf"]["output_size"],
+                      config["ctc_conf"]["ctc_blank_id"])
+        state.update({f"ctc.{k}": v for k, v in ctc.state_dict().items()})
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config_path, checkpoint_path = out_dir / "train.yaml", out_dir / "whisper.pt"
+    atomic_write_text(config_path, yaml.safe_dump(config, sort_keys=False))
+    save_checkpoint(checkpoint_path, {"model": state}, {"converted_from": str(path)})
+    return config_path, checkpoint_path

@@ -156,7 +156,13 @@ FEATURES_KEY = "asrkit_features"
 
 def feature_record(dataset_conf) -> dict:
     """What decides the filterbank's values (dither aside) for ``dataset_conf``: the sample
-    rate after resampling and the ``fbank_conf`` options of :func:`fbank_options`."""
+    rate after resampling and the ``fbank_conf`` options of :func:`fbank_options`; for
+    ``feats_type: log_mel_spectrogram``, ``feats_type`` and ``log_mel_spectrogram_conf``'s keys."""
+    if getattr(dataset_conf, "feats_type", "fbank") == "log_mel_spectrogram":
+        lm = dataset_conf.log_mel_spectrogram_conf
+        return {"sample_rate": int(dataset_conf.resample_conf.resample_rate), "feats_type": "log_mel_spectrogram",
+                "num_mel_bins": lm.num_mel_bins, "n_fft": lm.n_fft, "hop_length": lm.hop_length,
+                "padding": lm.padding}
     return {"sample_rate": int(dataset_conf.resample_conf.resample_rate), **fbank_options(dataset_conf.fbank_conf)}
 
 

@@ -8,7 +8,8 @@ pure function ``step(sample, generator) -> sample`` configured with
 them once:
 
     load -> tokenize -> resample (+ down-mix at load) -> filter -> speed perturb
-    -> reverberation -> additive noise -> band limit -> volume -> fbank (dither) -> CMVN (optional)
+    -> reverberation -> additive noise -> band limit -> volume -> features (fbank with dither, or
+    Whisper's log-mel: ``feats_type``, :mod:`asrkit.data.feature_steps`) -> CMVN (optional)
     -> SpecAugment -> spec_sub -> spec_trim
 
 **Skips.**  A step that meets a data fault raises :class:`asrkit.data.audio.DataFault`;
@@ -38,6 +39,7 @@ import torch
 
 from asrkit.data import audio, augment, bandwidth, features, noise, quantization, reverb
 from asrkit.data.audio import DataFault
+from asrkit.data.feature_steps import feature_step
 from asrkit.data.lists import ListEntry
 from asrkit.data.noise_lists import AudioCache, read_audio_list
 
@@ -226,20 +228,6 @@ def perturb_volume(sample: Sample, generator, *, prob: float, scale_low: float, 
     return sample
 
 
-def fbank(sample: Sample, generator, *, num_mel_bins: int, frame_length: float, frame_shift: float,
-          dither: float, **options) -> Sample:
-    """Adds ``feat`` (see :func:`asrkit.data.features.compute_fbank`; ``options``: its
-    ``snip_edges``, ``high_freq``, ``sample_scale``).  Fault ``too_short`` when the audio
-    makes no frame."""
-    feat = features.compute_fbank(sample["wav"], sample["sample_rate"], num_mel_bins=num_mel_bins,
-                                  frame_length=frame_length, frame_shift=frame_shift,
-                                  dither=dither, generator=generator, **options)
-    if feat.shape[0] == 0:
-        raise DataFault("too_short", f"{sample['key']}: shorter than one {frame_length:g} ms frame")
-    sample["feat"] = feat
-    return sample
-
-
 def cmvn(sample: Sample, generator, *, mean: torch.Tensor, istd: torch.Tensor) -> Sample:
     """Normalizes ``feat`` with global CMVN."""
     sample["feat"] = features.apply_cmvn(sample["feat"], mean, istd)
@@ -295,6 +283,7 @@ def build_sample_processor(dataset_conf, tokenizer, *, train: bool, seed: int,
     """The chain ``dataset_conf`` (a :class:`asrkit.data.schema.ProcessorKeys`, e.g. the
     ``dataset_conf`` of the root config) describes.
 
+    The feature step is :func:`asrkit.data.feature_steps.feature_step` (``feats_type``).
     ``train=False`` (CV, decoding): no speed perturbation, reverberation, noise, band limit or
     volume change, no dither, no SpecAugment / spec_sub / spec_trim.  ``apply_filter=False`` (decoding: every test utterance must be
     scored) drops the length filter; empty or unreadable input is still skipped.
@@ -304,7 +293,6 @@ def build_sample_processor(dataset_conf, tokenizer, *, train: bool, seed: int,
     ``asrkit.config_files.ModelInputs.data_cmvn`` holds them) or, without them, loaded here once.
     """
     conf = dataset_conf
-    fb = conf.fbank_conf
     steps: list[Step] = [functools.partial(tokenize, tokenizer=tokenizer) if labels else no_tokens,
                          functools.partial(resample, resample_rate=conf.resample_conf.resample_rate)]
     if apply_filter:
@@ -318,9 +306,9 @@ def build_sample_processor(dataset_conf, tokenizer, *, train: bool, seed: int,
         steps.append(functools.partial(speed_perturb, speeds=tuple(conf.speeds), seed=seed))
     if train:
         steps += waveform_augmentation(conf, seed)
-    steps.append(functools.partial(fbank, **features.fbank_options(fb), dither=fb.dither if train else 0.0))
+    steps.append(feature_step(conf, train))
     if conf.cmvn_file:
-        mean, istd = cmvn_stats if cmvn_stats is not None else features.load_cmvn(conf.cmvn_file, fb.num_mel_bins)
+        mean, istd = cmvn_stats if cmvn_stats is not None else features.load_cmvn(conf.cmvn_file, conf.feat_dim)
         steps.append(functools.partial(cmvn, mean=mean, istd=istd))
     if train:
         if conf.spec_aug:
@@ -332,7 +320,7 @@ def build_sample_processor(dataset_conf, tokenizer, *, train: bool, seed: int,
                                            max_t=conf.spec_sub_conf.max_t))
         if conf.spec_trim:
             steps.append(functools.partial(spec_trim, max_t=conf.spec_trim_conf.max_t))
-    return SampleProcessor(steps, train=train, seed=seed, feat_dim=fb.num_mel_bins)
+    return SampleProcessor(steps, train=train, seed=seed, feat_dim=conf.feat_dim)
 
 
 def waveform_augmentation(conf, seed: int) -> list[Step]:

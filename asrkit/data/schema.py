@@ -5,7 +5,7 @@ Key names and defaults follow WeNet's ``dataset_conf``.
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Optional, Union
+from typing import ClassVar, Literal, Optional, Union
 
 from asrkit.data.features import LOW_FREQ, SAMPLE_SCALES
 from asrkit.data.loader_schema import LoaderKeys
@@ -87,6 +87,22 @@ class FbankConf:
     WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
         "window_type": only("povey", reason="asrkit's only analysis window (Kaldi's default)"),
     }
+
+
+@dataclasses.dataclass
+class LogMelSpectrogramConf:
+    """``log_mel_spectrogram_conf`` (``feats_type: log_mel_spectrogram``; WeNet's keys and
+    meanings): Whisper's log-mel (:func:`asrkit.data.whisper_features.log_mel_spectrogram`)
+    of 16 kHz audio in [-1, 1] with ``padding`` zero samples appended (WeNet's converter
+    writes 0: no padding to Whisper's 30 s; ``(N + padding) // hop_length`` frames).  Only
+    Whisper's ``n_fft`` 400, ``hop_length`` 160 and 80 or 128 ``num_mel_bins`` (the mel
+    filters the openai-whisper package ships) are accepted."""
+
+    n_fft: int = checked(400, lambda v: None if v == 400 else f"Whisper's log-mel has n_fft 400, got {v}")
+    hop_length: int = checked(160, lambda v: None if v == 160 else f"Whisper's log-mel has hop_length 160, got {v}")
+    num_mel_bins: int = checked(80, lambda v: None if v in (80, 128) else
+                                f"Whisper's mel filters have 80 or 128 bins, got {v}")
+    padding: int = checked(0, non_negative)
 
 
 @dataclasses.dataclass
@@ -230,7 +246,9 @@ class ProcessorKeys:
     resample_conf: ResampleConf = dataclasses.field(default_factory=ResampleConf)
     speed_perturb: bool = False
     speeds: list[float] = checked(default_factory=lambda: [0.9, 1.0, 1.1], check=_speeds_ok)
+    feats_type: Literal["fbank", "log_mel_spectrogram"] = "fbank"
     fbank_conf: FbankConf = dataclasses.field(default_factory=FbankConf)
+    log_mel_spectrogram_conf: LogMelSpectrogramConf = dataclasses.field(default_factory=LogMelSpectrogramConf)
     cmvn_file: Optional[str] = None
     reverb: bool = False
     reverb_conf: ReverbConf = dataclasses.field(default_factory=ReverbConf)
@@ -249,9 +267,13 @@ class ProcessorKeys:
     spec_trim: bool = False
     spec_trim_conf: SpecTrimConf = dataclasses.field(default_factory=SpecTrimConf)
 
-    WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
-        "feats_type": only("fbank", reason="asrkit's only features (no MFCC, no Whisper log-mel)"),
-    }
+    WENET_KEYS: ClassVar[dict[str, WenetKey]] = {}
+
+    @property
+    def feat_dim(self) -> int:
+        """The features' dimension: ``num_mel_bins`` of the section ``feats_type`` selects."""
+        conf = self.fbank_conf if self.feats_type == "fbank" else self.log_mel_spectrogram_conf
+        return conf.num_mel_bins
 
 
 @dataclasses.dataclass
@@ -284,6 +306,9 @@ class DataSections:
             errors.append(f"dataset_conf.fbank_conf.high_freq: {high:g} puts the top mel edge at {top:g} Hz; at "
                           f"{dc.resample_conf.resample_rate} Hz it must lie in ({LOW_FREQ:g}, {nyquist:g}] Hz "
                           f"(<= 0: an offset from Nyquist)")
+        if dc.feats_type == "log_mel_spectrogram" and dc.resample_conf.resample_rate != 16000:
+            errors.append(f"dataset_conf.feats_type: log_mel_spectrogram is Whisper's, of 16 kHz audio; "
+                          f"resample_conf.resample_rate is {dc.resample_conf.resample_rate}")
         if dc.noise and not dc.noise_conf.noise_scp:
             errors.append("dataset_conf.noise: true needs noise_conf.noise_scp (a noise list: wav.scp, "
                           "RIRS_NOISES noise_list or one path per line)")

@@ -86,7 +86,7 @@ def check_text_inputs(cfg) -> list[CheckResult]:
         parts.append(f"non-linguistic symbols {cfg.tokenizer_conf.non_lang_syms_path}")
     for cmvn in dict.fromkeys(filter(None, (cfg.cmvn_conf.cmvn_file if cfg.cmvn else None,
                                             cfg.dataset_conf.cmvn_file))):
-        parts.append(f"CMVN {cmvn} ({cfg.dataset_conf.fbank_conf.num_mel_bins} dims)")
+        parts.append(f"CMVN {cmvn} ({cfg.dataset_conf.feat_dim} dims)")
     return [ok("files", ", ".join(parts) + ": readable")]
 
 

@@ -23,6 +23,7 @@ from asrkit.models.transducer.loss import check_rnnt_loss
 from asrkit.models.transducer.model import Transducer
 from asrkit.models.transducer.predictor import PREDICTORS, Predictor
 from asrkit.models.transducer.schema import PREDICTOR_PARAMS
+from asrkit.models.whisper import WhisperAsrModel, check_whisper_shape, special_tokens
 from asrkit.schema import one_of
 from asrkit.text.vocabulary import Vocabulary
 
@@ -164,10 +165,28 @@ def build_transducer(cfg, input_dim: int, vocabulary: Vocabulary, cmvn: Optional
                       rnnt_type=mc.rnnt_type or "regular")
 
 
+def build_whisper_model(cfg, input_dim: int, vocabulary: Vocabulary, cmvn: Optional[GlobalCMVN]) -> WhisperAsrModel:
+    """WeNet's Whisper (``model: whisper``, :class:`~asrkit.models.whisper.WhisperAsrModel`):
+    ``encoder: transformer`` and ``decoder: transformer`` of Whisper's shape
+    (:func:`~asrkit.models.whisper.check_whisper_shape`), a CTC head when ``ctc_weight > 0``,
+    the decoder when ``ctc_weight < 1``, the special ids of ``vocabulary`` (a Whisper
+    tokenizer's) checked against ``model_conf.special_tokens``."""
+    if (cfg.encoder, cfg.decoder) != ("transformer", "transformer"):
+        raise ValueError(f"model: whisper needs encoder: transformer and decoder: transformer, got "
+                         f"{cfg.encoder}, {cfg.decoder}")
+    check_whisper_shape(cfg.encoder_conf, cfg.decoder_conf)
+    mc = cfg.model_conf
+    tokens = special_tokens(vocabulary, mc.special_tokens)
+    encoder = _lookup(ENCODERS, "encoder", cfg.encoder)(input_dim, cfg.encoder_conf)
+    decoder, ctc = _heads(cfg, vocabulary, mc.ctc_weight, 1.0 - mc.ctc_weight)
+    return WhisperAsrModel(vocabulary, encoder, decoder, ctc, cmvn, tokens, ctc_weight=mc.ctc_weight,
+                           lsm_weight=mc.lsm_weight, length_normalized_loss=mc.length_normalized_loss)
+
+
 # name -> builder(cfg, input_dim, vocabulary, cmvn) -> nn.Module.  A model family registers
 # one builder here; "asrmodel" is the spelling some WeNet recipes use for the same model.
 MODELS: dict[str, Callable[..., nn.Module]] = {"asr_model": build_asr_model, "asrmodel": build_asr_model,
-                                               "transducer": build_transducer}
+                                               "transducer": build_transducer, "whisper": build_whisper_model}
 
 
 def build_model(cfg, input_dim: int, vocabulary: Vocabulary, *, load_cmvn_stats: bool = True,

@@ -148,6 +148,18 @@ _K2_ONLY = ("WeNet's default; it acts only in k2's pruned RNN-T loss (enable_k2:
             "does not have, so another value could have no effect")
 
 
+WHISPER_TOKENS = ("sot", "eot", "sot_prev", "transcribe", "translate", "no_timestamps", "no_speech",
+                  "timestamp_begin")
+
+
+def _whisper_tokens_ok(value) -> Optional[str]:
+    unknown = sorted(set(value or {}) - set(WHISPER_TOKENS))
+    if unknown:
+        return f"unknown token(s) {unknown}; expected some of {list(WHISPER_TOKENS)}"
+    bad = [k for k, v in (value or {}).items() if isinstance(v, bool) or not isinstance(v, int) or v < 0]
+    return f"{bad[0]} must be a token id (an integer >= 0)" if bad else None
+
+
 @dataclasses.dataclass
 class ModelConf:
     """``model_conf``: the weights of the loss terms.
@@ -160,7 +172,11 @@ class ModelConf:
     not given; WeNet's defaults 1.0 and 0.0), as is asrkit's ``rnnt_type`` (``None``: WeNet's
     ``regular`` lattice; ``modified``: one output per frame, k2's name --
     :mod:`asrkit.models.transducer.loss`).  ``length_normalized_loss`` selects the
-    trainer's normaliser (tokens instead of utterances).
+    trainer's normaliser (tokens instead of utterances).  ``special_tokens`` (``model:
+    whisper`` only, WeNet's key): the ids of Whisper's ``sot``, ``eot``, ``sot_prev``,
+    ``transcribe``, ``translate``, ``no_timestamps``, ``no_speech``, ``timestamp_begin``
+    that the model's decoder prompt and targets use (:class:`asrkit.models.whisper.WhisperAsrModel`);
+    ``None``: the tokenizer's.
     """
 
     ctc_weight: float = checked(0.3, between(0.0, 1.0))
@@ -170,6 +186,7 @@ class ModelConf:
     transducer_weight: Optional[float] = checked(None, optional(between(0.0, 1.0)))
     attention_weight: Optional[float] = checked(None, optional(between(0.0, 1.0)))
     rnnt_type: Optional[Literal["regular", "modified"]] = None
+    special_tokens: Optional[dict[str, int]] = checked(None, _whisper_tokens_ok)
 
     WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
         "ignore_id": only(-1, reason="asrkit pads targets with -1"),
@@ -241,14 +258,21 @@ class ModelSections:
     def validate(self) -> list[str]:
         """The keys that belong to one model family: those of ``model: transducer`` are
         required by it (``predictor_conf``, ``joint_conf``; WeNet has no default for either)
-        and refused with any other model (WeNet ignores them there, or fails on them)."""
+        and refused with any other model (WeNet ignores them there, or fails on them);
+        ``model_conf.special_tokens`` is ``model: whisper``'s, which needs ``tokenizer:
+        whisper`` (the root config's key, read here when ``self`` is the root)."""
+        errors = []
+        if self.model == "whisper" and getattr(self, "tokenizer", "whisper") != "whisper":
+            errors.append(f"model: whisper needs tokenizer: whisper (Whisper's ids), got {self.tokenizer}")
+        if self.model != "whisper" and self.model_conf.special_tokens is not None:
+            errors.append(f"model_conf.special_tokens: read only by model: whisper (model is {self.model})")
         if self.model != "transducer":
             given = {"predictor": self.predictor, "predictor_conf": self.predictor_conf, "joint": self.joint,
                      "joint_conf": self.joint_conf, "model_conf.transducer_weight": self.model_conf.transducer_weight,
                      "model_conf.attention_weight": self.model_conf.attention_weight,
                      "model_conf.rnnt_type": self.model_conf.rnnt_type}
-            return [f"{key}: read only by model: transducer (model is {self.model})"
-                    for key, value in given.items() if value is not None]
+            return errors + [f"{key}: read only by model: transducer (model is {self.model})"
+                             for key, value in given.items() if value is not None]
         missing = [key for key in ("predictor_conf", "joint_conf") if getattr(self, key) is None]
         if missing:
             return [f"model: transducer needs a predictor (predictor: rnn | embedding | conv, with its "

@@ -4,7 +4,8 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar, Literal, Optional
 
-from asrkit.schema import WenetKey, off, only
+from asrkit.schema import WenetKey, between, checked, optional
+from asrkit.text.whisper import LANGUAGES
 
 
 @dataclasses.dataclass
@@ -26,6 +27,12 @@ class TokenizerConf:
     transcript is one unit instead of each character.
     ``connect_symbol``: char tokenizer with ``rules: wenet`` only; what decoding puts
     between units (default: a space with ``split_with_space``, else nothing).
+    ``is_multilingual``, ``num_languages`` (``tokenizer: whisper`` only, WeNet's keys and
+    meanings): Whisper's ``multilingual.tiktoken`` (true) or ``gpt2.tiktoken`` (false), and
+    how many language tokens follow ``<|startoftranscript|>`` (99 for every model but
+    large-v3's 100; ``*.en`` models: false and 99), the ids as ``whisper.tokenizer``
+    numbers them (:mod:`asrkit.text.whisper`).  Other tokenizers accept only WeNet's
+    defaults, ``false`` and 1 (or no value).
     ``special_tokens``: optional declaration of the special ids (keys ``<blank>``,
     ``<unk>``, ``<sos>``, ``<eos>``, as in WeNet's configs; ``<sos>`` and ``<eos>`` are the
     one ``<sos/eos>`` unit).  The ids always come from where the units file puts the
@@ -40,25 +47,34 @@ class TokenizerConf:
     split_with_space: bool = False
     connect_symbol: Optional[str] = None
     special_tokens: Optional[dict[str, int]] = None
-
-    WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
-        "is_multilingual": off(False, feature="Whisper's multilingual tokenizer"),
-        "num_languages": only(1, reason="read only by WeNet's Whisper tokenizer; asrkit's tokenizers have "
-                                        "no language tokens"),
-    }
+    is_multilingual: bool = False
+    num_languages: Optional[int] = checked(None, optional(between(1, len(LANGUAGES))))
 
 
 @dataclasses.dataclass
 class TextSections:
     """Top-level keys of this package: ``tokenizer`` and ``tokenizer_conf``."""
 
-    tokenizer: Literal["char", "bpe"] = "char"
+    tokenizer: Literal["char", "bpe", "whisper"] = "char"
     tokenizer_conf: TokenizerConf = dataclasses.field(default_factory=TokenizerConf)
 
     WENET_KEYS: ClassVar[dict[str, WenetKey]] = {}
 
     def validate(self) -> list[str]:
         conf, errors = self.tokenizer_conf, []
+        if self.tokenizer == "whisper":
+            if conf.num_languages is None:
+                errors.append("tokenizer: whisper needs tokenizer_conf.num_languages (99; large-v3: 100)")
+            given = [key for key in ("symbol_table_path", "bpe_path", "non_lang_syms_path", "connect_symbol",
+                                     "special_tokens") if getattr(conf, key)] + \
+                (["split_with_space"] if conf.split_with_space else []) + (["rules"] if conf.rules != "wenet" else [])
+            if given:
+                errors.append(f"tokenizer: whisper reads Whisper's tiktoken file; tokenizer_conf.{given[0]} "
+                              f"does not apply to it")
+            return errors
+        if conf.is_multilingual or conf.num_languages not in (None, 1):
+            errors.append("tokenizer_conf.is_multilingual / num_languages apply to tokenizer: whisper only "
+                          "(other tokenizers take WeNet's defaults false and 1)")
         if self.tokenizer == "bpe" and not conf.bpe_path:
             errors.append("tokenizer: bpe needs tokenizer_conf.bpe_path (the sentencepiece model)")
         if self.tokenizer == "bpe" and conf.split_with_space:

@@ -1,7 +1,8 @@
 """Tokenizers: transcript text <-> unit ids, over a ``units.txt`` symbol table, built from
 a config by :func:`build_tokenizer`.
 
-Two rule sets (``tokenizer_conf.rules``), each with a char and a BPE tokenizer sharing one
+``tokenizer: whisper``: Whisper's tiktoken BPE and special tokens (:mod:`asrkit.text.whisper`).
+Otherwise two rule sets (``tokenizer_conf.rules``), each with a char and a BPE tokenizer sharing one
 interface (:class:`asrkit.text.base.Tokenizer`):
 
 * ``wenet`` (the default): WeNet's own rules, in :mod:`asrkit.text.wenet`.
@@ -18,6 +19,7 @@ from asrkit.text.asrkit_rules import BpeTokenizer, CharTokenizer, normalize_text
 from asrkit.text.base import BpeModelError, SentencePieceModel, Tokenizer
 from asrkit.text.units import BLANK, SOS_EOS, UNK, UnitsError, read_units
 from asrkit.text.wenet import WenetBpeTokenizer, WenetCharTokenizer, read_non_lang_syms
+from asrkit.text.whisper import WhisperTokenizer
 
 
 # what a ``special_tokens`` key names -> the unit symbol that must sit at the declared id
@@ -52,12 +54,13 @@ def check_special_tokens(declared: dict[str, int] | None, symbols: Sequence[str]
 def build_tokenizer(cfg) -> Tokenizer:
     """The tokenizer a config describes.
 
-    ``cfg`` is anything with ``.tokenizer`` (``"char"`` | ``"bpe"``) and
+    ``cfg`` is anything with ``.tokenizer`` (``"char"`` | ``"bpe"`` | ``"whisper"``) and
     ``.tokenizer_conf`` (:class:`asrkit.text.schema.TokenizerConf`): the root
     ``TrainConfig`` or a ``TextSections``.  ``rules: wenet`` builds
     :class:`asrkit.text.wenet.WenetCharTokenizer` / ``WenetBpeTokenizer`` (with the symbols of
     ``non_lang_syms_path`` when set), ``rules: asrkit`` :class:`CharTokenizer` /
-    :class:`BpeTokenizer`.  Paths are used as given (relative to the working directory,
+    :class:`BpeTokenizer`; ``tokenizer: whisper`` :class:`asrkit.text.whisper.WhisperTokenizer`
+    of ``is_multilingual`` and ``num_languages`` (no units file).  Paths are used as given (relative to the working directory,
     the recipe directory).  A ``special_tokens`` declaration is checked against the units
     (:func:`check_special_tokens`).  Problems with the files raise :class:`UnitsError`,
     :class:`BpeModelError` or :class:`asrkit.text.wenet.NonLangSymsError`; config loading
@@ -65,6 +68,8 @@ def build_tokenizer(cfg) -> Tokenizer:
     (:meth:`asrkit.text.schema.TextSections.validate`).
     """
     conf = cfg.tokenizer_conf
+    if cfg.tokenizer == "whisper":
+        return WhisperTokenizer(conf.is_multilingual, conf.num_languages)
     if not conf.symbol_table_path:
         raise ValueError("tokenizer_conf.symbol_table_path is not set (the units.txt of tools/make_units.py)")
     symbols = read_units(conf.symbol_table_path)

@@ -160,7 +160,7 @@ def build_training(cfg: TrainConfig, ctx: DistContext, *, train_data: str | Sequ
     ranges = list(zip(bounds[:-1], bounds[1:]))
     if len(mix.paths) > 1:
         log.info("training lists: %s", mix.describe(sizes))
-    input_dim = cfg.dataset_conf.fbank_conf.num_mel_bins
+    input_dim = cfg.dataset_conf.feat_dim
     cfg = dataclasses.replace(cfg, input_dim=input_dim, output_dim=tokenizer.vocab_size)
     train_cfg = dataclasses.replace(cfg, accum_grad=accum_grad)
 

@@ -33,7 +33,7 @@ def test_a_registered_model_builder_is_validated_and_built(monkeypatch):
     model = build_model(cfg, 20, vocab)
     assert isinstance(model, _Probe) and model.input_dim == 20 and model.vocabulary is vocab
     monkeypatch.delitem(registry.MODELS, "probe")
-    known = r"model: must be one of \['asr_model', 'asrmodel', 'transducer'\], got 'probe'"
+    known = r"model: must be one of \['asr_model', 'asrmodel', 'transducer', 'whisper'\], got 'probe'"
     with pytest.raises(ConfigError, match=known):
         build(TrainConfig, merge(TINY, {"model": "probe"}))
     with pytest.raises(ValueError, match=known):

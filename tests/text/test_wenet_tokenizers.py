@@ -189,7 +189,7 @@ def test_a_wenet_config_builds_wenets_tokenizers(bpe):
     ({"connect_symbol": " "}, "connect_symbol applies to the char tokenizer with rules: wenet only"),
     ({"rules": "asrkit", "non_lang_syms_path": "syms.txt"}, "non_lang_syms_path follows WeNet's rules"),
     ({"rules": "espnet"}, "tokenizer_conf.rules"),
-    ({"is_multilingual": True}, "is_multilingual: true is not supported"),
+    ({"is_multilingual": True}, "is_multilingual / num_languages apply to tokenizer: whisper only"),
 ])
 def test_config_refuses_what_does_not_apply(bpe, conf, message):
     with pytest.raises(ConfigError, match=message):
