@@ -84,7 +84,7 @@ def stages(checked: ValidatedJob) -> Iterator[Stage]:
         yield main
         return
     if job.resumes_explicitly() or (job.checkpoint == "auto" and
-                                     find_resume_checkpoint(job.model_dir) is not None):
+                                    find_resume_checkpoint(job.model_dir) is not None):
         yield dataclasses.replace(main, notes=(*checked.notes, f"warm start: the run resumes from its own "
                                                f"checkpoint; {warm.data} is not trained on again"))
         return

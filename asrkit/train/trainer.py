@@ -165,7 +165,7 @@ class Trainer:
         missing = [k for k in ("optimizer", "scheduler", "train_state", "rng") if k not in state]
         if missing:
             raise CheckpointError(f"{path} is a model-only checkpoint (no {', '.join(missing)}); "
-                                       f"it can initialise a model but not resume a run")
+                                  f"it can initialise a model but not resume a run")
         try:
             check_input_digests(self.cfg, state.get(INPUT_DIGESTS), path)
         except (UnitsError, BpeModelError) as e:
@@ -173,8 +173,8 @@ class Trainer:
         differs = adaptation_difference(state.get("config") or {}, self.config_dict)
         if differs:
             raise CheckpointError(f"{path} was trained with {differs}: a run resumes with the fine-tuning "
-                                       f"set-up it started with (start a new run in another --model_dir, from "
-                                       f"this checkpoint with --enc_init, to change it)")
+                                  f"set-up it started with (start a new run in another --model_dir, from "
+                                  f"this checkpoint with --enc_init, to change it)")
         load_weights(unwrap(ex.model), state, str(path))
         ex.optimizer.load_state_dict(state["optimizer"])
         ex.scheduler.load_state_dict(state["scheduler"])
