@@ -53,22 +53,29 @@ def verify_digest(path: str | Path) -> None:
                               f"the {want[:12]}... recorded in {path.with_suffix('.yaml').name} when it was written")
 
 
-def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict:
-    """Load a checkpoint with ``weights_only=True``.
-
-    Raises :class:`CheckpointError` for a missing, truncated or corrupted file (including
-    one whose bytes do not match the SHA-256 of its ``.yaml`` record) and for a file
-    carrying pickled objects other than tensors and plain types (never executed).
-    A bare ``state_dict`` (e.g. an averaged model) is returned as ``{"model": sd}``.
-    """
+def read_weights_only(path: str | Path, map_location: Any = "cpu") -> Any:
+    """What ``torch.load(path, weights_only=True)`` reads, whatever its layout (an asrkit
+    checkpoint, OpenAI's Whisper file, ...).  Raises :class:`CheckpointError` for a missing,
+    truncated or corrupted file (including one whose bytes do not match the SHA-256 of its
+    ``.yaml`` record) and for a file carrying pickled objects other than tensors and plain
+    types (never executed)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     verify_digest(path)
     try:
-        obj = torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # torch raises UnpicklingError, RuntimeError, EOFError, ... for bad files
         raise CheckpointError(f"checkpoint {path} {_load_failure(path, e)}") from e
+
+
+def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict:
+    """Load an asrkit checkpoint (:func:`read_weights_only`, whose refusals it raises) and
+    check that it is a dict with a ``"model"`` entry (:class:`CheckpointError` if not).
+    A bare ``state_dict`` (e.g. an averaged model) is returned as ``{"model": sd}``.
+    """
+    path = Path(path)
+    obj = read_weights_only(path, map_location)
     if not isinstance(obj, dict):
         raise CheckpointError(f"checkpoint {path} holds a {type(obj).__name__}, not a dict")
     if "model" not in obj:

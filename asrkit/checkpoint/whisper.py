@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from asrkit.checkpoint.load import CheckpointError
+from asrkit.checkpoint.load import CheckpointError, read_weights_only
 from asrkit.checkpoint.save import save_checkpoint
 from asrkit.files import atomic_write_text
 from asrkit.models.ctc import CTC
@@ -63,14 +63,12 @@ _TABLES = {"encoder.positional_embedding": "encoder.embed.pos_enc.pe",
 
 
 def read_openai_file(path: str | Path) -> tuple[dict, dict]:
-    """``(dims, state)`` of an OpenAI Whisper file, loaded with ``weights_only=True``;
-    :class:`CheckpointError` (one line, naming ``path``) when it is unreadable or not that
-    layout, or when its dimensions are not a Whisper model asrkit builds (``n_audio_ctx``
+    """``(dims, state)`` of an OpenAI Whisper file, read by
+    :func:`asrkit.checkpoint.load.read_weights_only` (whose refusals it raises: missing,
+    corrupted, carrying pickled objects); :class:`CheckpointError` (one line, naming
+    ``path``) when it is not that layout, or when its dimensions are not a Whisper model asrkit builds (``n_audio_ctx``
     1500, ``n_text_ctx`` 448, one model size for encoder and decoder)."""
-    try:
-        loaded = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError, ValueError) as e:
-        raise CheckpointError(f"{path}: not a readable checkpoint ({str(e).splitlines()[0] if str(e) else e!r})")
+    loaded = read_weights_only(path)
     if not isinstance(loaded, dict) or not {"dims", "model_state_dict"} <= set(loaded):
         keys = sorted(loaded) if isinstance(loaded, dict) else type(loaded).__name__
         raise CheckpointError(f"{path}: not an OpenAI Whisper file (want keys 'dims' and 'model_state_dict', "
@@ -164,7 +162,7 @@ def from_openai_state(state: dict, source: str) -> dict:
             out[_PLAIN[name]] = tensor
         elif name in _TABLES:
             out[_TABLES[name]] = tensor.unsqueeze(0)
-        elif match and match.group(3) in _BLOCK or (match and match.group(3) == "mlp_ln"):
+        elif match and (match.group(3) in _BLOCK or match.group(3) == "mlp_ln"):
             side, index, part, kind = match.groups()
             new = ("norm2" if side == "encoder" else "norm3") if part == "mlp_ln" else _BLOCK[part]
             out[f"{side}.{'encoders' if side == 'encoder' else 'decoders'}.{index}.{new}.{kind}"] = tensor

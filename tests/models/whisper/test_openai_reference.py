@@ -141,3 +141,11 @@ def test_not_an_openai_file_is_one_line(tmp_path):
     with pytest.raises(CheckpointError, match="no tensor for") as e:
         load_openai_whisper(path)
     assert "\n" not in str(e.value)
+    torch.save({"dims": TINY, "model_state_dict": {}, "extra": _Pickled()}, path)
+    with pytest.raises(CheckpointError, match="refused: it carries pickled objects") as e:
+        load_openai_whisper(path)  # (never unpickled: the checkpoints' weights-only rule)
+    assert "\n" not in str(e.value)
+
+
+class _Pickled:
+    """Not a tensor or plain type: a weights-only load refuses it."""
