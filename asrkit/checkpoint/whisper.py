@@ -36,7 +36,7 @@ from asrkit.checkpoint.save import save_checkpoint
 from asrkit.files import atomic_write_text
 from asrkit.models.ctc import CTC
 from asrkit.models.decoder import WHISPER_TEXT_POSITIONS
-from asrkit.models.schema import DecoderConf, EncoderConf
+from asrkit.models.schema import WHISPER_TOKENS, DecoderConf, EncoderConf
 from asrkit.models.whisper import WhisperModel, build_whisper
 from asrkit.schema import build
 from asrkit.text.whisper import special_token_names
@@ -128,14 +128,9 @@ def wenet_config(dims: dict) -> dict:
             "tokenizer_conf": {"is_multilingual": multilingual, "num_languages": num_languages},
             "ctc_conf": {"ctc_blank_id": token("<|nospeech|>")},
             "model_conf": {"ctc_weight": 0.3, "lsm_weight": 0.1, "length_normalized_loss": False,
-                           "special_tokens": {"sot": token("<|startoftranscript|>"),
-                                              "eot": token("<|startoftranscript|>"),
-                                              "sot_prev": token("<|startofprev|>"),
-                                              "transcribe": token("<|transcribe|>"),
-                                              "translate": token("<|translate|>"),
-                                              "no_timestamps": token("<|notimestamps|>"),
-                                              "no_speech": token("<|nospeech|>"),
-                                              "timestamp_begin": token("<|0.00|>")}},
+                           # (WeNet's converter writes eot as sot's id)
+                           "special_tokens": {key: token(WHISPER_TOKENS["sot" if key == "eot" else key])
+                                              for key in WHISPER_TOKENS}},
             "dataset_conf": {"feats_type": "log_mel_spectrogram",
                              "log_mel_spectrogram_conf": {"n_fft": 400, "hop_length": 160,
                                                           "num_mel_bins": dims["n_mels"], "padding": 0}}}

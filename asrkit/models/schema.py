@@ -148,8 +148,10 @@ _K2_ONLY = ("WeNet's default; it acts only in k2's pruned RNN-T loss (enable_k2:
             "does not have, so another value could have no effect")
 
 
-WHISPER_TOKENS = ("sot", "eot", "sot_prev", "transcribe", "translate", "no_timestamps", "no_speech",
-                  "timestamp_begin")
+# model_conf.special_tokens (model: whisper; WeNet's keys) -> the token each names in Whisper's vocabulary
+WHISPER_TOKENS = {"sot": "<|startoftranscript|>", "eot": "<|endoftext|>", "sot_prev": "<|startofprev|>",
+                  "transcribe": "<|transcribe|>", "translate": "<|translate|>", "no_timestamps": "<|notimestamps|>",
+                  "no_speech": "<|nospeech|>", "timestamp_begin": "<|0.00|>"}
 
 
 def _whisper_tokens_ok(value) -> Optional[str]:

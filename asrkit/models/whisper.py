@@ -95,26 +95,19 @@ def build_whisper(input_dim: int, vocab_size: int, encoder_conf: EncoderConf,
                         TransformerDecoder(vocab_size, encoder_conf.output_size, decoder_conf))
 
 
-# model_conf.special_tokens key -> the token's name in the vocabulary
-TOKEN_NAMES = {"sot": "<|startoftranscript|>", "eot": "<|endoftext|>", "sot_prev": "<|startofprev|>",
-               "transcribe": "<|transcribe|>", "translate": "<|translate|>", "no_timestamps": "<|notimestamps|>",
-               "no_speech": "<|nospeech|>", "timestamp_begin": "<|0.00|>"}
-assert set(TOKEN_NAMES) == set(WHISPER_TOKENS)
-
-
 def special_tokens(vocabulary: Vocabulary, given: Optional[dict[str, int]]) -> dict[str, int]:
-    """Every key of :data:`TOKEN_NAMES` -> its id in ``vocabulary`` (a Whisper tokenizer's),
+    """Every key of :data:`WHISPER_TOKENS` -> its id in ``vocabulary`` (a Whisper tokenizer's),
     ``given`` (``model_conf.special_tokens``) taking precedence.  ValueError (one line) for a
     given id that is not the vocabulary's id of that token, except ``eot`` given as ``sot``'s
     id: WeNet's converter writes that (the decoder is then taught to end with
     ``<|startoftranscript|>``), and it is WeNet's meaning."""
-    missing = [name for name in TOKEN_NAMES.values() if name not in vocabulary.symbols]
+    missing = [name for name in WHISPER_TOKENS.values() if name not in vocabulary.symbols]
     if missing:
         raise ValueError(f"model: whisper needs Whisper's vocabulary (tokenizer: whisper); it has no {missing[0]}")
-    tokens = {key: vocabulary.symbols.index(name) for key, name in TOKEN_NAMES.items()}
+    tokens = {key: vocabulary.symbols.index(name) for key, name in WHISPER_TOKENS.items()}
     for key, value in (given or {}).items():
         if value != tokens[key] and not (key == "eot" and value == tokens["sot"]):
-            raise ValueError(f"model_conf.special_tokens.{key} is {value}; the tokenizer's {TOKEN_NAMES[key]} "
+            raise ValueError(f"model_conf.special_tokens.{key} is {value}; the tokenizer's {WHISPER_TOKENS[key]} "
                              f"is id {tokens[key]}")
     return {**tokens, **(given or {})}
 
