@@ -1,15 +1,15 @@
 """Whisper's log-mel spectrogram (WeNet's ``feats_type: log_mel_spectrogram``), computed as
 ``whisper.audio.log_mel_spectrogram`` computes it, with the mel filters the
-``openai-whisper`` package ships (``whisper/assets/mel_filters.npz``; read from the installed
-package's directory, without importing it)."""
+``openai-whisper`` package ships (``whisper/assets/mel_filters.npz``, found by
+:func:`asrkit.whisper_assets.whisper_asset`)."""
 from __future__ import annotations
 
 import functools
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import torch
+
+from asrkit.whisper_assets import whisper_asset
 
 # Whisper's input: 16 kHz, 30 s windows of 3000 frames of 10 ms
 SAMPLE_RATE = 16000
@@ -24,11 +24,10 @@ def mel_filters(num_mel_bins: int) -> torch.Tensor:
     bin count or without the ``openai-whisper`` package."""
     if num_mel_bins not in (80, 128):
         raise ValueError(f"Whisper's mel filters have 80 or 128 bins, got num_mel_bins {num_mel_bins}")
-    spec = importlib.util.find_spec("whisper")
-    if spec is None or not spec.submodule_search_locations:
+    path = whisper_asset("mel_filters.npz")
+    if path is None:
         raise ValueError("Whisper's log-mel features need the openai-whisper package (its mel filters): "
                          "pip install -r requirements.txt")
-    path = Path(list(spec.submodule_search_locations)[0]) / "assets" / "mel_filters.npz"
     with np.load(path, allow_pickle=False) as f:
         return torch.from_numpy(f[f"mel_{num_mel_bins}"]).float()
 

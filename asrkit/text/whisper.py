@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import base64
 import functools
-import importlib.util
 from pathlib import Path
 from typing import Sequence
 
 from asrkit.text.base import Tokenizer
 from asrkit.text.units import UnitsError
 from asrkit.text.vocabulary import Vocabulary
+from asrkit.whisper_assets import whisper_asset
 
 # Whisper's language codes, in the package's order (the order of their ids)
 LANGUAGES = tuple(
@@ -47,12 +47,11 @@ def special_token_names(num_languages: int) -> list[str]:
 def tiktoken_path(is_multilingual: bool) -> Path:
     """The package's ``multilingual.tiktoken`` / ``gpt2.tiktoken``; :class:`UnitsError` (one
     line) without the ``openai-whisper`` package."""
-    spec = importlib.util.find_spec("whisper")
-    if spec is None or not spec.submodule_search_locations:
+    path = whisper_asset(f"{'multilingual' if is_multilingual else 'gpt2'}.tiktoken")
+    if path is None:
         raise UnitsError("tokenizer: whisper reads the openai-whisper package's tiktoken files: "
                          "pip install -r requirements.txt")
-    name = "multilingual" if is_multilingual else "gpt2"
-    return Path(list(spec.submodule_search_locations)[0]) / "assets" / f"{name}.tiktoken"
+    return path
 
 
 @functools.lru_cache(maxsize=4)

@@ -148,8 +148,8 @@ class Transcriber:
         sample rate and fbank options), chunk by chunk as ``options`` say (``decoding_chunk_size
         > 0``; its first mode is the stream's search), with ``fusion`` (default: the context
         graph and LM of ``options``, :meth:`fusion`) and, with ``nbest``, the search's n-best in
-        each result.  Feed it samples at :attr:`sample_rate` (``accept_waveform``), read its
-        results, end it with ``input_finished``.  Raises
+        each result.  Feed it samples at :attr:`sample_rate` (``accept_waveform``, which returns
+        the results they complete), and end it with ``finish`` (the last results).  Raises
         :class:`asrkit.decode.DecodingOptionError` for an exported archive (its searches run
         whole utterances; sherpa-onnx streams an ONNX export), for a model trained with full
         context only (chunks would garble it) or for options without chunks, and
