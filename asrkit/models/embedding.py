@@ -122,12 +122,11 @@ class TablePositionalEncoding(PositionalEncoding):
         super().__init__(d_model, dropout_rate, max_len=1)
         self.xscale = 1.0
         self.max_len = max_len
-        table = whisper_sinusoids(max_len, d_model).unsqueeze(0)
         del self.pe
         if learnable:
             self.pe = nn.Parameter(torch.randn(1, max_len, d_model) * 0.02)
         else:
-            self.register_buffer("pe", table)
+            self.register_buffer("pe", whisper_sinusoids(max_len, d_model).unsqueeze(0))
 
     def _table(self, length: int) -> torch.Tensor:
         if length > self.max_len:

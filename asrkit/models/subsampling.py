@@ -7,6 +7,8 @@ from typing import Optional
 import torch
 from torch import nn
 
+from asrkit.models.mask import valid_mask
+
 # (kernel, stride) of each Conv2d layer, per subsampling rate
 _CONV_PLANS: dict[int, list[tuple[int, int]]] = {
     4: [(3, 2), (3, 2)],
@@ -199,10 +201,10 @@ class Conv1dSubsampling2(nn.Module):
         ``lengths``, frames past each length are zeroed before each convolution."""
         x = x.transpose(1, 2)  # [B, idim, T]
         if lengths is not None:
-            x = x * valid_frames(lengths, x.size(2)).to(x.dtype)
+            x = x * valid_mask(lengths, x.size(2)).unsqueeze(1).to(x.dtype)
         x = self.conv[1](self.conv[0](x))
         if lengths is not None:
-            x = x * valid_frames(lengths, x.size(2)).to(x.dtype)
+            x = x * valid_mask(lengths, x.size(2)).unsqueeze(1).to(x.dtype)
         return self.conv[3](self.conv[2](x)).transpose(1, 2)
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor, offset: int = 0
@@ -210,11 +212,6 @@ class Conv1dSubsampling2(nn.Module):
         """Returns ``(x [B, T', odim], pos_emb, out_lengths [B])`` (as :class:`Conv2dSubsampling`)."""
         x, pos_emb = self.pos_enc(self.subsample(x, lengths), offset)
         return x, pos_emb, self.output_lengths(lengths)
-
-
-def valid_frames(lengths: torch.Tensor, frames: int) -> torch.Tensor:
-    """``[B, 1, frames]`` bool: ``t < lengths[b]``."""
-    return (torch.arange(frames, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)).unsqueeze(1)
 
 
 def build_subsampling(input_layer: str, idim: int, odim: int, pos_enc: nn.Module) -> nn.Module:
