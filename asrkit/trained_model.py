@@ -8,13 +8,10 @@ import dataclasses
 from pathlib import Path
 from typing import Optional, Sequence
 
-import torch
-
 from asrkit.checkpoint.load import load_checkpoint
 from asrkit.checkpoint.weights import load_weights
-from asrkit.data.features import load_cmvn
-from asrkit.config_files import INPUT_DIGESTS, check_input_digests, check_units_size, load_experiment_config, \
-    load_text_inputs
+from asrkit.config_files import (INPUT_DIGESTS, CmvnStats, check_input_digests, check_units_size,
+                                 load_experiment_config, load_model_inputs)
 from asrkit.models import AsrModel, build_model
 from asrkit.text.tokenizer import Tokenizer
 
@@ -29,7 +26,7 @@ class TrainedModel:
     cfg: object
     tokenizer: Tokenizer
     model: AsrModel
-    feature_cmvn: Optional[tuple[torch.Tensor, torch.Tensor]]
+    feature_cmvn: Optional[CmvnStats]
     checkpoint: Path
 
 
@@ -62,29 +59,31 @@ def build_trained_model(cfg, checkpoint: str | Path, vocabulary, device: str = "
 
 @dataclasses.dataclass(frozen=True)
 class Experiment:
-    """An experiment's config (``cfg``, its relative file paths resolved) and its tokenizer,
-    read and checked -- what a tool checks its other inputs against before the model is
-    built (:meth:`load_model`), so that bad input is refused before a checkpoint is read."""
+    """An experiment's config (``cfg``, its relative file paths resolved), its tokenizer and
+    the data pipeline's feature CMVN (``(mean, istd)`` of ``dataset_conf.cmvn_file``, or
+    None), read and checked -- what a tool checks its other inputs against before the model
+    is built (:meth:`load_model`), so that bad input is refused before a checkpoint is read."""
 
     cfg: object
     tokenizer: Tokenizer
+    feature_cmvn: Optional[CmvnStats] = None
 
     def load_model(self, checkpoint: str | Path, device: str = "cpu") -> TrainedModel:
         """This experiment's model with the weights of ``checkpoint`` (:func:`build_trained_model`)
         and the data pipeline's feature CMVN."""
         model = build_trained_model(self.cfg, checkpoint, self.tokenizer.vocabulary, device)
-        cmvn_file = self.cfg.dataset_conf.cmvn_file
-        feature_cmvn = load_cmvn(cmvn_file, feature_dim(self.cfg)) if cmvn_file else None
-        return TrainedModel(self.cfg, self.tokenizer, model, feature_cmvn, Path(checkpoint))
+        return TrainedModel(self.cfg, self.tokenizer, model, self.feature_cmvn, Path(checkpoint))
 
 
 def open_experiment(config: str | Path, overrides: Sequence[str] = ()) -> Experiment:
     """The :class:`Experiment` of ``config`` (its ``train.yaml``, with ``overrides``
     ``KEY.PATH=VALUE``; relative file paths found from any working directory:
-    :func:`asrkit.config_files.load_experiment_config`), its tokenizer's files read and checked.
-    Raises the loaders' one-line errors (``ConfigError``, ``UnitsError``, ``BpeModelError``)."""
+    :func:`asrkit.config_files.load_experiment_config`), its tokenizer's and feature CMVN's
+    files read and checked once (:func:`asrkit.config_files.load_model_inputs`).  Raises the
+    loaders' one-line errors (``ConfigError``, ``UnitsError``, ``BpeModelError``, ``CmvnError``)."""
     cfg = load_experiment_config(config, overrides)
-    return Experiment(cfg, load_text_inputs(cfg, model_cmvn=False))
+    inputs = load_model_inputs(cfg, model_cmvn=False)
+    return Experiment(cfg, inputs.tokenizer, inputs.data_cmvn)
 
 
 def load_trained_model(config: str | Path, checkpoint: str | Path, *, overrides: Sequence[str] = (),
