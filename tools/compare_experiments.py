@@ -27,7 +27,7 @@ from asrkit.checkpoint.load import CheckpointError, load_checkpoint  # noqa: E40
 RESULT_FILES = ("text", "cer", "wer", "results.md")
 
 
-def tensors_equal(a, b, where: str) -> list[str]:
+def differences(a, b, where: str) -> list[str]:
     """The differences between two checkpoint entries (nested dicts, lists, tensors, plain values)."""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
@@ -39,10 +39,10 @@ def tensors_equal(a, b, where: str) -> list[str]:
     if isinstance(a, dict) and isinstance(b, dict):
         out = [f"{where}.{k}: in one run only" for k in sorted(set(a) ^ set(b), key=str)]
         for k in sorted(set(a) & set(b), key=str):
-            out += tensors_equal(a[k], b[k], f"{where}.{k}")
+            out += differences(a[k], b[k], f"{where}.{k}")
         return out
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in tensors_equal(x, y, f"{where}[{i}]")]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{where}[{i}]")]
     return [] if a == b else [f"{where}: {str(a)[:60]!r} against {str(b)[:60]!r}"]
 
 
@@ -52,7 +52,7 @@ RUN_ENTRIES = ("config", "format")
 
 def compare_checkpoint(a: Path, b: Path, name: str) -> list[str]:
     sa, sb = load_checkpoint(a), load_checkpoint(b)
-    return tensors_equal({k: v for k, v in sa.items() if k not in RUN_ENTRIES},
+    return differences({k: v for k, v in sa.items() if k not in RUN_ENTRIES},
                          {k: v for k, v in sb.items() if k not in RUN_ENTRIES}, name)
 
 
