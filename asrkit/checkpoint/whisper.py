@@ -192,7 +192,8 @@ def load_openai_whisper(path: str | Path) -> tuple[dict, WhisperModel]:
     return config, model.eval()
 
 
-def convert_openai_file(path: str | Path, out_dir: str | Path, seed: int = 0) -> tuple[Path, Path]:
+def convert_openai_file(path: str | Path, out_dir: str | Path, seed: int = 0,
+                        init_ctc: bool = False) -> tuple[Path, Path]:
     """WeNet's converter in asrkit: ``(train.yaml, whisper.pt)`` written into ``out_dir`` for
     the OpenAI file ``path``: the :func:`wenet_config` of its dimensions, and an asrkit
     checkpoint (``{"model": state}``, :func:`asrkit.checkpoint.save.save_checkpoint`, with
@@ -201,7 +202,10 @@ def convert_openai_file(path: str | Path, out_dir: str | Path, seed: int = 0) ->
     :func:`asrkit.checkpoint.weights.load_weights` takes it as it is: the file's tensors
     under asrkit's names (:func:`load_openai_whisper`) and the CTC head, which Whisper has
     not (WeNet's training starts it from its initialisation), at ``torch.nn.Linear``'s
-    initialisation drawn from a generator seeded with ``seed`` (the global one untouched)."""
+    initialisation drawn from a generator seeded with ``seed`` (the global one untouched).
+    ``init_ctc``: the CTC head's weight is then the decoder's token embedding
+    (:func:`ctc_from_decoder_embedding`, WeNet's ``wenet_whisper.init-ctc.pt``), its bias
+    stays at that initialisation."""
     config, model = load_openai_whisper(path)
     state = dict(model.state_dict())
     if config["model_conf"]["ctc_weight"] > 0.0:
@@ -210,9 +214,27 @@ def convert_openai_file(path: str | Path, out_dir: str | Path, seed: int = 0) ->
             ctc = CTC(config["output_dim"], config["encoder_conf"]["output_size"],
                       config["ctc_conf"]["ctc_blank_id"])
         state.update({f"ctc.{k}": v for k, v in ctc.state_dict().items()})
+        if init_ctc:
+            state = ctc_from_decoder_embedding(state)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     config_path, checkpoint_path = out_dir / "train.yaml", out_dir / "whisper.pt"
     atomic_write_text(config_path, yaml.safe_dump(config, sort_keys=False))
     save_checkpoint(checkpoint_path, {"model": state}, {"converted_from": str(path)})
     return config_path, checkpoint_path
+
+
+def ctc_from_decoder_embedding(state: dict) -> dict:
+    """``state`` with the CTC head's weight (``ctc.ctc_lo.weight [V, D]``) a copy of the
+    decoder's token embedding (``decoder.embed.weight [V, D]``): WeNet's ``init-ctc``
+    (``examples/aishell/whisper/local/modify_ckpt.py --add_list '{"ctc.ctc_lo.weight":
+    "decoder.embed.0.weight"}'``), which starts CTC from Whisper's token directions instead
+    of random ones.  :class:`CheckpointError` when either is missing or the shapes differ
+    (an encoder wider than the decoder)."""
+    head, embedding = state.get("ctc.ctc_lo.weight"), state.get("decoder.embed.weight")
+    if head is None or embedding is None:
+        raise CheckpointError("init-ctc needs a CTC head (ctc_weight > 0) and the decoder's embedding")
+    if head.shape != embedding.shape:
+        raise CheckpointError(f"init-ctc: the CTC head is {tuple(head.shape)}, the decoder's embedding "
+                              f"{tuple(embedding.shape)}")
+    return {**state, "ctc.ctc_lo.weight": embedding.clone()}

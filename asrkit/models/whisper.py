@@ -145,7 +145,7 @@ class WhisperAsrModel(AsrModel):
         self.sos, self.eos = tokens["sot"], tokens["eot"]
         self.language, self.task = language, task
 
-    def prompt(self) -> list[int]:
+    def decoder_prompt(self) -> list[int]:
         """``[sot, <|language|>, <|task|>, no_timestamps]`` of the model's ``language`` and
         ``task``; ValueError for a language or task Whisper or this vocabulary does not have."""
         if self.language not in LANGUAGES or self.task not in ("transcribe", "translate"):
@@ -168,7 +168,7 @@ class WhisperAsrModel(AsrModel):
         """``(Σ loss, correct, total)`` of the decoder on the class docstring's inputs and targets."""
         assert self.decoder is not None
         b, eot = target.size(0), self.special_tokens["eot"]
-        prompt = torch.tensor(self.prompt(), dtype=target.dtype, device=target.device).expand(b, -1)
+        prompt = torch.tensor(self.decoder_prompt(), dtype=target.dtype, device=target.device).expand(b, -1)
         ys_in = torch.cat([prompt, target.masked_fill(target == IGNORE_ID, eot)], dim=1)
         ys_out = torch.cat([prompt[:, 1:], target, torch.full_like(prompt[:, :1], IGNORE_ID)], dim=1)
         ys_out.scatter_(1, (target_lengths + prompt.size(1) - 1).unsqueeze(1), eot)

@@ -60,6 +60,12 @@ class TextSections:
 
     WENET_KEYS: ClassVar[dict[str, WenetKey]] = {}
 
+    @property
+    def reads_units_file(self) -> bool:
+        """Whether the tokenizer's symbols come from ``tokenizer_conf.symbol_table_path`` (char
+        and bpe); Whisper's come with its tiktoken file."""
+        return self.tokenizer != "whisper"
+
     def validate(self) -> list[str]:
         conf, errors = self.tokenizer_conf, []
         if self.tokenizer == "whisper":

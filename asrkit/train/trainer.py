@@ -157,7 +157,7 @@ class Trainer:
         """
         ex = self.executor
         state = load_checkpoint(path, map_location=self.ctx.device)
-        if is_wenet_state(state["model"]):
+        if is_wenet_state(state["model"], unwrap(ex.model).state_dict().keys()):
             load_weights(unwrap(ex.model), state, str(path))
             log.info("fine-tuning from WeNet checkpoint %s: all of its weights loaded; optimizer, "
                      "scheduler and epochs start fresh", path)

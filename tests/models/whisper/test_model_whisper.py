@@ -32,15 +32,16 @@ DIMS = dict(n_mels=80, n_audio_ctx=1500, n_audio_state=64, n_audio_head=2, n_aud
             n_vocab=51865, n_text_ctx=448, n_text_state=64, n_text_head=2, n_text_layer=1)
 
 
-def random_openai_file(path: Path, seed: int = 0) -> Path:
+def random_openai_file(path: Path, seed: int = 0, dims: dict = DIMS) -> Path:
     """An OpenAI-layout file (``dims`` + fp16 ``model_state_dict``, openai-whisper's names and
-    shapes for :data:`DIMS`) with random values everywhere (LayerNorms and positional tables too)."""
+    shapes for ``dims``, by default :data:`DIMS`) with random values everywhere (LayerNorms and
+    positional tables too)."""
     import whisper
 
-    names = whisper.model.Whisper(whisper.model.ModelDimensions(**DIMS)).state_dict()
+    names = whisper.model.Whisper(whisper.model.ModelDimensions(**dims)).state_dict()
     generator = torch.Generator().manual_seed(seed)
     state = {name: (0.2 * torch.randn(t.shape, generator=generator)).half() for name, t in names.items()}
-    torch.save({"dims": DIMS, "model_state_dict": state}, path)
+    torch.save({"dims": dims, "model_state_dict": state}, path)
     return path
 
 
@@ -79,7 +80,7 @@ def test_converted_files_load_and_compute_the_reference(converted):
         for b, f in enumerate(feats):
             want = reference.embed_audio(f.unsqueeze(0))
             torch.testing.assert_close(enc_out[b:b + 1, :enc_lengths[b]], want, atol=1e-5, rtol=0)
-        prompt = model.prompt() + tokenizer.encode(" eight nine")
+        prompt = model.decoder_prompt() + tokenizer.encode(" eight nine")
         tokens = torch.tensor([prompt])
         want_logits = reference.logits(tokens, reference.embed_audio(feats[0].unsqueeze(0)))
         mask = torch.ones(1, 1, 50, dtype=torch.bool)
@@ -94,7 +95,7 @@ def test_loss_is_on_wenets_whisper_targets(converted):
     _, config_path, checkpoint_path = converted
     cfg, tokenizer, model = built(config_path, checkpoint_path)
     sot, eot = cfg.model_conf.special_tokens["sot"], cfg.model_conf.special_tokens["eot"]
-    assert model.prompt() == [sot, sot + 1, 50359, 50363] and eot == sot  # en, transcribe, notimestamps
+    assert model.decoder_prompt() == [sot, sot + 1, 50359, 50363] and eot == sot  # en, transcribe, notimestamps
     texts = [tokenizer.encode(" one two three four"), tokenizer.encode(" five")]
     target = torch.nn.utils.rnn.pad_sequence([torch.tensor(t) for t in texts], batch_first=True, padding_value=-1)
     target_lengths = torch.tensor([len(t) for t in texts])
@@ -106,8 +107,8 @@ def test_loss_is_on_wenets_whisper_targets(converted):
         enc_out, enc_lengths = model.encode(feats, feats_lengths)
         want = 0.0
         for b, text in enumerate(texts):
-            ys_in = torch.tensor([model.prompt() + text])
-            ys_out = torch.tensor([model.prompt()[1:] + text + [eot]])
+            ys_in = torch.tensor([model.decoder_prompt() + text])
+            ys_out = torch.tensor([model.decoder_prompt()[1:] + text + [eot]])
             mask = torch.ones(1, 1, int(enc_lengths[b]), dtype=torch.bool)
             logits = model.decoder.forward_logits(enc_out[b:b + 1, :enc_lengths[b]], mask, ys_in,
                                                   torch.tensor([ys_in.size(1)]))
@@ -163,4 +164,4 @@ def test_a_language_the_vocabulary_lacks_is_refused(converted):
     _, _, model = built(config_path, checkpoint_path)
     model.language = "yue"  # (large-v3's 100th language; this vocabulary has 99)
     with pytest.raises(ValueError, match="'yue' has no token in this vocabulary"):
-        model.prompt()
+        model.decoder_prompt()
