@@ -113,7 +113,10 @@ def _names(keys) -> str:
 
 def check_keys(state: dict, model: torch.nn.Module, source: str) -> None:
     """:class:`CheckpointError` naming the first missing or extra keys, or a key whose
-    shape differs, between ``state`` and ``model.state_dict()``."""
+    shape differs, between ``state`` and ``model.state_dict()``; or two keys that are one
+    tensor of the model (tied: ``tie_word_embedding``) with different values in ``state``
+    (e.g. WeNet trained with ``--jit``, which clones the embedding into the output layer
+    instead of tying them: asrkit's tied model cannot hold both)."""
     target = model.state_dict()
     missing = target.keys() - state.keys()
     extra = state.keys() - target.keys()
@@ -125,6 +128,12 @@ def check_keys(state: dict, model: torch.nn.Module, source: str) -> None:
             raise CheckpointError(f"{source} does not match the config's model: '{name}' is "
                                   f"{tuple(state[name].shape)} in the checkpoint, {tuple(tensor.shape)} "
                                   f"in the model")
+    first_of: dict[int, str] = {}
+    for name, tensor in target.items():
+        first = first_of.setdefault(tensor.data_ptr(), name) if tensor.numel() else name
+        if first != name and not torch.equal(state[first], state[name]):
+            raise CheckpointError(f"{source} does not match the config's model: '{first}' and '{name}' are one "
+                                  f"tensor of the model (tied) but differ in the checkpoint")
 
 
 def find_resume_checkpoint(model_dir: str | Path) -> Optional[Path]:
