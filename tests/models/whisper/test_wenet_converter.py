@@ -180,3 +180,20 @@ def test_a_converted_directory_transcribes(converted, tmp_path):
     samples = 0.1 * torch.randn(8000, generator=torch.Generator().manual_seed(4))
     result = transcriber.transcribe(samples, sample_rate=16000, mode="ctc_greedy_search")
     assert isinstance(result.text, str)
+
+
+def test_key_bias_and_src_key_bias_are_wenets_two_keys():
+    """WeNet's decoder: ``key_bias`` is self-attention's key projection, ``src_key_bias``
+    source attention's (default true each)."""
+    from asrkit.models.decoder import TransformerDecoder
+    from asrkit.models.schema import DecoderConf
+
+    def biases(**keys):
+        layer = TransformerDecoder(10, 8, DecoderConf(attention_heads=2, linear_units=16, num_blocks=1,
+                                                      **keys)).decoders[0]
+        return layer.self_attn.linear_k.bias is not None, layer.src_attn.linear_k.bias is not None
+
+    assert biases() == (True, True)
+    assert biases(key_bias=False) == (False, True)
+    assert biases(src_key_bias=False) == (True, False)
+    assert biases(key_bias=False, src_key_bias=False) == (False, False)
