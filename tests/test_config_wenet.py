@@ -106,7 +106,8 @@ def test_notes_say_what_is_true():
         "ctc: ctc (asrkit's only CTC head)",
         "encoder_conf.use_sdpa: true (asrkit always uses scaled_dot_product_attention, "
         "the same attention as WeNet's either way)",
-        "encoder_conf.gradient_checkpointing: false (off; asrkit does not implement gradient checkpointing)",
+        "encoder_conf.gradient_checkpointing: false (asrkit keeps every activation for the backward pass (no "
+        "gradient checkpointing): the same gradients, with more memory)",
         "dataset_conf.spec_aug_conf.max_w: 80 (WeNet's spec_aug takes max_w and never uses it "
         "(no time warping))",
     ]

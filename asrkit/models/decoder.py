@@ -88,7 +88,7 @@ class TransformerDecoder(nn.Module):
                          MultiHeadedAttention(conf.attention_heads, d_model, conf.self_attention_dropout_rate,
                                               conf.key_bias),
                          MultiHeadedAttention(conf.attention_heads, d_model, conf.src_attention_dropout_rate,
-                                              conf.key_bias),
+                                              conf.src_key_bias),
                          PositionwiseFeedForward(d_model, conf.linear_units, conf.dropout_rate,
                                                  conf.activation_type),
                          conf.dropout_rate, conf.normalize_before)

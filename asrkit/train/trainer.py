@@ -40,8 +40,7 @@ from asrkit.config import to_dict
 from asrkit.finetune.schema import adaptation_difference
 from asrkit.config_files import INPUT_DIGESTS, check_input_digests, input_digests
 from asrkit.checkpoint.names import EPOCH, STEP, checkpoint_filename
-from asrkit.checkpoint.weights import load_weights
-from asrkit.checkpoint.wenet import is_wenet_state
+from asrkit.checkpoint.weights import is_wenet_checkpoint, load_weights
 from asrkit.text.tokenizer import BpeModelError
 from asrkit.text.units import UnitsError
 from asrkit.checkpoint.load import CheckpointError, load_checkpoint
@@ -157,7 +156,7 @@ class Trainer:
         """
         ex = self.executor
         state = load_checkpoint(path, map_location=self.ctx.device)
-        if is_wenet_state(state["model"], unwrap(ex.model).state_dict().keys()):
+        if is_wenet_checkpoint(state, unwrap(ex.model)):
             load_weights(unwrap(ex.model), state, str(path))
             log.info("fine-tuning from WeNet checkpoint %s: all of its weights loaded; optimizer, "
                      "scheduler and epochs start fresh", path)

@@ -6,7 +6,7 @@ import pytest
 
 from asrkit.bin import export, export_onnx
 from asrkit.checkpoint.whisper import convert_openai_file
-from tests.models.whisper.test_model_whisper import DIMS, random_openai_file
+from tests.models.whisper.openai_files import DIMS, random_openai_file
 
 pytest.importorskip("whisper")
 

@@ -18,7 +18,7 @@ from asrkit.decode import DecodingOptionError, DecodingOptions, decode
 from asrkit.transcribe import AudioError, Segmentation, load_model
 from asrkit.transcribe.front_end import KaldiFbank, WhisperLogMel
 
-from tests.models.whisper.test_model_whisper import random_openai_file
+from tests.models.whisper.openai_files import random_openai_file
 
 pytest.importorskip("whisper")
 pytestmark = pytest.mark.usefixtures("one_thread")  # (a busy machine slows a 2-thread search 10x)

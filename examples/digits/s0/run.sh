@@ -68,8 +68,9 @@ decode_length_penalty=1.5     # attention mode: chosen on the dev set (bench/dec
 #   | transducer (RNN-T + CTC + attention, stateless embedding predictor:
 #   conf/train_transducer_cpu.yaml -> exp/transducer_cpu)
 #   | whisper (WeNet's model: whisper -- Whisper's log-mel, tokenizer and prompt -- at 2 + 2 layers of
-#   128 dimensions from random initialisation: conf/train_whisper_cpu.yaml -> exp/whisper_cpu; no CMVN
-#   or units stages; a converted OpenAI checkpoint trains with --train_config/--checkpoint, docs/whisper.md)
+#   128 dimensions from random initialisation: conf/train_whisper_cpu.yaml -> exp/whisper_cpu; stage 1
+#   writes the log-mel's CMVN into data/train/global_cmvn_log_mel, stage 2 has no units to make; a
+#   converted OpenAI checkpoint trains with its own train.yaml and --checkpoint, docs/whisper.md)
 model=ctc_attention
 # streaming: true trains and decodes the U2++ model instead (conf/train_u2pp_conformer_cpu.yaml
 # -> exp/u2pp_cpu; transducer: conf/train_u2pp_transducer_cpu.yaml -> exp/u2pp_transducer_cpu):
@@ -221,8 +222,8 @@ if run_stage 0; then
   for f in rir.scp noise.scp; do cmp -s "$noise_dir/train/$f" "data/noise/train/$f" || cp "$noise_dir/train/$f" "data/noise/train/$f"; done
 fi
 
-if [ "$model" = whisper ]; then
-  run_stage 1 && say "1: Whisper's log-mel is used as it is (no CMVN statistics): skipped"
+if [ "$model" = whisper ]; then  # (statistics of Whisper's log-mel, beside the fbank ones; no units)
+  run_stage 1 && stage_cmvn 1 config="$train_config" name=global_cmvn_log_mel
   run_stage 2 && say "2: Whisper's tokenizer comes with its tiktoken file (no units): skipped"
 else
   run_stage 1 && stage_cmvn 1 config="$train_config"

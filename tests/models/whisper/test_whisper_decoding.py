@@ -25,7 +25,7 @@ from asrkit.models.registry import build_model
 from asrkit.models.whisper import WhisperModel
 from asrkit.text.tokenizer import build_tokenizer
 
-from tests.models.whisper.test_model_whisper import random_openai_file
+from tests.models.whisper.openai_files import random_openai_file
 
 pytest.importorskip("whisper")
 pytestmark = pytest.mark.usefixtures("one_thread")  # (a busy machine slows a 2-thread search 10x)

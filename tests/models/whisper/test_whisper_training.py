@@ -13,7 +13,7 @@ from asrkit import checkpoint as ckpt
 from asrkit.bin import convert_whisper
 from asrkit.trained_model import load_trained_model
 from tests.helpers import train_here
-from tests.models.whisper.test_model_whisper import DIMS, random_openai_file
+from tests.models.whisper.openai_files import DIMS, random_openai_file
 
 pytest.importorskip("whisper")
 pytestmark = pytest.mark.usefixtures("restore_threads")
