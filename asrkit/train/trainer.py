@@ -145,9 +145,11 @@ class Trainer:
 
         A mid-epoch checkpoint resumes inside its epoch at the first batch not yet
         trained on; an epoch-end checkpoint resumes at the start of the next epoch.
-        A WeNet checkpoint (its ``model.state_dict()``, WeNet's names) starts a fine-tuning
-        run instead: every weight is loaded, and optimizer, scheduler and epoch start
-        fresh, as with WeNet's own ``--checkpoint``.
+        A WeNet checkpoint (its ``model.state_dict()``, WeNet's names) or a model-only asrkit
+        checkpoint (weights and none of optimizer, scheduler, train state and RNG: an average,
+        a converted Whisper file) starts a fine-tuning run instead: every weight is loaded, and
+        optimizer, scheduler and epoch start fresh, as with WeNet's own ``--checkpoint``.  A
+        checkpoint holding some of those four but not all is refused.
 
         A checkpoint whose recorded units file or BPE model digest
         (:data:`asrkit.config_files.INPUT_DIGESTS`) differs from this run's files is refused
@@ -156,15 +158,16 @@ class Trainer:
         """
         ex = self.executor
         state = load_checkpoint(path, map_location=self.ctx.device)
-        if is_wenet_checkpoint(state, unwrap(ex.model)):
-            load_weights(unwrap(ex.model), state, str(path))
-            log.info("fine-tuning from WeNet checkpoint %s: all of its weights loaded; optimizer, "
-                     "scheduler and epochs start fresh", path)
-            return
         missing = [k for k in ("optimizer", "scheduler", "train_state", "rng") if k not in state]
+        wenet = is_wenet_checkpoint(state, unwrap(ex.model))
+        if wenet or len(missing) == 4:
+            load_weights(unwrap(ex.model), state, str(path))
+            log.info("fine-tuning from %s %s: all of its weights loaded; optimizer, scheduler and epochs "
+                     "start fresh", "WeNet checkpoint" if wenet else "model-only checkpoint", path)
+            return
         if missing:
-            raise CheckpointError(f"{path} is a model-only checkpoint (no {', '.join(missing)}); "
-                                  f"it can initialise a model but not resume a run")
+            raise CheckpointError(f"{path} is not a complete training checkpoint (no {', '.join(missing)}); "
+                                  f"it cannot resume a run")
         try:
             check_input_digests(self.cfg, state.get(INPUT_DIGESTS), path)
         except (UnitsError, BpeModelError) as e:
