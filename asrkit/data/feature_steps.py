@@ -40,12 +40,10 @@ def log_mel_spectrogram(sample: Sample, generator, *, num_mel_bins: int, n_fft: 
     that is no frame, or when the audio is too short for the centred STFT's reflection
     (``N + padding <= n_fft // 2``)."""
     samples = sample["wav"][0]
-    if samples.numel() + padding <= n_fft // 2:
-        raise DataFault("too_short", f"{sample['key']}: {samples.numel()} samples, too few for an "
-                                     f"{n_fft}-point STFT")
+    if whisper_features.log_mel_frames(samples.numel(), n_fft, hop_length, padding) == 0:
+        raise DataFault("too_short", f"{sample['key']}: {samples.numel()} samples make no {n_fft}-point "
+                                     f"STFT frame at hop {hop_length}")
     feat = whisper_features.log_mel_spectrogram(samples, num_mel_bins, n_fft, hop_length, padding)
-    if feat.shape[0] == 0:
-        raise DataFault("too_short", f"{sample['key']}: shorter than one {hop_length}-sample hop")
     sample["feat"] = feat
     return sample
 

@@ -32,6 +32,15 @@ def mel_filters(num_mel_bins: int) -> torch.Tensor:
         return torch.from_numpy(f[f"mel_{num_mel_bins}"]).float()
 
 
+def log_mel_frames(num_samples: int, n_fft: int = 400, hop_length: int = 160, padding: int = 0) -> int:
+    """How many frames :func:`log_mel_spectrogram` makes of ``num_samples`` samples:
+    ``(N + padding) // hop_length``, or 0 where the input is too short for the centred
+    STFT's reflection (``N + padding <= n_fft // 2``: no spectrogram at all)."""
+    if num_samples + padding <= n_fft // 2:
+        return 0
+    return (num_samples + padding) // hop_length
+
+
 def log_mel_spectrogram(samples: torch.Tensor, num_mel_bins: int = 80, n_fft: int = 400,
                         hop_length: int = 160, padding: int = 0) -> torch.Tensor:
     """``[frames, num_mel_bins]`` (time first, asrkit's layout; Whisper's is the transpose)

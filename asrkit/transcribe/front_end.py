@@ -11,7 +11,7 @@ import dataclasses
 import torch
 
 from asrkit.data.features import num_frames, window_and_shift
-from asrkit.data.whisper_features import log_mel_spectrogram
+from asrkit.data.whisper_features import log_mel_frames, log_mel_spectrogram
 from asrkit.stream.features import StreamingFbank
 
 # fbank is computed in pieces of this many seconds (StreamingFbank: equal to the whole), so that
@@ -73,9 +73,7 @@ class WhisperLogMel:
         return 1000.0 * self.hop_length / self.sample_rate
 
     def frames(self, num_samples: int) -> int:
-        if num_samples + self.padding <= self.n_fft // 2:  # (the centred STFT's reflection needs more)
-            return 0
-        return (num_samples + self.padding) // self.hop_length
+        return log_mel_frames(num_samples, self.n_fft, self.hop_length, self.padding)
 
     def min_samples(self, frames: int) -> int:
         return max(frames * self.hop_length - self.padding, self.n_fft // 2 + 1 - self.padding, 1)
