@@ -96,8 +96,8 @@ def wenet_config(dims: dict) -> dict:
     ``lsm_weight`` 0.1, ``length_normalized_loss`` false, ``special_tokens`` as WeNet writes
     them: ``eot`` is ``sot``'s id, see :func:`asrkit.models.whisper.special_tokens`).
     Where WeNet's converter writes a value asrkit refuses, this writes asrkit's (WeNet's
-    same behaviour at inference): ``gradient_checkpointing: false`` (WeNet: true, a memory
-    saving asrkit lacks) and ``static_chunk_size: 0`` (WeNet: -1; both mean no chunk).
+    same behaviour at inference): ``gradient_checkpointing: false`` (WeNet: true; a training-time
+    memory saving, set it in the fine-tuning config) and ``static_chunk_size: 0`` (WeNet: -1; both mean no chunk).
     Training keys (optimiser, batches, augmentation) are the recipe's, not written."""
     multilingual = dims["n_vocab"] >= 51865
     num_languages = dims["n_vocab"] - 51765 - int(multilingual)

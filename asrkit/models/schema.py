@@ -20,7 +20,6 @@ from asrkit.schema import WenetKey, between, checked, non_negative, off, only, o
 _COMMON_WENET_KEYS: dict[str, WenetKey] = {
     "concat_after": off(False, feature="concat_after (a linear over the concatenated attention input "
                                        "and output instead of the residual sum)"),
-    "gradient_checkpointing": off(False, feature="gradient checkpointing"),
     "use_sdpa": only(False, True, reason="asrkit always uses scaled_dot_product_attention, "
                                          "the same attention as WeNet's either way"),
     "layer_norm_type": only("layer_norm", reason="asrkit's only normalisation layer (no rms_norm)"),
@@ -69,6 +68,9 @@ class EncoderConf:
     use_dynamic_chunk: bool = False       # a chunk size drawn per training micro-batch
     use_dynamic_left_chunk: bool = False  # with use_dynamic_chunk: a number of left chunks too
     static_chunk_size: int = checked(0, non_negative)  # > 0: always this chunk (not with dynamic)
+    # activation checkpointing of every block while training (both engines; recomputed in the
+    # backward: asrkit.train.engines.checkpointing)
+    gradient_checkpointing: bool = False
 
     WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
         **_COMMON_WENET_KEYS,
@@ -130,6 +132,7 @@ class DecoderConf:
     input_layer: Literal["embed", "embed_learnable_pe"] = "embed"
     tie_word_embedding: bool = False
     key_bias: bool = True
+    gradient_checkpointing: bool = False  # as encoder_conf's, for the decoder's blocks
 
     WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
         **_COMMON_WENET_KEYS,
