@@ -388,6 +388,7 @@ class Executor:
             utts += b_utts
             tokens += b_tokens
         model.train(was_training)
+        self.engine.after_evaluation(model)
         names = merge_names(self.ctx.all_gather(list(sums)))  # ranks agree on the vector's layout
         values = self.ctx.sum_floats([sums.get(k, 0.0) for k in names] + [float(utts), float(tokens)])
         return dict(zip(names, values[:len(names)])), int(values[-2]), int(values[-1])

@@ -69,6 +69,9 @@ class TrainingEngine:
         tensor on ``device``, the same on every rank)."""
         return gradient_norm(params, device)
 
+    def after_evaluation(self, model: nn.Module) -> None:
+        """After forward passes without a backward (CV): release what they gathered."""
+
     def step_report(self) -> Optional[str]:
         """What the engine communicated since the last call (for the train log line), or None."""
         return None

@@ -7,7 +7,8 @@ output layer); ``model`` shards the encoder and the decoder as two units, then t
 Each rank keeps 1/world of every unit's parameters, gradients and optimizer state (their
 ``DTensor`` shards); a unit's parameters are all-gathered before its forward and, with
 ``zero3`` (``reshard_after_forward``), freed after it and all-gathered again for its backward;
-``zero2`` and ``model`` keep them from the forward to the end of the backward.  Gradients are
+``zero2`` and ``model`` keep them from the forward to the end of the backward (and so does
+the root under every strategy: its backward starts right after its forward).  Gradients are
 reduce-scattered (averaged over the ranks, like DDP's all-reduce: the executor's normaliser is
 the same) after the backward of each accumulation group's last micro-batch only
 (``set_requires_gradient_sync(False)`` on the others: they accumulate unsharded gradients
@@ -91,8 +92,9 @@ class FsdpEngine(TrainingEngine):
         offload = CPUOffloadPolicy() if self.cfg.fsdp_cpu_offload else OffloadPolicy()
         zero3 = self.cfg.fsdp_sharding_strategy == "zero3"
         self.units = [*self._units(model), model]
-        for unit in self.units:
-            fully_shard(unit, reshard_after_forward=zero3, mp_policy=policy, offload_policy=offload)
+        for unit in self.units:  # (the root, last, is gathered again at once by the backward: never resharded)
+            fully_shard(unit, reshard_after_forward=zero3 and unit is not model, mp_policy=policy,
+                        offload_policy=offload)
         for unit in self.units:
             unit.set_custom_all_gather(_counting(DefaultAllGather, self.counts, "all_gather"))
             unit.set_custom_reduce_scatter(_counting(DefaultReduceScatter, self.counts, "reduce_scatter"))
@@ -124,6 +126,12 @@ class FsdpEngine(TrainingEngine):
             self.last_step = {k: n - self._step_start[k] for k, n in self.counts.items()}
             self._step_start = dict(self.counts)
 
+    def after_evaluation(self, model: nn.Module) -> None:
+        # (a unit that keeps its parameters gathered after the forward -- zero2, model, the root --
+        # waits for a backward to free them; CV makes none)
+        for unit in self.units:
+            unit.reshard()
+
     def gradient_norm(self, params: Sequence[torch.Tensor], device: torch.device) -> torch.Tensor:
         norm = gradient_norm(params, device)
         return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
@@ -136,6 +144,7 @@ class FsdpEngine(TrainingEngine):
 
     def checkpoint_entries(self, model: nn.Module, optimizer: torch.optim.Optimizer, path: Path):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+        self.after_evaluation(model)  # (the registered parameters must be the shards)
         entries = write_sharded_state(model, optimizer, path, self.ctx.is_main)
         full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         return {"model": full, **entries} if self.ctx.is_main else None

@@ -1,0 +1,108 @@
+"""``train_engine: torch_fsdp`` with real gloo processes, proven equivalent to DDP and to one
+process, sharded for real, and resumable on another world size and engine.
+
+The set-up is ``tests/train/dist/test_ddp.py``'s (its docstring says why every run below
+trains the same global group of utterances per optimizer step): layer-norm conv modules,
+dropout 0, no augmentation, 32 distinct utterances in list order, ``grad_clip`` out of
+reach so that the per-step pre-clip gradient norm (rank 0's ``train/grad_norm``) exposes a
+missing reduce-scatter or a wrong normaliser.  The reference is one process with the
+doubled batch; ``test_ddp.py`` shows DDP on 2 ranks equal to it, so FSDP equal to it is
+FSDP equal to DDP too."""
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+import torch
+
+from asrkit import checkpoint as ckpt
+from tests.helpers import distinct_utterance_list, free_port, run_checked, train_args, train_here
+from tests.train.dist.test_ddp import PLAN_IN_LIST_ORDER, assert_same_grad_norms, assert_same_weights, grad_norms
+
+pytestmark = pytest.mark.slow
+B = 4          # per-rank batch
+UTTS = 32      # 4 optimizer steps of a global batch of 8
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_experiment, tmp_path_factory):
+    root = tmp_path_factory.mktemp("fsdp")
+    distinct = distinct_utterance_list(tiny_experiment.corpus.splits["train"].data_list, root / "distinct.list", UTTS)
+
+    def cfg(name, batch, accum, **top):
+        return tiny_experiment.config(root / name, accum_grad=accum, grad_clip=1e9,
+                                      optim_conf={"lr": 0.002, "eps": 1e-3}, cv_interval=0,
+                                      dataset_conf={**PLAN_IN_LIST_ORDER, "batch_conf": {"batch_size": batch}}, **top)
+    return {"exp": tiny_experiment, "root": root, "list": distinct, "cfg": cfg}
+
+
+def args(setup, model_dir, config):
+    return train_args(setup["exp"], model_dir, config, train_list=setup["list"])
+
+
+def torchrun(setup, model_dir, config, *extra, nproc=2):
+    return run_checked([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+                        "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+                        "-m", "asrkit.bin.train", *args(setup, model_dir, config), *map(str, extra)], timeout=120)
+
+
+def weights(path):
+    return ckpt.load_checkpoint(path)["model"]
+
+
+@pytest.fixture(scope="module")
+def reference(setup):
+    """1 process x batch 2B (in this process)."""
+    out = setup["root"] / "ref"
+    train_here(setup["exp"], out, setup["cfg"]("ref.yaml", 2 * B, 1), train_list=setup["list"])
+    return weights(out / "epoch_0.pt"), grad_norms(out)
+
+
+def logs(model_dir):
+    return [(model_dir / "log" / f"rank{r}.log").read_text() for r in (0, 1)]
+
+
+def assert_sharded(model_dir) -> None:
+    """Each rank holds a shard of every parameter (DTensor shards): together exactly all."""
+    held = [re.search(r"this rank holds (\d+) of (\d+) elements \(DTensor shards\)", log) for log in logs(model_dir)]
+    assert all(held), logs(model_dir)[0][-2000:]
+    total = int(held[0].group(2))
+    assert 0 < int(held[0].group(1)) < total and int(held[0].group(1)) + int(held[1].group(1)) == total
+
+
+def collectives_per_step(log: str) -> list[tuple[int, int]]:
+    return [(int(a), int(r)) for a, r in re.findall(r"all-gathers (\d+), reduce-scatters (\d+) in the last step", log)]
+
+
+def test_fsdp_zero2_two_ranks_equal_one_rank_double_batch(setup, reference):
+    """zero2 (the default), accum_grad 1: every block a unit -- the tiny model has 2 encoder
+    blocks and 1 decoder block, so 4 units with the root; each step gathers each unit once
+    (kept to the end of the backward) and reduce-scatters each once."""
+    ref_w, ref_norms = reference
+    out = setup["root"] / "zero2"
+    torchrun(setup, out, setup["cfg"]("zero2.yaml", B, 1), "--train_engine", "torch_fsdp")
+    assert "fsdp_sharding_strategy zero2: 4 units (3 blocks and the root)" in logs(out)[0]
+    assert_sharded(out)
+    assert collectives_per_step(logs(out)[0]) == [(4, 4)] * 4
+    assert_same_grad_norms(grad_norms(out), ref_norms)
+    assert_same_weights(weights(out / "epoch_0.pt"), ref_w, atol=1e-5)
+    assert sorted(p.name for p in (out / "epoch_0.dcp").iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+
+
+def test_fsdp_zero3_with_accumulation_and_activation_checkpointing_equal_one_rank(setup, reference):
+    """zero3, 2 ranks x B/2 x accum_grad 2, every block's activations recomputed: the same
+    steps.  Per step each unit is gathered for each micro-batch's forward and again (all
+    but the root) for its backward -- 2 x (4 + 3) -- and reduce-scattered once, after the
+    group's last micro-batch only."""
+    ref_w, ref_norms = reference
+    out = setup["root"] / "zero3"
+    config = setup["cfg"]("zero3.yaml", B // 2, 2, encoder_conf={"gradient_checkpointing": True},
+                          decoder_conf={"gradient_checkpointing": True})
+    torchrun(setup, out, config, "--train_engine", "torch_fsdp", "--fsdp_sharding_strategy", "zero3")
+    log0 = logs(out)[0]
+    assert "activation checkpointing: 3 block(s) (encoder and decoder)" in log0
+    assert_sharded(out)
+    assert collectives_per_step(log0) == [(14, 4)] * 4
+    assert_same_grad_norms(grad_norms(out), ref_norms)
+    assert_same_weights(weights(out / "epoch_0.pt"), ref_w, atol=1e-5)
