@@ -103,8 +103,8 @@ class FsdpEngine(TrainingEngine):
         log.info("train_engine torch_fsdp, fsdp_sharding_strategy %s: %d units (%s), parameters sharded over %d "
                  "ranks: this rank holds %d of %d elements (DTensor shards); mixed precision: %s; cpu offload: %s",
                  self.cfg.fsdp_sharding_strategy, len(self.units),
-                 "encoder, decoder, root" if self.cfg.fsdp_sharding_strategy == "model" else
-                 f"{len(self.units) - 1} blocks and the root", self.ctx.world_size, local, total,
+                 ", ".join([*(n for n in ("encoder", "decoder") if getattr(model, n, None) is not None), "root"])
+                 if self.cfg.fsdp_sharding_strategy == "model" else f"{len(self.units) - 1} blocks and the root", self.ctx.world_size, local, total,
                  f"{self.cfg.dtype} parameters, fp32 gradient reduction" if dtype else "none (fp32)",
                  "on" if self.cfg.fsdp_cpu_offload else "off")
         return model

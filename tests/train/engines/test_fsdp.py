@@ -106,8 +106,10 @@ def test_fsdp_zero3_with_accumulation_and_activation_checkpointing_equal_one_ran
     out = setup["root"] / "zero3"
     config = setup["cfg"]("zero3.yaml", B // 2, 2, encoder_conf={"gradient_checkpointing": True},
                           decoder_conf={"gradient_checkpointing": True})
-    torchrun(setup, out, config, "--train_engine", "torch_fsdp", "--fsdp_sharding_strategy", "zero3")
+    torchrun(setup, out, config, "--train_engine", "torch_fsdp", "--fsdp_sharding_strategy", "zero3",
+             "--fsdp_sync_module_states")
     log0 = logs(out)[0]
+    assert "fsdp_sync_module_states: rank 0's weights broadcast to every rank before sharding" in log0
     assert "activation checkpointing: 3 block(s) (encoder and decoder)" in log0
     assert_sharded(out)
     assert collectives_per_step(log0) == [(14, 4)] * 4
@@ -153,14 +155,16 @@ def test_fsdp_checkpoint_resumes_on_one_rank_and_back_on_two(setup, reference, z
 
 
 def test_fsdp_checkpoint_resumes_sharded_on_four_ranks(setup, zero2):
-    """The 2-rank sharded step 2 on 4 ranks: DCP re-shards model and optimizer 4 ways, the
-    16 utterances left in the epoch are re-dealt (one step of 4 x B, each trained once), and
-    the log says the global batch doubles and how to keep it (accum_grad cannot go below 1)."""
+    """The 2-rank zero2 step 2 on 4 ranks sharding by model (encoder and decoder as units):
+    DCP re-shards model and optimizer 4 ways into the new units, the 16 utterances left in the
+    epoch are re-dealt (one step of 4 x B, each trained once), and the log says the global
+    batch doubles and how to keep it (accum_grad cannot go below 1)."""
     out = setup["root"] / "four"
     copy_checkpoint(zero2, "step_2", out)
     torchrun(setup, out, setup["cfg"]("four.yaml", B, 1), "--checkpoint", "auto", "--train_engine", "torch_fsdp",
-             nproc=4)
+             "--fsdp_sharding_strategy", "model", nproc=4)
     log0 = (out / "log" / "rank0.log").read_text()
+    assert "fsdp_sharding_strategy model: 3 units (encoder, decoder, root)" in log0
     assert "the global batch changes from 2 to 4 per-rank batches per optimizer step (accum_grad 1 -> 1) -- to " \
            "keep it, set reference_world_size: 2 (with accum_grad 1) and keep_global_batch: true" in log0
     assert "parameters sharded over 4 ranks" in log0
