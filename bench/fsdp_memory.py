@@ -4,7 +4,7 @@ activation checkpointing, for the AISHELL-size conformer and a ~4x larger one.
 
     python bench/fsdp_memory.py [--models aishell large] [--engines ddp zero2 zero3] \\
         [--checkpointing off on] [--ranks 2 4] [--steps 3 --warmup 1] [--batch 4 --frames 400] \\
-        [--limit_model large --limit_mb 2600] [--json OUT.json] [--markdown OUT.md]
+        [--limit_model large --limit_mb 3600] [--json OUT.json] [--markdown OUT.md]
 
 Each configuration is one ``torchrun --nproc_per_node R`` job running this file in worker
 mode (gloo, CPU, fp32, one thread per process).  A worker builds the model with asrkit's
@@ -25,9 +25,12 @@ local shard):
   the time means nothing and only memory is reported).
 
 ``--limit_model M --limit_mb N`` then runs model M under DDP and under FSDP zero3 on 2 ranks
-with each rank's address space limited to N MB above what it had mapped once the process
+with each rank's address space limited to N MiB above what it had mapped once the process
 group was up (``RLIMIT_AS``: this machine's memory cgroup belongs to the sandbox running
-it, so no ``memory.max`` is set): the job that needs more fails to allocate.
+it, so no ``memory.max`` is set): the job that needs more fails to allocate.  Given without
+``--limit_model``, ``--limit_mb`` limits every run of the grid the same way (a safety net on a
+shared machine: a run that needs more is reported as failed instead of exhausting its memory).
+Results and commands: ``docs/experiments/fsdp_memory.md``.
 """
 from __future__ import annotations
 
@@ -151,8 +154,8 @@ def run_job(args, model: str, engine: str, checkpointing: str, ranks: int, limit
 
 def markdown(rows: list[dict], limited: list[dict]) -> str:
     mb = lambda b: f"{b / 2**20:.0f}" if b is not None else "-"
-    out = ["| model (parameters) | engine | activation ckpt | ranks | params MB | grads MB | optimizer MB | "
-           "peak RSS MB (base) | step s |", "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    out = ["| model (parameters) | engine | activation ckpt | ranks | params MiB | grads MiB | optimizer MiB | "
+           "peak RSS MiB (base) | step s |", "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         if r["rank"] != 0:
             continue
@@ -165,10 +168,10 @@ def markdown(rows: list[dict], limited: list[dict]) -> str:
                    f"{r['ranks']} | {mb(r['params'])} | {mb(r['grads'])} | {mb(r['optimizer'])} | "
                    f"{mb(r['peak_rss'])} ({mb(r['base_rss'])}) | {step} |")
     if limited:
-        out += ["", "| per-rank limit | engine | result | peak RSS MB |", "| --- | --- | --- | ---: |"]
+        out += ["", "| per-rank limit | engine | result | peak RSS MiB |", "| --- | --- | --- | ---: |"]
         for r in limited:
             if r["rank"] == 0:
-                out.append(f"| {r.get('limit_mb')} MB above the mapped start | {r['engine']} | "
+                out.append(f"| {r.get('limit_mb')} MiB above the mapped start | {r['engine']} | "
                            f"{'trained' if r.get('ok') else 'failed: ' + r.get('error', '')} | {mb(r.get('peak_rss'))} |")
     return "\n".join(out) + "\n"
 
@@ -178,7 +181,7 @@ def main(argv=None) -> int:
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     p.add_argument("--engines", nargs="+", default=list(ENGINES), choices=list(ENGINES))
     p.add_argument("--checkpointing", nargs="+", default=["off", "on"], choices=["off", "on"])
-    p.add_argument("--ranks", nargs="+", type=int, default=[2, 4])
+    p.add_argument("--ranks", nargs="*", type=int, default=[2, 4], help="none: only the --limit_model run")
     p.add_argument("--steps", type=int, default=3, help="timed optimizer steps (2 ranks; 4 ranks: none)")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--batch", type=int, default=4)
