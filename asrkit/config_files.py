@@ -92,9 +92,10 @@ INPUT_DIGESTS = "input_digests"
 
 
 def _text_files(cfg) -> dict[str, str]:
-    """``{"units": path, "bpe_model": path}`` of ``cfg`` (the BPE model for ``tokenizer: bpe`` only)."""
+    """``{"units": path, "bpe_model": path}`` of ``cfg`` (each when set; the BPE model for
+    ``tokenizer: bpe`` only)."""
     conf = cfg.tokenizer_conf
-    files = {"units": conf.symbol_table_path}
+    files = {"units": conf.symbol_table_path} if conf.symbol_table_path else {}
     if cfg.tokenizer == "bpe" and conf.bpe_path:
         files["bpe_model"] = conf.bpe_path
     return files

@@ -171,8 +171,9 @@ def markdown(rows: list[dict], limited: list[dict]) -> str:
         out += ["", "| per-rank limit | engine | result | peak RSS MiB |", "| --- | --- | --- | ---: |"]
         for r in limited:
             if r["rank"] == 0:
-                out.append(f"| {r.get('limit_mb')} MiB above the mapped start | {r['engine']} | "
-                           f"{'trained' if r.get('ok') else 'failed: ' + r.get('error', '')} | {mb(r.get('peak_rss'))} |")
+                result = "trained" if r.get("ok") else "failed: " + r.get("error", "")
+                out.append(f"| {r.get('limit_mb')} MiB above the mapped start | {r['engine']} | {result} | "
+                           f"{mb(r.get('peak_rss'))} |")
     return "\n".join(out) + "\n"
 
 

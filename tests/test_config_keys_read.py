@@ -238,7 +238,7 @@ def _whisper(cfg, exp, tmp_path):
     whisper_cfg = load_config(path)
     tokenizer = build_tokenizer(whisper_cfg)
     model = build_model(whisper_cfg, whisper_cfg.dataset_conf.feat_dim, tokenizer.vocabulary)
-    assert model.special_tokens["eot"] == tokenizer.vocabulary.sos_id  # (WeNet's converter's eot)
+    assert model.special_tokens["eot"] == tokenizer.vocabulary.eos_id  # (<|endoftext|>: WeNet's converter since #2330)
     sample = feature_step(whisper_cfg.dataset_conf, train=False)(
         {"key": "u", "wav": torch.full((1, 1600), 0.01), "sample_rate": 16000}, None)
     assert sample["feat"].shape == (10, 80)

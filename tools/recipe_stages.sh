@@ -4,7 +4,7 @@
 # options it hands on.  It reads no recipe variable itself.  Finished work (a CMVN file, a
 # list, an average, an export) is skipped, so rerunning a stage is safe.
 #
-#   stage_cmvn N config=YAML [set=train]                data/SET/global_cmvn from data/SET/wav.scp
+#   stage_cmvn N config=YAML [set=train] [name=F]       data/SET/F (global_cmvn) from data/SET/wav.scp
 #   stage_units N what=TEXT units=FILE [-- OPT...]      units from data/train/text (make_units.py OPTs);
 #                                                       rebuilt when the OPTs or the text change
 #   stage_data_lists N type=raw|shard [per_shard=N] -- SET...
@@ -97,15 +97,15 @@ stale() {
 list_name() { if [ "$1" = shard ]; then echo data.shards.list; else echo data.list; fi; }
 
 stage_cmvn() {
-  local n=$1 config="" set=train rest; shift
-  bind "config set" "$@" && need config || return 2
+  local n=$1 config="" set=train name=global_cmvn rest; shift
+  bind "config set name" "$@" && need config || return 2
   # (a wav.scp newer than the statistics -- stage 0 wrote another training set, e.g. another
-  # held-out speaker -- is counted again)
+  # held-out speaker -- is counted again; name=: another file for a config of other features)
   local keep=(--keep_existing)
-  stale "data/$set/global_cmvn" "data/$set/wav.scp" && keep=()
-  say "$n: global CMVN statistics (an existing data/$set/global_cmvn of the same features and data is kept)"
+  stale "data/$set/$name" "data/$set/wav.scp" && keep=()
+  say "$n: global CMVN statistics (an existing data/$set/$name of the same features and data is kept)"
   python tools/compute_cmvn_stats.py --train_config "$config" --in_scp "data/$set/wav.scp" \
-    --out_cmvn "data/$set/global_cmvn" --num_workers "$(nproc)" "${keep[@]}"
+    --out_cmvn "data/$set/$name" --num_workers "$(nproc)" "${keep[@]}"
 }
 
 # The one rule for "rebuild": UNITS.stamp records the make_units.py options and a digest of

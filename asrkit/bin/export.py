@@ -33,8 +33,9 @@ from asrkit.bin.exit_status import run_tool
 from asrkit.config import to_dict
 from asrkit.decode.options import FULL_CONTEXT_ONLY
 from asrkit.config_files import input_digests
-from asrkit.trained_model import TrainedModel, load_trained_model
+from asrkit.trained_model import TrainedModel, open_experiment
 from asrkit.export import export_model
+from asrkit.export.runtime_features import UnexportableModel, export_feature_refusal
 from asrkit.files import UnwritableDestination, check_destination
 
 log = logging.getLogger("asrkit.export")
@@ -63,10 +64,16 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 def load_for_export(args: argparse.Namespace) -> TrainedModel:
     """The model ``--config``/``--override``/``--checkpoint`` name
-    (:func:`asrkit.trained_model.load_trained_model`), on the CPU, after ``--num_threads``."""
+    (:func:`asrkit.trained_model.open_experiment`), on the CPU, after ``--num_threads``;
+    :class:`UnexportableModel` before the weights are read for a model of features the
+    exports cannot take (:func:`asrkit.export.runtime_features.export_feature_refusal`)."""
     if args.num_threads > 0:
         torch.set_num_threads(args.num_threads)
-    return load_trained_model(args.config, args.checkpoint, overrides=args.override)
+    experiment = open_experiment(args.config, args.override)
+    refusal = export_feature_refusal(experiment.cfg.dataset_conf.feats_type)
+    if refusal:
+        raise UnexportableModel(refusal)
+    return experiment.load_model(args.checkpoint)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_tool(run, build_parser().parse_args(argv), log, bad_input=(UnwritableDestination,))
+    return run_tool(run, build_parser().parse_args(argv), log, bad_input=(UnwritableDestination, UnexportableModel))
 
 
 if __name__ == "__main__":

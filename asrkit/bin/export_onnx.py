@@ -35,7 +35,7 @@ from asrkit.bin.exit_status import run_tool
 from asrkit.bin.export import add_model_args, load_for_export, refuse_streaming
 from asrkit.data.audio import DataFault
 from asrkit.export.onnx import FBANK_DEFAULTS, export_onnx
-from asrkit.export.runtime_features import runtime_feature_mismatch
+from asrkit.export.runtime_features import UnexportableModel, runtime_feature_mismatch
 from asrkit.files import UnwritableDestination, check_destination
 from asrkit.models.chunks import ChunkTraining
 from asrkit.models.transducer.model import Transducer
@@ -92,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     hint = "ONNX export needs onnx and onnxruntime (pip install -r requirements.txt)"
-    return run_tool(run, build_parser().parse_args(argv), log, bad_input=(UnwritableDestination, DataFault),
+    return run_tool(run, build_parser().parse_args(argv), log,
+                    bad_input=(UnwritableDestination, DataFault, UnexportableModel),
                     hints={ImportError: hint})
 
 

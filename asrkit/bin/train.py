@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model_dir", required=True, help="experiment directory")
     p.add_argument("--checkpoint", default=None,
                    help="'auto': resume from the newest valid checkpoint in model_dir (start fresh if "
-                        "none); a path: resume from that checkpoint")
+                        "none); a path: resume from that checkpoint (a model-only or WeNet checkpoint: start "
+                        "a fine-tuning run from its weights, as WeNet's --checkpoint)")
     p.add_argument("--override", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a config value (repeatable), e.g. optim_conf.lr=0.001")
     p.add_argument("--num_threads", type=int, default=0,

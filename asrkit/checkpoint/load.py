@@ -138,6 +138,36 @@ def strip_module_prefix(state_dict: dict) -> dict:
     return state_dict
 
 
+def _names(keys) -> str:
+    keys = sorted(keys)
+    return ", ".join(f"'{k}'" for k in keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+
+
+def check_keys(state: dict, model: torch.nn.Module, source: str) -> None:
+    """:class:`CheckpointError` naming the first missing or extra keys, or a key whose
+    shape differs, between ``state`` and ``model.state_dict()``; or two keys that are one
+    tensor of the model (tied: ``tie_word_embedding``) with different values in ``state``
+    (e.g. WeNet trained with ``--jit``, which clones the embedding into the output layer
+    instead of tying them: asrkit's tied model cannot hold both)."""
+    target = model.state_dict()
+    missing = target.keys() - state.keys()
+    extra = state.keys() - target.keys()
+    if missing or extra:
+        parts = ([f"missing {_names(missing)}"] if missing else []) + ([f"extra {_names(extra)}"] if extra else [])
+        raise CheckpointError(f"{source} does not match the config's model: {'; '.join(parts)}")
+    for name, tensor in target.items():
+        if state[name].shape != tensor.shape:
+            raise CheckpointError(f"{source} does not match the config's model: '{name}' is "
+                                  f"{tuple(state[name].shape)} in the checkpoint, {tuple(tensor.shape)} "
+                                  f"in the model")
+    first_of: dict[int, str] = {}
+    for name, tensor in target.items():
+        first = first_of.setdefault(tensor.data_ptr(), name) if tensor.numel() else name
+        if first != name and not torch.equal(state[first], state[name]):
+            raise CheckpointError(f"{source} does not match the config's model: '{first}' and '{name}' are one "
+                                  f"tensor of the model (tied) but differ in the checkpoint")
+
+
 def find_resume_checkpoint(model_dir: str | Path) -> Optional[Path]:
     """The newest checkpoint in ``model_dir`` that loads (structure, weights-only content
     and recorded SHA-256 all checked, and those of its shard files: :func:`verify_sharded`);

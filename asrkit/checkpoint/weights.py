@@ -28,8 +28,9 @@ from torch import nn
 
 import torch
 
-from asrkit.checkpoint.load import CheckpointError, load_checkpoint, strip_module_prefix
+from asrkit.checkpoint.load import CheckpointError, check_keys, load_checkpoint, strip_module_prefix
 from asrkit.checkpoint.wenet import from_wenet_state, is_wenet_state
+from asrkit.checkpoint.whisper import with_converted_heads
 from asrkit.files import file_digest
 from asrkit.models.lora import LORA_RECORD, has_lora, merge_lora_state
 
@@ -68,13 +69,22 @@ def without_untrained_heads(state: dict, model: nn.Module) -> dict:
     return {k: v for k, v in state.items() if not k.startswith(absent)} if absent else state
 
 
+def is_wenet_checkpoint(checkpoint: dict, model: nn.Module) -> bool:
+    """Whether ``checkpoint`` (as :func:`asrkit.checkpoint.load.load_checkpoint` returns it)
+    is WeNet's, for ``model`` (:func:`asrkit.checkpoint.wenet.is_wenet_state` with the
+    model's keys: a Whisper model's own tables are not WeNet's sign)."""
+    return is_wenet_state(strip_module_prefix(checkpoint["model"]), model.state_dict().keys())
+
+
 def model_state(checkpoint: dict, model: nn.Module, source: str) -> dict:
     """The state dict of ``checkpoint`` (as :func:`asrkit.checkpoint.load.load_checkpoint`
     returns it) under ``model``'s names (see the module docstring); LoRA adapters merged
-    unless ``model`` has adapters itself."""
+    unless ``model`` has adapters itself.  The output of WeNet's Whisper converter gets the
+    heads it leaves out (:func:`asrkit.checkpoint.whisper.with_converted_heads`)."""
     state = strip_module_prefix(checkpoint["model"])
-    if is_wenet_state(state, model.state_dict().keys()):
-        return without_untrained_heads(from_wenet_state(state, source), model)
+    if is_wenet_checkpoint(checkpoint, model):
+        state = from_wenet_state(state, source, model.state_dict().keys())
+        return with_converted_heads(without_untrained_heads(state, model), model, source)
     check_positional_version(checkpoint, model, source)
     return resolved_state(checkpoint, source, merge_lora=not has_lora(model))
 
@@ -112,7 +122,7 @@ def _base_tensors(base: dict, source: str) -> dict:
                               f"restore the file the run started from")
     state = resolved_state(load_checkpoint(path), str(path))
     if is_wenet_state(state, names):
-        state = from_wenet_state(state, str(path))
+        state = from_wenet_state(state, str(path), names)
     missing = [n for n in names if n not in state]
     if missing:
         raise CheckpointError(f"{source}: its base model {path} has no '{missing[0]}'")
@@ -124,27 +134,6 @@ def _digest(path: str, mtime_ns: int, size: int) -> str:
     """``file_digest(path)``, once per version of the file (averaging reads one base per
     checkpoint)."""
     return file_digest(path)
-
-
-def _names(keys) -> str:
-    keys = sorted(keys)
-    return ", ".join(f"'{k}'" for k in keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
-
-
-def check_keys(state: dict, model: nn.Module, source: str) -> None:
-    """:class:`CheckpointError` naming the first missing or extra keys, or a key whose
-    shape differs, between ``state`` and ``model.state_dict()``."""
-    target = model.state_dict()
-    missing = target.keys() - state.keys()
-    extra = state.keys() - target.keys()
-    if missing or extra:
-        parts = ([f"missing {_names(missing)}"] if missing else []) + ([f"extra {_names(extra)}"] if extra else [])
-        raise CheckpointError(f"{source} does not match the config's model: {'; '.join(parts)}")
-    for name, tensor in target.items():
-        if state[name].shape != tensor.shape:
-            raise CheckpointError(f"{source} does not match the config's model: '{name}' is "
-                                  f"{tuple(state[name].shape)} in the checkpoint, {tuple(tensor.shape)} "
-                                  f"in the model")
 
 
 def load_weights(model: nn.Module, checkpoint: dict, source: str) -> None:

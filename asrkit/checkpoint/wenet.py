@@ -9,9 +9,13 @@ A WeNet ``.pt`` is its ``model.state_dict()``.  Every key is accounted for:
   the subsampling projection, asrkit's ``encoder.embed.out.*``;
 * ``decoder.embed.0.weight`` and ``decoder.{left,right}_decoder.embed.0.weight``: the
   token embedding, asrkit's ``...embed.weight``;
-* the sinusoid tables WeNet saves as persistent buffers (``encoder.embed.pos_enc.pe``,
-  ``decoder[.{left,right}_decoder].embed.1.pe``): compared with the sinusoid to float32's
-  rounding (:func:`check_table`) and dropped (asrkit computes them);
+* the positional tables WeNet saves (``encoder.embed.pos_enc.pe``,
+  ``decoder[.{left,right}_decoder].embed.1.pe``, asrkit's ``encoder.embed.pos_enc.pe`` and
+  ``decoder[...].pos_enc.pe``): a weight of the model when the model has that name -- Whisper's
+  encoder table (``abs_pos_whisper``) and its decoder's learned one (``input_layer:
+  embed_learnable_pe``) -- loaded as they are; otherwise WeNet's sinusoid buffer, compared
+  with the sinusoid to float32's rounding (:func:`check_table`) and dropped (asrkit
+  computes it);
 * every other key keeps its name (asrkit's modules carry WeNet's names).
 
 What is left must then match the model exactly (:func:`asrkit.checkpoint.weights.load_weights`
@@ -33,8 +37,10 @@ _RENAMES: tuple[tuple[re.Pattern, str], ...] = (
     (re.compile(r"^encoder\.embed\.linear\.(weight|bias)$"), r"encoder.embed.out.\1"),
     (re.compile(r"^decoder\.((?:left_decoder|right_decoder)\.)?embed\.0\.weight$"), r"decoder.\1embed.weight"),
 )
-# WeNet's positional tables (checked, then dropped)
+# WeNet's positional tables (loaded as weights where the model has them, else checked and dropped)
+# and their asrkit names
 _TABLES = re.compile(r"^(encoder\.embed\.pos_enc|decoder\.(?:(?:left|right)_decoder\.)?embed\.1)\.pe$")
+_TABLE_NAME = (re.compile(r"^(decoder\.(?:(?:left|right)_decoder\.)?)embed\.1\.pe$"), r"\1pos_enc.pe")
 # Row p of a float32 table holds sin/cos of the float32 angle p * inv_freq: exp, the product
 # and sin/cos each round, differently on each CPU's vector kernels (AVX2, AVX-512), so two
 # correct tables differ by up to a few float32 ulps of the angle -- growing with p (2.4e-4 at
@@ -46,7 +52,8 @@ def is_wenet_state(state: dict, model_keys=()) -> bool:
     """Whether ``state`` (a bare state dict) uses WeNet's names: it holds a key only
     WeNet writes (a saved ``pe`` table, ``encoder.global_cmvn.*``, or a renamed layer) that
     is not one of ``model_keys`` (the state names of the model it is for: asrkit's Whisper
-    keeps its encoder's table, ``encoder.embed.pos_enc.pe``, as a weight of its own)."""
+    keeps its encoder's table, ``encoder.embed.pos_enc.pe``, as a weight of its own, so
+    that asrkit's own Whisper checkpoint is not WeNet's: pass the model's keys)."""
     own = set(model_keys)
     return any((_TABLES.match(k) or any(p.match(k) for p, _ in _RENAMES)) and k not in own for k in state)
 
@@ -68,14 +75,21 @@ def check_table(name: str, table: torch.Tensor, source: str) -> None:
                               f"(max difference {float(diff.max()):.2e}); this model's positions cannot be reproduced")
 
 
-def from_wenet_state(state: dict, source: str) -> dict:
-    """``state`` (WeNet names) with asrkit's names, positional tables checked and dropped.
-    Raises :class:`CheckpointError` naming ``source`` and the key for a table that is not
-    the sinusoid, or for two WeNet keys that map to one asrkit key."""
+def from_wenet_state(state: dict, source: str, model_keys=()) -> dict:
+    """``state`` (WeNet names) with asrkit's names: a positional table loaded as a weight
+    when its asrkit name is one of ``model_keys`` (the state names of the model it is for),
+    else checked and dropped.  Raises :class:`CheckpointError` naming ``source`` and the key
+    for a dropped table that is not the sinusoid, or for two WeNet keys that map to one
+    asrkit key."""
+    own = set(model_keys)
     out: dict = {}
     for name, tensor in state.items():
         if _TABLES.match(name):
-            check_table(name, tensor, source)
+            new = _TABLE_NAME[0].sub(_TABLE_NAME[1], name)
+            if new in own:
+                out[new] = tensor
+            else:
+                check_table(name, tensor, source)
             continue
         new = name
         for pattern, template in _RENAMES:

@@ -229,6 +229,16 @@ class VolumePerturbConf:
 
 
 @dataclasses.dataclass
+class LanguageConf:
+    """``language_conf`` (WeNet's): ``limited_langs``, the languages WeNet's data pipeline
+    classifies each transcript among (``langid``), the language of ``model: whisper``'s
+    prompt; asrkit takes one (:func:`asrkit.models.schema.whisper_language`); ``None``: not
+    given."""
+
+    limited_langs: Optional[list[str]] = None
+
+
+@dataclasses.dataclass
 class ProcessorKeys:
     """Per-sample processing keys of ``dataset_conf`` (``asrkit.data.processors``).
 
@@ -266,6 +276,7 @@ class ProcessorKeys:
     spec_sub_conf: SpecSubConf = dataclasses.field(default_factory=SpecSubConf)
     spec_trim: bool = False
     spec_trim_conf: SpecTrimConf = dataclasses.field(default_factory=SpecTrimConf)
+    language_conf: LanguageConf = dataclasses.field(default_factory=LanguageConf)
 
     WENET_KEYS: ClassVar[dict[str, WenetKey]] = {}
 

@@ -21,17 +21,21 @@ class AttentionBeamSearch:
     search.memory_mask(T), search.ys, cache, search.memory_index); source =
     search.advance(logp); cache = [c[source] for c in cache]``.
 
-    Score = Σ log P(token) including the final ``<eos>``; :meth:`best` may divide it by a
-    power of the hypothesis length (WeNet's ``length_penalty``).  A hypothesis ends at
-    ``<eos>`` (an ended one stays as it is, one more free ``<eos>`` per step) or, as in
-    WeNet's ``attention_beam_search``, when it holds ``enc_lengths[b]`` tokens (utterance
-    ``b``'s encoder frames): it then stops as it is, without an ``<eos>`` term.  The
-    search stops when every kept hypothesis has ended, or
-    after ``max(enc_lengths)`` steps.  Among the candidates of a step, the ``beam`` best
-    are kept (``topk`` order).
+    Every row starts as ``prompt`` (``[<sos>]``; Whisper's ``[sot, language, task,
+    no_timestamps]``, ``P`` tokens), which is given, not scored.  Score = Σ log P(token)
+    of the tokens after the prompt, including the final ``<eos>``; :meth:`best` may divide
+    it by a power of the hypothesis length (WeNet's ``length_penalty``).  A hypothesis ends
+    at ``<eos>`` (an ended one stays as it is, one more free ``<eos>`` per step) or, as in
+    WeNet's ``attention_beam_search`` (whose rows grow to ``T' + 1`` tokens, prompt
+    included), when it holds ``enc_lengths[b] + 1 − P`` tokens after the prompt (utterance
+    ``b``'s encoder frames), or as many as the decoder's ``max_tokens`` positions leave
+    after the prompt: it then stops as it is, without an ``<eos>`` term.  The search stops
+    when every kept hypothesis has ended, or when no row may grow.  Among the candidates
+    of a step, the ``beam`` best are kept (``topk`` order).
     """
 
-    def __init__(self, enc_lengths: torch.Tensor, beam_size: int, sos: int, eos: int):
+    def __init__(self, enc_lengths: torch.Tensor, beam_size: int, prompt: List[int], eos: int,
+                 max_tokens: int = -1):
         if beam_size < 1:
             raise ValueError("beam_size must be >= 1, got {}".format(beam_size))
         device = enc_lengths.device
@@ -41,9 +45,15 @@ class AttentionBeamSearch:
         rows = self.batch * beam_size
         self.memory_index = torch.arange(self.batch, device=device).repeat_interleave(beam_size)
         self.enc_lengths = enc_lengths
-        self.limit = enc_lengths.repeat_interleave(beam_size)
-        self.max_steps = int(self.limit.max()) if rows > 0 else 0
-        self.ys = torch.full((rows, 1), sos, dtype=torch.long, device=device)
+        if len(prompt) == 0:
+            raise ValueError("the decoder's prompt needs at least its <sos> token")
+        self.prompt_length = len(prompt)
+        limit = enc_lengths.repeat_interleave(beam_size) + 1 - self.prompt_length
+        if max_tokens > 0:  # a decoder with a fixed number of positions (Whisper's 448)
+            limit = limit.clamp(max=max_tokens - self.prompt_length)
+        self.limit = limit
+        self.max_steps = max(int(self.limit.max()), 0) if rows > 0 else 0
+        self.ys = torch.tensor(prompt, dtype=torch.long, device=device).unsqueeze(0).repeat(rows, 1)
         scores = torch.full((self.batch, beam_size), float("-inf"), device=device)
         scores[:, 0] = 0.0
         self.scores = scores.view(-1)
@@ -82,11 +92,11 @@ class AttentionBeamSearch:
         return source
 
     def best(self, length_penalty: float = 0.0) -> Tuple[List[List[int]], List[float]]:
-        """Per utterance, the best hypothesis (tokens without ``<sos>``/``<eos>``; ties:
+        """Per utterance, the best hypothesis (tokens without the prompt and ``<eos>``; ties:
         the earlier row) and its score.
 
         With ``length_penalty`` ``p`` (WeNet's ``attention_beam_search``), hypotheses are
-        ranked by ``score / n ** p``, ``n`` = its tokens (``<sos>`` and ``<eos>`` not
+        ranked by ``score / n ** p``, ``n`` = its tokens (the prompt and ``<eos>`` not
         counted), and that ratio is the score returned; ``p = 0`` is the plain score.  A
         larger ``p`` favours longer hypotheses (scores are negative).  As in WeNet, an empty
         hypothesis (``n = 0``) with ``p > 0`` gets ``score / 0``: ``-inf`` for any
@@ -95,14 +105,14 @@ class AttentionBeamSearch:
             raise ValueError("length_penalty must be >= 0, got {}".format(length_penalty))
         ranked = self.scores
         if length_penalty > 0.0:
-            lengths = (self.ys[:, 1:] != self.eos).sum(dim=1).to(ranked.dtype)
+            lengths = (self.ys[:, self.prompt_length:] != self.eos).sum(dim=1).to(ranked.dtype)
             ranked = ranked / lengths.pow(length_penalty)
         best = ranked.view(self.batch, self.beam).argmax(dim=1) + self.base.view(-1)
         hyps: List[List[int]] = []
         scores: List[float] = []
         rows: List[int] = best.tolist()
         for row in rows:
-            seq: List[int] = self.ys[row, 1:].tolist()
+            seq: List[int] = self.ys[row, self.prompt_length:].tolist()
             end = len(seq)
             for i in range(len(seq)):
                 if seq[i] == self.eos:
@@ -113,21 +123,24 @@ class AttentionBeamSearch:
         return hyps, scores
 
 
-def decoder_inputs(hyps: List[List[int]], sos: int, eos: int, device: torch.device, width: int = 0
+def decoder_inputs(hyps: List[List[int]], prompt: List[int], eos: int, device: torch.device, width: int = 0
                    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Teacher-forcing tensors for token sequences: ``ys_in`` (``<sos>`` + hyp, padded
-    with ``<eos>``), ``ys_out`` (hyp + ``<eos>``, padded with −1), input lengths; ``[N, W]``
-    each, ``W`` the longest hyp + 1, or ``width`` when that is more."""
+    """Teacher-forcing tensors for token sequences after the decoder's ``prompt`` (``[<sos>]``,
+    or Whisper's ``P`` tokens): ``ys_in`` (prompt + hyp, padded with ``<eos>``), ``ys_out``
+    (−1 for the prompt's last ``P − 1`` tokens, which are given, then hyp + ``<eos>``,
+    padded with −1), input lengths; ``[N, W]`` each, ``W`` the longest hyp + ``P``, or
+    ``width`` when that is more."""
+    p = len(prompt)
     for h in hyps:
-        width = max(width, len(h) + 1)
+        width = max(width, len(h) + p)
     rows_in: List[List[int]] = []
     rows_out: List[List[int]] = []
     lengths: List[int] = []
     for h in hyps:
-        pad = width - 1 - len(h)
-        rows_in.append([sos] + h + [eos] * pad)
-        rows_out.append(h + [eos] + [-1] * pad)  # -1: asrkit.models.losses.IGNORE_ID
-        lengths.append(len(h) + 1)
+        pad = width - p - len(h)
+        rows_in.append(prompt + h + [eos] * pad)
+        rows_out.append([-1] * (p - 1) + h + [eos] + [-1] * pad)  # -1: asrkit.models.losses.IGNORE_ID
+        lengths.append(len(h) + p)
     return (torch.tensor(rows_in, dtype=torch.long, device=device).view(len(hyps), width),
             torch.tensor(rows_out, dtype=torch.long, device=device).view(len(hyps), width),
             torch.tensor(lengths, dtype=torch.long, device=device))
@@ -143,7 +156,7 @@ def reversed_decoder_inputs(hyps: List[List[int]], sos: int, eos: int, device: t
         r = h.copy()
         r.reverse()
         reversed_hyps.append(r)
-    return decoder_inputs(reversed_hyps, sos, eos, device, width)
+    return decoder_inputs(reversed_hyps, [sos], eos, device, width)
 
 
 def teacher_forced_scores(logits: torch.Tensor, ys_out: torch.Tensor) -> torch.Tensor:

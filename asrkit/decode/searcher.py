@@ -23,12 +23,14 @@ class Searcher(nn.Module):
     """``ctc`` (log-posteriors ``[B, T, V]`` from encoder output, or ``None``) and
     ``decoder`` (``forward(memory, memory_mask, ys_in, ys_in_lengths, r_ys_in,
     memory_index) -> (logits, r_logits)`` and ``forward_one_step``, or ``None``) with the
-    ids of ``<blank>``, ``<sos>`` and ``<eos>``.  A method whose head is missing raises
+    ids of ``<blank>`` and ``<eos>`` and the decoder's ``prompt``, the tokens every
+    hypothesis starts from (``[<sos>]``; Whisper's ``[sot, language, task, no_timestamps]``;
+    the right-to-left decoder's start is ``prompt[0]``).  A method whose head is missing raises
     ``RuntimeError`` ("... needs a CTC head ..." / "... needs an attention decoder ...").
     """
 
-    def __init__(self, ctc: Optional[nn.Module], decoder: Optional[nn.Module], blank: int, sos: int, eos: int,
-                 transducer: bool = False):
+    def __init__(self, ctc: Optional[nn.Module], decoder: Optional[nn.Module], blank: int, prompt: List[int],
+                 eos: int, transducer: bool = False):
         super().__init__()
         self.ctc = ctc
         self.decoder = decoder
@@ -36,14 +38,17 @@ class Searcher(nn.Module):
         # its predictor and joint; this searcher holds neither, only whether the model has them
         self.transducer = bool(transducer)
         self.blank = int(blank)
-        self.sos = int(sos)
+        self.prompt = [int(t) for t in prompt]
+        self.sos = self.prompt[0]
         self.eos = int(eos)
         self.bidirectional = bool(decoder is not None and decoder.has_reverse)
+        # the most tokens, prompt included, the decoder has positions for (-1: no limit)
+        self.max_tokens = -1 if decoder is None else int(decoder.max_tokens)
 
     @classmethod
     def of_model(cls, model: nn.Module) -> "Searcher":
         """The searcher of an :class:`asrkit.models.AsrModel` or a transducer (shares its modules)."""
-        return cls(model.ctc, model.decoder, model.blank_id, model.sos, model.eos,
+        return cls(model.ctc, model.decoder, model.blank_id, model.decoder_prompt(), model.eos,
                    transducer=getattr(model, "predictor", None) is not None)
 
     def has_ctc(self) -> bool:
@@ -82,7 +87,7 @@ class Searcher(nn.Module):
             raise RuntimeError("mode attention needs an attention decoder; this model has none "
                                "(trained with ctc_weight 1)")
         else:
-            search = AttentionBeamSearch(encoder_lengths, beam_size, self.sos, self.eos)
+            search = AttentionBeamSearch(encoder_lengths, beam_size, self.prompt, self.eos, self.max_tokens)
             memory_mask = search.memory_mask(encoder_out.size(1))
             cache: Optional[List[torch.Tensor]] = None
             while not search.done():
@@ -94,8 +99,8 @@ class Searcher(nn.Module):
 
     def rescoring_scores(self, encoder_out: torch.Tensor, encoder_lengths: torch.Tensor,
                          nbest: List[List[List[int]]], reverse_weight: float) -> List[List[float]]:
-        """Decoder score of every n-best hypothesis, ``(1 − rw) · log P_l2r(y <eos>) + rw ·
-        log P_r2l(reverse(y) <eos>)`` (``rw = reverse_weight``), all utterances'
+        """Decoder score of every n-best hypothesis, ``(1 − rw) · log P_l2r(y <eos> | prompt)
+        + rw · log P_r2l(reverse(y) <eos>)`` (``rw = reverse_weight``), all utterances'
         hypotheses in one decoder call."""
         decoder = self.decoder
         if decoder is None:
@@ -110,7 +115,7 @@ class Searcher(nn.Module):
             device = encoder_out.device
             index = torch.tensor(owner, dtype=torch.long, device=device)
             memory_mask = valid_mask(encoder_lengths[index], encoder_out.size(1)).unsqueeze(1)
-            ys_in, ys_out, lengths = decoder_inputs(flat, self.sos, self.eos, device)
+            ys_in, ys_out, lengths = decoder_inputs(flat, self.prompt, self.eos, device)
             r_ys_in: Optional[torch.Tensor] = None
             r_ys_out: Optional[torch.Tensor] = None
             if reverse_weight > 0.0:
@@ -146,28 +151,30 @@ def has_transducer(searcher) -> bool:
 
 
 def attention_beam_search(decoder: nn.Module, enc_out: torch.Tensor, enc_lengths: torch.Tensor,
-                          beam_size: int, sos: int, eos: int, length_penalty: float = 0.0) -> list[Hypothesis]:
-    """:meth:`Searcher.attention_beam` as one :class:`Hypothesis` per utterance."""
-    hyps, scores = Searcher(None, decoder, 0, sos, eos).attention_beam(enc_out, enc_lengths, beam_size,
+                          beam_size: int, prompt: Sequence[int], eos: int, length_penalty: float = 0.0
+                          ) -> list[Hypothesis]:
+    """:meth:`Searcher.attention_beam` as one :class:`Hypothesis` per utterance (``prompt``:
+    the decoder's, ``model.decoder_prompt()``)."""
+    hyps, scores = Searcher(None, decoder, 0, list(prompt), eos).attention_beam(enc_out, enc_lengths, beam_size,
                                                                        length_penalty)
     return [Hypothesis(tuple(h), s) for h, s in zip(hyps, scores)]
 
 
 def rescoring_scores(decoder: nn.Module, enc_out: torch.Tensor, enc_lengths: torch.Tensor,
-                     nbest: Sequence[Sequence[Hypothesis]], sos: int, eos: int, reverse_weight: float
+                     nbest: Sequence[Sequence[Hypothesis]], prompt: Sequence[int], eos: int, reverse_weight: float
                      ) -> list[list[float]]:
     """:meth:`Searcher.rescoring_scores` of :class:`Hypothesis` n-best lists."""
     lists = [[list(h.tokens) for h in hyps] for hyps in nbest]
-    return Searcher(None, decoder, 0, sos, eos).rescoring_scores(enc_out, enc_lengths, lists, reverse_weight)
+    return Searcher(None, decoder, 0, list(prompt), eos).rescoring_scores(enc_out, enc_lengths, lists, reverse_weight)
 
 
 def attention_rescoring(decoder: nn.Module, enc_out: torch.Tensor, enc_lengths: torch.Tensor,
-                        nbest: Sequence[Sequence[Hypothesis]], sos: int, eos: int, ctc_weight: float,
+                        nbest: Sequence[Sequence[Hypothesis]], prompt: Sequence[int], eos: int, ctc_weight: float,
                         reverse_weight: float) -> list[Hypothesis]:
     """:meth:`Searcher.attention_rescoring` of :class:`Hypothesis` n-best lists (their
     ``score`` is the CTC score); returns the best per utterance with its total score."""
     lists = [[list(h.tokens) for h in hyps] for hyps in nbest]
     ctc_scores = [[h.score for h in hyps] for hyps in nbest]
-    hyps, totals = Searcher(None, decoder, 0, sos, eos).attention_rescoring(enc_out, enc_lengths, lists,
+    hyps, totals = Searcher(None, decoder, 0, list(prompt), eos).attention_rescoring(enc_out, enc_lengths, lists,
                                                                             ctc_scores, ctc_weight, reverse_weight)
     return [Hypothesis(tuple(h), s) for h, s in zip(hyps, totals)]

@@ -34,6 +34,10 @@ class FeatureMismatchError(ValueError):
     what to set in ``fbank_conf``)."""
 
 
+class UnexportableModel(ValueError):
+    """A model the exports cannot hold (one line: why, and what to use instead)."""
+
+
 class FeatureMismatchWarning(UserWarning):
     """A recognizer built with ``allow_feature_mismatch`` on a model whose features are not
     the runtime's: its transcripts will not be asrkit's."""
@@ -75,3 +79,16 @@ def runtime_feature_mismatch(fbank: Dict[str, object], runtime: str = "wenet_ctc
     return (f"the model's features are not what sherpa-onnx computes for {_RUNTIME_NAMES[runtime]}: "
             f"{', '.join(differ)}; its transcripts there will differ from asrkit's. Train with "
             f"dataset_conf.fbank_conf {', '.join(fixes)} (and CMVN statistics of those features)")
+
+
+def export_feature_refusal(feats_type: str) -> Optional[str]:
+    """Why a model trained on ``dataset_conf.feats_type`` features cannot be exported, or
+    ``None``: asrkit's exports (the TorchScript archive, WeNet's runtime layout; the ONNX
+    files, sherpa-onnx's WeNet CTC layout) take Kaldi fbank, which those runtimes compute from
+    the audio; Whisper's log-mel spectrogram (normalised over the whole input) is none of
+    theirs, and sherpa-onnx's own Whisper layout is not written by asrkit."""
+    if feats_type == "fbank":
+        return None
+    return (f"a model of dataset_conf.feats_type {feats_type} cannot be exported: the TorchScript archive and "
+            f"the ONNX files take Kaldi fbank, what WeNet's runtime and sherpa-onnx compute; decode it with "
+            f"asrkit recognize, asrkit transcribe or asrkit serve (docs/whisper.md)")

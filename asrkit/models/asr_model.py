@@ -100,6 +100,11 @@ class AsrModel(nn.Module):
         self.reverse_weight = reverse_weight
         self.length_normalized_loss = length_normalized_loss
 
+    def decoder_prompt(self) -> list[int]:
+        """The tokens every decoder input starts with, given and not scored: ``[<sos>]``
+        (:class:`~asrkit.models.whisper.WhisperAsrModel`: Whisper's prompt)."""
+        return [self.sos]
+
     def normaliser(self, out: dict) -> torch.Tensor:
         """The count ``out['loss']`` is divided by: tokens or utterances."""
         return out["num_tokens"] if self.length_normalized_loss else out["num_utts"]

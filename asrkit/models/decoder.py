@@ -88,7 +88,7 @@ class TransformerDecoder(nn.Module):
                          MultiHeadedAttention(conf.attention_heads, d_model, conf.self_attention_dropout_rate,
                                               conf.key_bias),
                          MultiHeadedAttention(conf.attention_heads, d_model, conf.src_attention_dropout_rate,
-                                              conf.key_bias),
+                                              conf.src_key_bias),
                          PositionwiseFeedForward(d_model, conf.linear_units, conf.dropout_rate,
                                                  conf.activation_type),
                          conf.dropout_rate, conf.normalize_before)
@@ -96,6 +96,8 @@ class TransformerDecoder(nn.Module):
         self.normalize_before = conf.normalize_before
         self.after_norm: Optional[nn.LayerNorm] = nn.LayerNorm(d_model, eps=1e-5) if conf.normalize_before else None
         self.output_layer = nn.Linear(d_model, vocab_size)
+        # the most tokens a decoder input may hold (its learned table's rows), -1: no limit
+        self.max_tokens = WHISPER_TEXT_POSITIONS if conf.input_layer == "embed_learnable_pe" else -1
         if conf.tie_word_embedding:
             self.output_layer.weight = self.embed.weight
 
@@ -156,6 +158,7 @@ class BiTransformerDecoder(nn.Module):
             raise ValueError("decoder bitransformer needs decoder_conf.r_num_blocks >= 1")
         self.left_decoder = TransformerDecoder(vocab_size, d_model, conf)
         self.right_decoder = TransformerDecoder(vocab_size, d_model, conf, num_blocks=conf.r_num_blocks)
+        self.max_tokens = self.left_decoder.max_tokens
 
     @property
     def has_reverse(self) -> bool:

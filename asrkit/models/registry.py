@@ -18,6 +18,7 @@ from asrkit.models.cmvn import GlobalCMVN
 from asrkit.models.ctc import CTC
 from asrkit.models.decoder import BiTransformerDecoder, TransformerDecoder
 from asrkit.models.encoder import ConformerEncoder, TransformerEncoder
+from asrkit.models.schema import whisper_language
 from asrkit.models.transducer.joint import JOINTS, TransducerJoint
 from asrkit.models.transducer.loss import check_rnnt_loss
 from asrkit.models.transducer.model import Transducer
@@ -170,17 +171,19 @@ def build_whisper_model(cfg, input_dim: int, vocabulary: Vocabulary, cmvn: Optio
     ``encoder: transformer`` and ``decoder: transformer`` of Whisper's shape
     (:func:`~asrkit.models.whisper.check_whisper_shape`), a CTC head when ``ctc_weight > 0``,
     the decoder when ``ctc_weight < 1``, the special ids of ``vocabulary`` (a Whisper
-    tokenizer's) checked against ``model_conf.special_tokens``."""
+    tokenizer's) checked against ``tokenizer_conf.special_tokens``, the prompt's language
+    :func:`~asrkit.models.schema.whisper_language`."""
     if (cfg.encoder, cfg.decoder) != ("transformer", "transformer"):
         raise ValueError(f"model: whisper needs encoder: transformer and decoder: transformer, got "
                          f"{cfg.encoder}, {cfg.decoder}")
     check_whisper_shape(cfg.encoder_conf, cfg.decoder_conf)
     mc = cfg.model_conf
-    tokens = special_tokens(vocabulary, mc.special_tokens)
+    tokens = special_tokens(vocabulary, cfg.tokenizer_conf.special_tokens)
     encoder = _lookup(ENCODERS, "encoder", cfg.encoder)(input_dim, cfg.encoder_conf)
     decoder, ctc = _heads(cfg, vocabulary, mc.ctc_weight, 1.0 - mc.ctc_weight)
     return WhisperAsrModel(vocabulary, encoder, decoder, ctc, cmvn, tokens, ctc_weight=mc.ctc_weight,
-                           lsm_weight=mc.lsm_weight, length_normalized_loss=mc.length_normalized_loss)
+                           lsm_weight=mc.lsm_weight, length_normalized_loss=mc.length_normalized_loss,
+                           language=whisper_language(cfg))
 
 
 # name -> builder(cfg, input_dim, vocabulary, cmvn) -> nn.Module.  A model family registers

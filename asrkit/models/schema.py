@@ -13,6 +13,7 @@ from typing import ClassVar, Literal, Optional
 
 from asrkit.models.transducer.schema import JointConf, PredictorConf, predictor_problems
 from asrkit.schema import WenetKey, between, checked, non_negative, off, only, optional, positive, same_as
+from asrkit.text.whisper import LANGUAGES
 
 # WeNet keys of encoder_conf and decoder_conf that are not fields (wenet/transformer/encoder.py,
 # decoder.py): each at the value that is what asrkit always does, or that switches off a WeNet
@@ -67,9 +68,10 @@ class EncoderConf:
     # streaming (U2/U2++): the attention context of training and CV (asrkit.models.chunks)
     use_dynamic_chunk: bool = False       # a chunk size drawn per training micro-batch
     use_dynamic_left_chunk: bool = False  # with use_dynamic_chunk: a number of left chunks too
-    static_chunk_size: int = checked(0, non_negative)  # > 0: always this chunk (not with dynamic)
-    # activation checkpointing of every block while training (both engines; recomputed in the
-    # backward: asrkit.train.engines.checkpointing)
+    # > 0: always this chunk (not with dynamic); <= 0: none (WeNet's meaning; its Whisper converter writes -1)
+    static_chunk_size: int = 0
+    # activation checkpointing of every block while training (either engine: its activations are
+    # recomputed in the backward, asrkit.train.engines.activations; WeNet's Whisper converter writes true)
     gradient_checkpointing: bool = False
 
     WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
@@ -116,8 +118,10 @@ class DecoderConf:
     sqrt(d) + sinusoid positions) or ``embed_learnable_pe`` (token embedding + a learned
     448-row table, unscaled: Whisper's decoder).  ``tie_word_embedding``: the output
     projection's weight is the token embedding (one parameter; the projection keeps its
-    bias, as WeNet's does).  ``key_bias: false``: the key projections of self- and source
-    attention have no bias (WeNet passes the one key to both; Whisper's attention)."""
+    bias, as WeNet's does).  ``key_bias: false``: the key projection of self-attention has
+    no bias, ``src_key_bias: false`` that of source attention (WeNet's two keys, each
+    default true; Whisper's attention has neither bias, and WeNet's converter writes both
+    false)."""
 
     attention_heads: int = checked(4, positive)
     linear_units: int = checked(2048, positive)
@@ -132,6 +136,7 @@ class DecoderConf:
     input_layer: Literal["embed", "embed_learnable_pe"] = "embed"
     tie_word_embedding: bool = False
     key_bias: bool = True
+    src_key_bias: bool = True
     gradient_checkpointing: bool = False  # as encoder_conf's, for the decoder's blocks
 
     WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
@@ -139,7 +144,6 @@ class DecoderConf:
         "use_output_layer": only(True, reason="asrkit's decoders always end with the output projection"),
         "src_attention": only(True, reason="asrkit's decoder layers always attend to the encoder output"),
         "src_query_bias": only(True, reason="asrkit's attention projections always have a bias"),
-        "src_key_bias": only(True, reason="asrkit's source attention follows decoder_conf.key_bias"),
         "src_value_bias": only(True, reason="asrkit's attention projections always have a bias"),
     }
 
@@ -149,20 +153,6 @@ class DecoderConf:
 _K2 = "k2's pruned RNN-T loss (enable_k2; k2 does not install for asrkit's torch)"
 _K2_ONLY = ("WeNet's default; it acts only in k2's pruned RNN-T loss (enable_k2: true), which asrkit "
             "does not have, so another value could have no effect")
-
-
-# model_conf.special_tokens (model: whisper; WeNet's keys) -> the token each names in Whisper's vocabulary
-WHISPER_TOKENS = {"sot": "<|startoftranscript|>", "eot": "<|endoftext|>", "sot_prev": "<|startofprev|>",
-                  "transcribe": "<|transcribe|>", "translate": "<|translate|>", "no_timestamps": "<|notimestamps|>",
-                  "no_speech": "<|nospeech|>", "timestamp_begin": "<|0.00|>"}
-
-
-def _whisper_tokens_ok(value) -> Optional[str]:
-    unknown = sorted(set(value or {}) - set(WHISPER_TOKENS))
-    if unknown:
-        return f"unknown token(s) {unknown}; expected some of {list(WHISPER_TOKENS)}"
-    bad = [k for k, v in (value or {}).items() if isinstance(v, bool) or not isinstance(v, int) or v < 0]
-    return f"{bad[0]} must be a token id (an integer >= 0)" if bad else None
 
 
 @dataclasses.dataclass
@@ -177,11 +167,8 @@ class ModelConf:
     not given; WeNet's defaults 1.0 and 0.0), as is asrkit's ``rnnt_type`` (``None``: WeNet's
     ``regular`` lattice; ``modified``: one output per frame, k2's name --
     :mod:`asrkit.models.transducer.loss`).  ``length_normalized_loss`` selects the
-    trainer's normaliser (tokens instead of utterances).  ``special_tokens`` (``model:
-    whisper`` only, WeNet's key): the ids of Whisper's ``sot``, ``eot``, ``sot_prev``,
-    ``transcribe``, ``translate``, ``no_timestamps``, ``no_speech``, ``timestamp_begin``
-    that the model's decoder prompt and targets use (:class:`asrkit.models.whisper.WhisperAsrModel`);
-    ``None``: the tokenizer's.
+    trainer's normaliser (tokens instead of utterances).  (``model: whisper`` reads its
+    special ids from ``tokenizer_conf.special_tokens``, where WeNet's converter writes them.)
     """
 
     ctc_weight: float = checked(0.3, between(0.0, 1.0))
@@ -191,7 +178,6 @@ class ModelConf:
     transducer_weight: Optional[float] = checked(None, optional(between(0.0, 1.0)))
     attention_weight: Optional[float] = checked(None, optional(between(0.0, 1.0)))
     rnnt_type: Optional[Literal["regular", "modified"]] = None
-    special_tokens: Optional[dict[str, int]] = checked(None, _whisper_tokens_ok)
 
     WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
         "ignore_id": only(-1, reason="asrkit pads targets with -1"),
@@ -220,8 +206,31 @@ class CmvnConf:
     cmvn_file: Optional[str] = None
 
     WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
-        "is_json_cmvn": only(True, reason="asrkit reads WeNet's JSON CMVN statistics (no Kaldi binary stats)"),
+        # (null: WeNet's converters write it with cmvn: null and no cmvn_file, where WeNet reads
+        # no statistics; with a file, null would mean Kaldi's)
+        "is_json_cmvn": only(True, None, reason="asrkit reads WeNet's JSON CMVN statistics (no Kaldi binary "
+                                                "stats)",
+                             check=lambda value, section: "null with a cmvn_file would be Kaldi statistics "
+                                                          "(asrkit reads JSON only): set true"
+                             if value is None and section.get("cmvn_file") else None),
     }
+
+
+def whisper_language(cfg) -> str:
+    """The language of ``model: whisper``'s prompt (:class:`asrkit.models.whisper.WhisperAsrModel`)
+    for the root config ``cfg``: the one language of ``dataset_conf.language_conf.limited_langs``
+    -- WeNet classifies each transcript's language among those (``langid``), so with one
+    listed every utterance has it -- or ``en`` without that key (WeNet then classifies
+    among ``zh`` and ``en``, which asrkit does not).  ValueError (one line) for several
+    languages or one Whisper does not have."""
+    langs = cfg.dataset_conf.language_conf.limited_langs
+    if langs is None:
+        return "en"
+    if len(langs) != 1 or langs[0] not in LANGUAGES:
+        raise ValueError(f"dataset_conf.language_conf.limited_langs: {langs}: asrkit gives every utterance one "
+                         f"language (WeNet's langid detection per transcript is not implemented); name one of "
+                         f"Whisper's languages")
+    return langs[0]
 
 
 @dataclasses.dataclass
@@ -264,13 +273,17 @@ class ModelSections:
         """The keys that belong to one model family: those of ``model: transducer`` are
         required by it (``predictor_conf``, ``joint_conf``; WeNet has no default for either)
         and refused with any other model (WeNet ignores them there, or fails on them);
-        ``model_conf.special_tokens`` is ``model: whisper``'s, which needs ``tokenizer:
-        whisper`` (the root config's key, read here when ``self`` is the root)."""
+        ``model: whisper`` needs ``tokenizer: whisper`` and at most one language in
+        ``dataset_conf.language_conf.limited_langs`` (the root config's keys, read here when
+        ``self`` is the root: :func:`whisper_language`)."""
         errors = []
         if self.model == "whisper" and getattr(self, "tokenizer", "whisper") != "whisper":
             errors.append(f"model: whisper needs tokenizer: whisper (Whisper's ids), got {self.tokenizer}")
-        if self.model != "whisper" and self.model_conf.special_tokens is not None:
-            errors.append(f"model_conf.special_tokens: read only by model: whisper (model is {self.model})")
+        if self.model == "whisper" and hasattr(self, "dataset_conf"):
+            try:
+                whisper_language(self)
+            except ValueError as e:
+                errors.append(str(e))
         if self.model != "transducer":
             given = {"predictor": self.predictor, "predictor_conf": self.predictor_conf, "joint": self.joint,
                      "joint_conf": self.joint_conf, "model_conf.transducer_weight": self.model_conf.transducer_weight,

@@ -28,9 +28,9 @@ from asrkit.models.decoder import TransformerDecoder
 from asrkit.models.encoder import TransformerEncoder
 from asrkit.models.losses import IGNORE_ID, label_smoothing_loss, token_accuracy_counts
 from asrkit.models.mask import valid_mask
-from asrkit.models.schema import WHISPER_TOKENS, DecoderConf, EncoderConf
+from asrkit.models.schema import DecoderConf, EncoderConf
 from asrkit.text.vocabulary import Vocabulary
-from asrkit.text.whisper import LANGUAGES
+from asrkit.text.whisper import LANGUAGES, WHISPER_TOKENS
 
 
 class WhisperModel(nn.Module):
@@ -97,17 +97,18 @@ def build_whisper(input_dim: int, vocab_size: int, encoder_conf: EncoderConf,
 
 def special_tokens(vocabulary: Vocabulary, given: Optional[dict[str, int]]) -> dict[str, int]:
     """Every key of :data:`WHISPER_TOKENS` -> its id in ``vocabulary`` (a Whisper tokenizer's),
-    ``given`` (``model_conf.special_tokens``) taking precedence.  ValueError (one line) for a
-    given id that is not the vocabulary's id of that token, except ``eot`` given as ``sot``'s
-    id: WeNet's converter writes that (the decoder is then taught to end with
-    ``<|startoftranscript|>``), and it is WeNet's meaning."""
+    ``given`` (``tokenizer_conf.special_tokens``) taking precedence.  ValueError (one line) for
+    a given id that is not the vocabulary's id of that token, except ``eot`` given as
+    ``sot``'s id: WeNet's converter wrote that before WeNet's #2330 (January 2024; the
+    decoder is then taught to end with ``<|startoftranscript|>``), and it is WeNet's
+    meaning."""
     missing = [name for name in WHISPER_TOKENS.values() if name not in vocabulary.symbols]
     if missing:
         raise ValueError(f"model: whisper needs Whisper's vocabulary (tokenizer: whisper); it has no {missing[0]}")
     tokens = {key: vocabulary.symbols.index(name) for key, name in WHISPER_TOKENS.items()}
     for key, value in (given or {}).items():
         if value != tokens[key] and not (key == "eot" and value == tokens["sot"]):
-            raise ValueError(f"model_conf.special_tokens.{key} is {value}; the tokenizer's {WHISPER_TOKENS[key]} "
+            raise ValueError(f"tokenizer_conf.special_tokens.{key} is {value}; the tokenizer's {WHISPER_TOKENS[key]} "
                              f"is id {tokens[key]}")
     return {**tokens, **(given or {})}
 
@@ -145,7 +146,7 @@ class WhisperAsrModel(AsrModel):
         self.sos, self.eos = tokens["sot"], tokens["eot"]
         self.language, self.task = language, task
 
-    def prompt(self) -> list[int]:
+    def decoder_prompt(self) -> list[int]:
         """``[sot, <|language|>, <|task|>, no_timestamps]`` of the model's ``language`` and
         ``task``; ValueError for a language or task Whisper or this vocabulary does not have."""
         if self.language not in LANGUAGES or self.task not in ("transcribe", "translate"):
@@ -168,7 +169,7 @@ class WhisperAsrModel(AsrModel):
         """``(Σ loss, correct, total)`` of the decoder on the class docstring's inputs and targets."""
         assert self.decoder is not None
         b, eot = target.size(0), self.special_tokens["eot"]
-        prompt = torch.tensor(self.prompt(), dtype=target.dtype, device=target.device).expand(b, -1)
+        prompt = torch.tensor(self.decoder_prompt(), dtype=target.dtype, device=target.device).expand(b, -1)
         ys_in = torch.cat([prompt, target.masked_fill(target == IGNORE_ID, eot)], dim=1)
         ys_out = torch.cat([prompt[:, 1:], target, torch.full_like(prompt[:, :1], IGNORE_ID)], dim=1)
         ys_out.scatter_(1, (target_lengths + prompt.size(1) - 1).unsqueeze(1), eot)

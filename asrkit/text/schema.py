@@ -5,7 +5,7 @@ import dataclasses
 from typing import ClassVar, Literal, Optional
 
 from asrkit.schema import WenetKey, between, checked, optional
-from asrkit.text.whisper import LANGUAGES
+from asrkit.text.whisper import LANGUAGES, WHISPER_TOKENS
 
 
 @dataclasses.dataclass
@@ -37,10 +37,15 @@ class TokenizerConf:
     ``<unk>``, ``<sos>``, ``<eos>``, as in WeNet's configs; ``<sos>`` and ``<eos>`` are the
     one ``<sos/eos>`` unit).  The ids always come from where the units file puts the
     symbols; a declaration is checked against the file when the tokenizer is built and a
-    declared id holding another symbol is refused (``check_special_tokens``).
+    declared id holding another symbol is refused (``check_special_tokens``).  With
+    ``tokenizer: whisper`` its keys are those of :data:`asrkit.text.whisper.WHISPER_TOKENS`
+    (WeNet's converter writes them all), the ids ``model: whisper``'s prompt and targets use,
+    checked against the tokenizer's when the model is built
+    (:func:`asrkit.models.whisper.special_tokens`).  ``null`` for a path: not given (WeNet's
+    converter writes the paths a Whisper tokenizer does not read as null).
     """
 
-    symbol_table_path: str = ""
+    symbol_table_path: Optional[str] = ""
     bpe_path: Optional[str] = None
     rules: Literal["wenet", "asrkit"] = "wenet"
     non_lang_syms_path: Optional[str] = None
@@ -49,6 +54,17 @@ class TokenizerConf:
     special_tokens: Optional[dict[str, int]] = None
     is_multilingual: bool = False
     num_languages: Optional[int] = checked(None, optional(between(1, len(LANGUAGES))))
+
+
+def _whisper_tokens_problems(value: Optional[dict]) -> list[str]:
+    """``tokenizer_conf.special_tokens`` of ``tokenizer: whisper``: keys of
+    :data:`WHISPER_TOKENS`, integer ids."""
+    unknown = sorted(set(value or {}) - set(WHISPER_TOKENS))
+    if unknown:
+        return [f"tokenizer_conf.special_tokens: unknown Whisper token(s) {unknown}; expected some of "
+                f"{list(WHISPER_TOKENS)}"]
+    bad = [k for k, v in (value or {}).items() if isinstance(v, bool) or not isinstance(v, int) or v < 0]
+    return [f"tokenizer_conf.special_tokens.{bad[0]} must be a token id (an integer >= 0)"] if bad else []
 
 
 @dataclasses.dataclass
@@ -60,13 +76,20 @@ class TextSections:
 
     WENET_KEYS: ClassVar[dict[str, WenetKey]] = {}
 
+    @property
+    def reads_units_file(self) -> bool:
+        """Whether the tokenizer's symbols come from ``tokenizer_conf.symbol_table_path`` (char
+        and bpe); Whisper's come with its tiktoken file."""
+        return self.tokenizer != "whisper"
+
     def validate(self) -> list[str]:
         conf, errors = self.tokenizer_conf, []
         if self.tokenizer == "whisper":
             if conf.num_languages is None:
                 errors.append("tokenizer: whisper needs tokenizer_conf.num_languages (99; large-v3: 100)")
-            given = [key for key in ("symbol_table_path", "bpe_path", "non_lang_syms_path", "connect_symbol",
-                                     "special_tokens") if getattr(conf, key)] + \
+            errors += _whisper_tokens_problems(conf.special_tokens)
+            given = [key for key in ("symbol_table_path", "bpe_path", "non_lang_syms_path", "connect_symbol")
+                     if getattr(conf, key)] + \
                 (["split_with_space"] if conf.split_with_space else []) + (["rules"] if conf.rules != "wenet" else [])
             if given:
                 errors.append(f"tokenizer: whisper reads Whisper's tiktoken file; tokenizer_conf.{given[0]} "

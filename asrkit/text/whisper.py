@@ -31,6 +31,11 @@ LANGUAGES = tuple(
     "la mi ml cy sk te fa lv bn sr az sl kn et mk br eu is hy ne mn bs kk sq sw gl mr pa si km sn yo so af oc "
     "ka be tg sd gu am yi lo uz fo ht ps tk nn mt sa lb my bo tl mg as tt haw ln ha ba jw su yue".split())
 TIMESTAMPS = 1501
+# tokenizer_conf.special_tokens of tokenizer: whisper (WeNet's keys, as its converter writes them)
+# -> the token each names (model: whisper reads its prompt and targets' ids there)
+WHISPER_TOKENS = {"sot": "<|startoftranscript|>", "eot": "<|endoftext|>", "sot_prev": "<|startofprev|>",
+                  "transcribe": "<|transcribe|>", "translate": "<|translate|>", "no_timestamps": "<|notimestamps|>",
+                  "no_speech": "<|nospeech|>", "timestamp_begin": "<|0.00|>"}
 # tiktoken's split pattern for Whisper (the package's ``pat_str``)
 PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 

@@ -35,11 +35,12 @@ Group boundaries and the has-next safety net (DDP): the executor reads its loade
 batch ahead**, so before each micro-batch it knows whether this rank has another batch.
 A micro-batch is the last of its group when its position completes ``accum_grad`` or when
 this rank has no next batch; it runs forward/backward with the engine's gradient exchange
-(DDP's all-reduce, FSDP's reduce-scatter), the others without (``model.no_sync()``).  So every group makes, on every rank, exactly one
-synchronising backward (and DDP's buffer broadcast in its first forward) followed by the
-step all-reduce, whatever the number of micro-batches each rank has in it: ranks never
-wait in different collectives.  The sampler gives every rank the same number of batches,
-so the groups are the same everywhere.  If not (a sampler bug):
+(DDP's all-reduce, FSDP's reduce-scatter), the others without (``model.no_sync()``).  So
+every group makes, on every rank, exactly one synchronising backward (and DDP's buffer
+broadcast in its first forward) followed by the step all-reduce, whatever the number of
+micro-batches each rank has in it: ranks never wait in different collectives.  The sampler
+gives every rank the same number of batches, so the groups are the same everywhere.  If not
+(a sampler bug):
 
 * a rank without a next batch ends its epoch after the step of its last group; the step
   all-reduce tells every rank that some rank has no next batch, and all end the epoch

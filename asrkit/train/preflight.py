@@ -80,10 +80,10 @@ def config_file_problems(cfg: TrainConfig) -> list[Problem]:
     """The units, BPE model, non-linguistic symbols and CMVN files the config names."""
     problems = []
     units = cfg.tokenizer_conf.symbol_table_path
-    if not units:
+    if cfg.reads_units_file and not units:
         problems.append(Problem(ProblemKind.UNSET_PATH, "tokenizer_conf.symbol_table_path is not set (the "
                                                         "units.txt of tools/make_units.py)"))
-    elif not Path(units).is_file():
+    elif cfg.reads_units_file and not Path(units).is_file():
         problems.append(missing_file("tokenizer_conf.symbol_table_path", units))
     if cfg.tokenizer == "bpe" and cfg.tokenizer_conf.bpe_path and not Path(cfg.tokenizer_conf.bpe_path).is_file():
         problems.append(missing_file("tokenizer_conf.bpe_path", cfg.tokenizer_conf.bpe_path))

@@ -41,14 +41,14 @@ from asrkit.config import to_dict
 from asrkit.finetune.schema import adaptation_difference
 from asrkit.config_files import INPUT_DIGESTS, check_input_digests, input_digests
 from asrkit.checkpoint.names import EPOCH, STEP, checkpoint_filename
-from asrkit.checkpoint.wenet import is_wenet_state
+from asrkit.checkpoint.weights import is_wenet_checkpoint
 from asrkit.text.tokenizer import BpeModelError
 from asrkit.text.units import UnitsError
 from asrkit.checkpoint.load import CheckpointError, load_checkpoint
 from asrkit.checkpoint.rng import capture_rng_state, restore_rng_state
 from asrkit.checkpoint.save import prune_step_checkpoints, save_checkpoint
 from asrkit.train.dist import DistContext, unwrap
-from asrkit.train.dist.scaling import world_change
+from asrkit.train.dist.scaling import log_world_change
 from asrkit.train.ema import WeightEma
 from asrkit.train.counters import TrainState
 from asrkit.train.executor import Executor, StepResult
@@ -131,7 +131,7 @@ class Trainer:
         try:
             entries = self.engine.checkpoint_entries(self.executor.model, self.executor.optimizer,
                                                      self.model_dir / name)
-        except CheckpointError as e:
+        except CheckpointError as e:  # (a rank could not write its shards)
             error = e
         if self.ctx.is_main and error is None:
             sampler_state = self.train_loader.state_dict() if mid_epoch else None
@@ -156,9 +156,11 @@ class Trainer:
 
         A mid-epoch checkpoint resumes inside its epoch at the first batch not yet
         trained on; an epoch-end checkpoint resumes at the start of the next epoch.
-        A WeNet checkpoint (its ``model.state_dict()``, WeNet's names) starts a fine-tuning
-        run instead: every weight is loaded, and optimizer, scheduler and epoch start
-        fresh, as with WeNet's own ``--checkpoint``.
+        A WeNet checkpoint (its ``model.state_dict()``, WeNet's names) or a model-only asrkit
+        checkpoint (weights and none of optimizer, scheduler, train state and RNG: an average,
+        a converted Whisper file) starts a fine-tuning run instead: every weight is loaded, and
+        optimizer, scheduler and epoch start fresh, as with WeNet's own ``--checkpoint``.  A
+        checkpoint holding some of those four but not all is refused.
 
         A checkpoint whose recorded units file or BPE model digest
         (:data:`asrkit.config_files.INPUT_DIGESTS`) differs from this run's files is refused
@@ -167,15 +169,16 @@ class Trainer:
         """
         ex = self.executor
         state = load_checkpoint(path, map_location=self.ctx.device)
-        if is_wenet_state(state["model"]):
-            self.engine.load_model(ex.model, state, path)
-            log.info("fine-tuning from WeNet checkpoint %s: all of its weights loaded; optimizer, "
-                     "scheduler and epochs start fresh", path)
-            return
         missing = [k for k in ("optimizer", "scheduler", "train_state", "rng") if k not in state]
+        wenet = is_wenet_checkpoint(state, unwrap(ex.model))
+        if wenet or len(missing) == 4:
+            self.engine.load_model(ex.model, state, path)
+            log.info("fine-tuning from %s %s: all of its weights loaded; optimizer, scheduler and epochs "
+                     "start fresh", "WeNet checkpoint" if wenet else "model-only checkpoint", path)
+            return
         if missing:
-            raise CheckpointError(f"{path} is a model-only checkpoint (no {', '.join(missing)}); "
-                                  f"it can initialise a model but not resume a run")
+            raise CheckpointError(f"{path} is not a complete training checkpoint (no {', '.join(missing)}); "
+                                  f"it cannot resume a run")
         try:
             check_input_digests(self.cfg, state.get(INPUT_DIGESTS), path)
         except (UnitsError, BpeModelError) as e:
@@ -201,10 +204,8 @@ class Trainer:
             log.info("the checkpoint holds the RNG states of %d rank(s), this run has %d: every rank takes "
                      "rank 0's (dropout draws differ from an uninterrupted run's)", len(rng_ranks),
                      self.ctx.world_size)
-        world = state.get("world") or {"world_size": len(rng_ranks), "accum_grad": None}
-        change = world_change(world["world_size"], world["accum_grad"], self.ctx.world_size, self.cfg.accum_grad)
-        if change:
-            (log.warning if change[1] else log.info)("%s", change[0])
+        saved = state.get("world") or {"world_size": len(rng_ranks), "accum_grad": None}  # (older checkpoints)
+        log_world_change(saved["world_size"], saved["accum_grad"], self.ctx.world_size, self.cfg.accum_grad)
         if state.get("sampler") is not None:
             self.train_loader.load_state_dict(state["sampler"])
             self.resumed_mid_epoch = True

@@ -28,6 +28,7 @@ from asrkit.checkpoint.names import checkpoint_to_decode
 from asrkit.export.archive import EXTRA_CONFIG, EXTRA_META, load_exported
 from asrkit.models.chunks import ChunkTraining
 from asrkit.trained_model import TrainedModel, load_trained_model
+from asrkit.transcribe.front_end import KaldiFbank, WhisperLogMel, front_end_of
 
 
 class ModelLoadError(ValueError):
@@ -35,27 +36,32 @@ class ModelLoadError(ValueError):
 
 
 class Backend:
-    """What transcription needs of a model.  Attributes: ``sample_rate``, ``num_mel_bins``,
-    ``frame_length``/``frame_shift`` (ms), ``snip_edges``, ``high_freq``, ``sample_scale``
-    (the rest of ``fbank_conf``), ``subsampling``, ``right_context`` (input frames
+    """What transcription needs of a model.  Attributes: ``front_end`` (the features it was
+    trained on, :mod:`asrkit.transcribe.front_end`), ``sample_rate`` and ``frame_shift`` (ms)
+    (the front end's), ``subsampling``, ``right_context`` (input frames
     an encoder frame sees beyond its first), ``min_input_length``, ``units`` (symbols by
     id), ``blank``, ``has_ctc``, ``searcher`` (a :class:`Searcher` or its scripted copy),
     ``bidirectional``, ``chunk_trained`` (trained with dynamic or static chunks),
     ``description``, ``decoding_source`` (what the transducer modes search with: the model,
     or the archive's module; :func:`asrkit.decode.shared.transducer_parts`)."""
 
-    snip_edges, high_freq, sample_scale = (FBANK_OPTION_DEFAULTS[k] for k in ("snip_edges", "high_freq",
-                                                                               "sample_scale"))
+    front_end: KaldiFbank | WhisperLogMel
+
+    def set_front_end(self, front_end: KaldiFbank | WhisperLogMel) -> None:
+        self.front_end = front_end
+        self.sample_rate, self.frame_shift = int(front_end.sample_rate), float(front_end.frame_shift)
 
     def fbank_options(self) -> dict:
         """The keyword arguments of :class:`asrkit.stream.features.StreamingFbank` after the
-        sample rate."""
-        return {"num_mel_bins": self.num_mel_bins, "frame_length": self.frame_length,
-                "frame_shift": self.frame_shift, "snip_edges": self.snip_edges, "high_freq": self.high_freq,
-                "sample_scale": self.sample_scale}
+        sample rate; :class:`DecodingOptionError` for a model of other features (Whisper's
+        log-mel is computed over a whole segment, it does not stream)."""
+        if not isinstance(self.front_end, KaldiFbank):
+            raise DecodingOptionError(f"{self.description}: a model of Whisper's log-mel features does not "
+                                      f"stream (they are normalised over the whole segment)")
+        return self.front_end.stream_options()
 
     def normalise(self, feats: torch.Tensor) -> torch.Tensor:
-        """``feats [T, F]`` (raw fbank) as :meth:`encode` takes them."""
+        """``feats [T, F]`` (the front end's) as :meth:`encode` takes them."""
         return feats
 
     def encode(self, feats: torch.Tensor, lengths: torch.Tensor,
@@ -76,15 +82,10 @@ class EagerBackend(Backend):
 
     def __init__(self, trained: TrainedModel, description: str):
         cfg, model, tokenizer = trained.cfg, trained.model, trained.tokenizer
-        fbank = cfg.dataset_conf.fbank_conf
         self.trained = trained
         self.model, self.tokenizer, self.description = model, tokenizer, description
         self.decoding_source = model
-        self.sample_rate = int(cfg.dataset_conf.resample_conf.resample_rate)
-        self.num_mel_bins = int(fbank.num_mel_bins)
-        self.frame_length, self.frame_shift = float(fbank.frame_length), float(fbank.frame_shift)
-        self.snip_edges, self.high_freq = bool(fbank.snip_edges), float(fbank.high_freq)
-        self.sample_scale = float(fbank.sample_scale)
+        self.set_front_end(front_end_of(cfg.dataset_conf))
         self.feature_cmvn = trained.feature_cmvn
         self.subsampling = int(model.encoder.subsampling_rate)
         self.min_input_length = int(model.encoder.min_input_length)
@@ -163,10 +164,9 @@ def archive_fbank_options(meta_text: str) -> tuple[bool, float, float]:
 class ScriptBackend(Backend):
     def __init__(self, module, extra: dict, description: str):
         self.module, self.description = module, description
-        self.sample_rate = int(module.sample_rate())
-        self.num_mel_bins = int(module.num_mel_bins())
-        self.frame_length, self.frame_shift = float(module.frame_length()), float(module.frame_shift())
-        self.snip_edges, self.high_freq, self.sample_scale = archive_fbank_options(extra.get(EXTRA_META, ""))
+        self.set_front_end(KaldiFbank(int(module.sample_rate()), int(module.num_mel_bins()),
+                                      float(module.frame_length()), float(module.frame_shift()),
+                                      *archive_fbank_options(extra.get(EXTRA_META, ""))))
         self.subsampling = int(module.subsampling_rate())
         self.min_input_length = int(module.min_input_length())
         self.right_context = int(module.right_context())

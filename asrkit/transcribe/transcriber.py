@@ -5,8 +5,8 @@ Audio is read with :func:`asrkit.data.audio.load_audio` (any sample rate and cha
 soundfile reads: WAV, FLAC, ...; channels averaged), resampled to the model's rate with
 :func:`asrkit.data.audio.resample`, cut into the parts decoded one by one
 (:mod:`asrkit.transcribe.segments`: the speech between pauses), and each part turned into
-fbank features by :class:`asrkit.stream.features.StreamingFbank` (in 30 s pieces when a
-part is that long) normalised as the model expects (the data-pipeline CMVN of the config,
+the features the model was trained on (:mod:`asrkit.transcribe.front_end`: Kaldi fbank, or
+Whisper's log-mel) normalised as the model expects (the data-pipeline CMVN of the config,
 when set).  Decoding is :mod:`asrkit.decode`'s: the encoder output of
 :func:`asrkit.decode.batch.encoder_output` (or the archive's encoder), the mode from
 :data:`asrkit.decode.modes.REGISTRY`; token times from the mode's search where it records them
@@ -24,7 +24,6 @@ import numpy as np
 import torch
 
 from asrkit.data.audio import DataFault, load_audio, resample
-from asrkit.data.features import num_frames
 from asrkit.data.lists import ListEntry
 from asrkit.decode.alignment import AlignmentError, best_path_spans, forced_alignment
 from asrkit.decode.fusion import Fusion
@@ -32,7 +31,6 @@ from asrkit.decode.modes import REGISTRY, mode_nbest
 from asrkit.decode.options import DEFAULTS, DecodingOptionError, DecodingOptions, build_fusion, check_encoder_context
 from asrkit.decode.shared import SharedOutputs
 from asrkit.precision import decoding_precision_warning
-from asrkit.stream.features import StreamingFbank
 from asrkit.stream.recognizer import StreamingRecognizer
 from asrkit.transcribe.loading import ModelLoadError, load_archive, load_experiment
 from asrkit.transcribe.result import TokenTime, Transcript, group_words
@@ -41,7 +39,6 @@ from asrkit.transcribe.vad import VAD_RATE
 
 log = logging.getLogger("asrkit.transcribe")
 
-FBANK_PIECE_S = 30.0
 _FAULTS = {"missing_file": "no such file", "unreadable_audio": "not a readable audio file",
            "truncated_audio": "truncated audio file", "empty_audio": "no audio samples",
            "too_short": "too short"}
@@ -166,12 +163,9 @@ class Transcriber:
                                    **self.backend.fbank_options())
 
     def features(self, wav: torch.Tensor) -> torch.Tensor:
-        """Normalised fbank ``[T', F]`` of ``wav [T]`` (samples at the model's rate)."""
-        b = self.backend
-        fbank = StreamingFbank(b.sample_rate, **b.fbank_options())
-        piece = int(FBANK_PIECE_S * b.sample_rate)
-        feats = [fbank.accept(wav[i:i + piece]) for i in range(0, wav.numel(), piece)] + [fbank.finish()]
-        return b.normalise(torch.cat(feats))
+        """Normalised features ``[T', F]`` of ``wav [T]`` (samples at the model's rate): the
+        model's front end's (:mod:`asrkit.transcribe.front_end`), then its feature CMVN."""
+        return self.backend.normalise(self.backend.front_end.features(wav))
 
     def segments(self, samples: torch.Tensor, rate: int, wav: torch.Tensor,
                  segmentation: Segmentation) -> list[Segment]:
@@ -259,8 +253,7 @@ class Transcriber:
         samples, rate, name = read_samples(audio, sample_rate)
         wav = resample(samples, rate, b.sample_rate)[0]
         duration = samples.size(1) / rate
-        if num_frames(wav.numel(), b.sample_rate, b.frame_length, b.frame_shift,
-                      snip_edges=b.snip_edges) < b.min_input_length:
+        if b.front_end.frames(wav.numel()) < b.min_input_length:
             raise AudioError(name, "too_short", f"{duration:.3f} s; the model needs "
                              f"{b.min_input_length} feature frames, {self._min_input_ms():g} ms")
         segments = self.segments(samples, rate, wav, segmentation or Segmentation())
@@ -278,18 +271,11 @@ class Transcriber:
 
     def _min_input_samples(self) -> int:
         """The model's shortest input in samples (its minimum feature frames)."""
-        b = self.backend
-        if b.snip_edges:
-            return int(b.sample_rate * ((b.min_input_length - 1) * b.frame_shift + b.frame_length) / 1000)
-        shift = int(b.sample_rate * b.frame_shift * 0.001)  # ((T + shift // 2) // shift frames)
-        return b.min_input_length * shift - shift // 2
+        return self.backend.front_end.min_samples(self.backend.min_input_length)
 
     def _min_input_ms(self) -> float:
         """The model's shortest input in milliseconds of audio (its minimum feature frames)."""
-        b = self.backend
-        if b.snip_edges:
-            return (b.min_input_length - 1) * b.frame_shift + b.frame_length
-        return 1000.0 * self._min_input_samples() / b.sample_rate
+        return 1000.0 * self._min_input_samples() / self.backend.sample_rate
 
     def _at_least_min_input(self, segment: Segment, num_samples: int) -> Segment:
         """``segment`` widened (forward, then back) to the model's shortest input where it is

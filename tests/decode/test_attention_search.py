@@ -40,7 +40,7 @@ def test_attention_beam_one_equals_step_by_step_greedy():
         model.decoder.output_layer.bias[model.eos] -= 3.0
     enc_out, enc_lengths = encode(model, [60, 41, 23])
     with torch.no_grad():
-        hyps = attention_beam_search(model.decoder, enc_out, enc_lengths, 1, model.sos, model.eos)
+        hyps = attention_beam_search(model.decoder, enc_out, enc_lengths, 1, [model.sos], model.eos)
         for b in range(3):
             tokens, score = greedy_step_by_step(model, enc_out[b], enc_lengths[b])
             assert list(hyps[b].tokens) == tokens
@@ -54,11 +54,11 @@ def test_attention_beam_search_same_alone_and_in_batch():
         model.decoder.output_layer.bias[model.eos] -= 2.0
     enc_out, enc_lengths = encode(model, [60, 41, 23])
     with torch.no_grad():
-        batch = attention_beam_search(model.decoder, enc_out, enc_lengths, 4, model.sos, model.eos)
+        batch = attention_beam_search(model.decoder, enc_out, enc_lengths, 4, [model.sos], model.eos)
         for b in range(3):
             n = int(enc_lengths[b])
             alone = attention_beam_search(model.decoder, enc_out[b:b + 1, :n], enc_lengths[b:b + 1], 4,
-                                          model.sos, model.eos)[0]
+                                          [model.sos], model.eos)[0]
             assert alone.tokens == batch[b].tokens
             assert abs(alone.score - batch[b].score) < 1e-3
             assert len(alone.tokens) <= n
@@ -87,7 +87,7 @@ def test_attention_rescoring_picks_the_best_independently_scored_hypothesis():
     with torch.no_grad():
         nbest = ctc_prefix_beam_search(model.ctc_log_probs(enc_out), enc_lengths, 6)
         nbest[1] = nbest[1] + [Hypothesis((), -50.0)]  # an empty hypothesis must be scorable too
-        best = attention_rescoring(model.decoder, enc_out, enc_lengths, nbest, model.sos, model.eos,
+        best = attention_rescoring(model.decoder, enc_out, enc_lengths, nbest, [model.sos], model.eos,
                                    ctc_weight, reverse_weight)
         for b in range(2):
             totals = [independent_score(model, enc_out[b], enc_lengths[b], h.tokens, reverse_weight)
@@ -105,7 +105,7 @@ NEXT = {(): {A: 0.6, B: 0.4}, (A,): {EOS: 0.7, C: 0.3}, (B,): {C: 0.9, EOS: 0.1}
 def scripted_search(frames: int = 5) -> AttentionBeamSearch:
     """Beam 2 over the next-token table ``NEXT`` (other tokens: 1e-9): the kept
     hypotheses end as ``a <eos>`` (0.6 · 0.7) and ``b c <eos>`` (0.4 · 0.9 · 0.95)."""
-    search = AttentionBeamSearch(torch.tensor([frames]), 2, sos=EOS, eos=EOS)
+    search = AttentionBeamSearch(torch.tensor([frames]), 2, prompt=[EOS], eos=EOS)
     while not search.done():
         rows = []
         for seq in search.ys[:, 1:].tolist():
@@ -141,7 +141,7 @@ def test_length_penalty_never_shortens_the_chosen_hypothesis():
     lengths = []
     with torch.no_grad():
         for penalty in (0.0, 0.5, 1.0, 3.0):
-            hyps = attention_beam_search(model.decoder, enc_out, enc_lengths, 6, model.sos, model.eos, penalty)
+            hyps = attention_beam_search(model.decoder, enc_out, enc_lengths, 6, [model.sos], model.eos, penalty)
             lengths.append([len(h.tokens) for h in hyps])
     for shorter, longer in zip(lengths, lengths[1:]):
         assert all(a <= b for a, b in zip(shorter, longer)), lengths

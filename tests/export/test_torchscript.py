@@ -153,7 +153,7 @@ def test_forward_attention_decoder_gives_the_rescoring_scores():
     with torch.no_grad():
         enc, enc_lengths = model.encode(x, lengths)
         expected = rescoring_scores(model.decoder, enc, enc_lengths, [[Hypothesis(tuple(h), 0.0) for h in hyps]],
-                                    model.sos, model.eos, 0.4)[0]
+                                    [model.sos], model.eos, 0.4)[0]
         width = max(map(len, hyps)) + 1
         ys = torch.full((len(hyps), width), model.eos, dtype=torch.long)
         for i, h in enumerate(hyps):

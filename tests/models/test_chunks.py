@@ -99,8 +99,9 @@ def test_streaming_keys_are_fields_with_wenets_meaning():
     conf = build(TrainConfig, {"encoder_conf": {"use_dynamic_chunk": True, "use_dynamic_left_chunk": True,
                                                 "causal": True, "cnn_module_norm": "layer_norm"}}).encoder_conf
     assert conf.use_dynamic_chunk and conf.use_dynamic_left_chunk and conf.static_chunk_size == 0
-    assert check_all(TrainConfig, {"encoder_conf": {"static_chunk_size": -1}}) == [
-        "encoder_conf.static_chunk_size: must be >= 0, got -1"]
+    # (WeNet: a value <= 0 is no static chunk; its Whisper converter writes -1)
+    training = ChunkTraining.from_config(build(TrainConfig, {"encoder_conf": {"static_chunk_size": -1}}))
+    assert not training.chunked and training.for_training(3, 0) == training.for_evaluation() == FULL_CONTEXT
 
 
 @pytest.mark.parametrize("streaming", [{"use_dynamic_chunk": True}, {"static_chunk_size": 16}])

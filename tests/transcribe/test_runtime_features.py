@@ -52,7 +52,7 @@ def test_the_archive_records_the_options_and_transcribes_alike(centred, tmp_path
     meta = json.loads(load_exported(out)[1][EXTRA_META])
     assert (meta["snip_edges"], meta["high_freq"], meta["sample_scale"]) == (False, -400.0, 32768.0)
     archive = load_model(out)
-    assert (archive.backend.snip_edges, archive.backend.high_freq) == (False, -400.0)
+    assert (archive.backend.front_end.snip_edges, archive.backend.front_end.high_freq) == (False, -400.0)
     for mode in ("ctc_greedy_search", "attention_rescoring"):
         want = centred.transcribe(MIKE, mode=mode, segmentation=Segmentation.whole())
         assert archive.transcribe(MIKE, mode=mode, segmentation=Segmentation.whole()).tokens == want.tokens

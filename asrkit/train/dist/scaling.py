@@ -2,8 +2,11 @@
 number of ranks."""
 from __future__ import annotations
 
+import logging
 import math
 from typing import Optional
+
+log = logging.getLogger("asrkit.train")
 
 
 
@@ -70,3 +73,10 @@ def world_change(saved_world: int, saved_accum: Optional[int], world_size: int,
     return (f"{head}; the global batch changes from {before} to {now} per-rank batches per optimizer step "
             f"(accum_grad {saved_accum} -> {accum_grad}) -- to keep it, set reference_world_size: {saved_world} "
             f"(with accum_grad {saved_accum}) and keep_global_batch: true"), True
+
+
+def log_world_change(saved_world: int, saved_accum: Optional[int], world_size: int, accum_grad: int) -> None:
+    """Log :func:`world_change`'s line, if any: a warning when the global batch changes."""
+    change = world_change(saved_world, saved_accum, world_size, accum_grad)
+    if change:
+        (log.warning if change[1] else log.info)("%s", change[0])

@@ -88,7 +88,8 @@ class FsdpEngine(TrainingEngine):
         if self.cfg.fsdp_sync_module_states:
             self._broadcast_from_rank0(model)
         dtype = PARAM_DTYPES.get(self.cfg.dtype)
-        policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype else MixedPrecisionPolicy()
+        policy = (MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype
+                  else MixedPrecisionPolicy())
         offload = CPUOffloadPolicy() if self.cfg.fsdp_cpu_offload else OffloadPolicy()
         zero3 = self.cfg.fsdp_sharding_strategy == "zero3"
         self.units = [*self._units(model), model]
@@ -104,7 +105,8 @@ class FsdpEngine(TrainingEngine):
                  "ranks: this rank holds %d of %d elements (DTensor shards); mixed precision: %s; cpu offload: %s",
                  self.cfg.fsdp_sharding_strategy, len(self.units),
                  ", ".join([*(n for n in ("encoder", "decoder") if getattr(model, n, None) is not None), "root"])
-                 if self.cfg.fsdp_sharding_strategy == "model" else f"{len(self.units) - 1} blocks and the root", self.ctx.world_size, local, total,
+                 if self.cfg.fsdp_sharding_strategy == "model" else f"{len(self.units) - 1} blocks and the root",
+                 self.ctx.world_size, local, total,
                  f"{self.cfg.dtype} parameters, fp32 gradient reduction" if dtype else "none (fp32)",
                  "on" if self.cfg.fsdp_cpu_offload else "off")
         return model

@@ -3,6 +3,7 @@
 #   bash run.sh                               # all stages
 #   bash run.sh --stage 4 --stop_stage 5      # train, then average + decode + score
 #   bash run.sh --model transducer            # the transducer (RNN-T + CTC + attention) instead
+#   bash run.sh --model whisper               # a small Whisper-architecture model (docs/whisper.md)
 #   bash run.sh --streaming true              # the U2++ model (with --model transducer: U2++ transducer)
 #   bash run.sh --augment true                # + noise, reverberation and volume augmentation (-> <dir>_aug)
 #   bash run.sh --seeds "1 2 3"               # one model per seed (<dir>_seed1 ...), then mean ± sd per mode
@@ -66,6 +67,10 @@ decode_length_penalty=1.5     # attention mode: chosen on the dev set (bench/dec
 # model: ctc_attention (conformer CTC/attention: conf/train_conformer_cpu.yaml -> exp/conformer_cpu)
 #   | transducer (RNN-T + CTC + attention, stateless embedding predictor:
 #   conf/train_transducer_cpu.yaml -> exp/transducer_cpu)
+#   | whisper (WeNet's model: whisper -- Whisper's log-mel, tokenizer and prompt -- at 2 + 2 layers of
+#   128 dimensions from random initialisation: conf/train_whisper_cpu.yaml -> exp/whisper_cpu; stage 1
+#   writes the log-mel's CMVN into data/train/global_cmvn_log_mel, stage 2 has no units to make; a
+#   converted OpenAI checkpoint trains with its own train.yaml and --checkpoint, docs/whisper.md)
 model=ctc_attention
 # streaming: true trains and decodes the U2++ model instead (conf/train_u2pp_conformer_cpu.yaml
 # -> exp/u2pp_cpu; transducer: conf/train_u2pp_transducer_cpu.yaml -> exp/u2pp_transducer_cpu):
@@ -109,10 +114,12 @@ case "$model/$streaming" in
   ctc_attention/true) config=conf/train_u2pp_conformer_cpu.yaml; exp=exp/u2pp_cpu ;;
   transducer/false) config=conf/train_transducer_cpu.yaml; exp=exp/transducer_cpu ;;
   transducer/true) config=conf/train_u2pp_transducer_cpu.yaml; exp=exp/u2pp_transducer_cpu ;;
-  *) echo "$0: --model ctc_attention|transducer and --streaming true|false, not '$model' and '$streaming'" >&2
+  whisper/false) config=conf/train_whisper_cpu.yaml; exp=exp/whisper_cpu ;;
+  *) echo "$0: --model ctc_attention|transducer|whisper and --streaming true|false (whisper: false), not '$model' and '$streaming'" >&2
      exit 1 ;;
 esac
 [ "$model" != transducer ] || finetune_mods=$finetune_mods,predictor.,joint.
+[ "$model" != whisper ] || finetune_mods=encoder.,decoder.,ctc.   # (no CMVN layer: Whisper's log-mel is its own scale)
 aug_overrides=""
 case "$augment" in
   true) aug_overrides="dataset_conf.reverb=true dataset_conf.noise=true dataset_conf.volume_perturb=true"; exp=${exp}_aug ;;
@@ -215,8 +222,13 @@ if run_stage 0; then
   for f in rir.scp noise.scp; do cmp -s "$noise_dir/train/$f" "data/noise/train/$f" || cp "$noise_dir/train/$f" "data/noise/train/$f"; done
 fi
 
-run_stage 1 && stage_cmvn 1 config="$train_config"
-run_stage 2 && stage_units 2 what="character units" units=data/dict/units.txt
+if [ "$model" = whisper ]; then  # (statistics of Whisper's log-mel, beside the fbank ones; no units)
+  run_stage 1 && stage_cmvn 1 config="$train_config" name=global_cmvn_log_mel
+  run_stage 2 && say "2: Whisper's tokenizer comes with its tiktoken file (no units): skipped"
+else
+  run_stage 1 && stage_cmvn 1 config="$train_config"
+  run_stage 2 && stage_units 2 what="character units" units=data/dict/units.txt
+fi
 
 # shellcheck disable=SC2086  # test_sets is a word list
 run_stage 3 && stage_data_lists 3 type="$data_type" per_shard="$num_utts_per_shard" -- train dev $test_sets \
@@ -261,8 +273,12 @@ if run_stage 5; then
   fi
 fi
 # (a transducer exports too: final.zip with its searches, ONNX in sherpa-onnx's transducer layout)
+if [ "$model" = whisper ]; then  # (the exports take Kaldi fbank: asrkit.export.runtime_features)
+  run_stage 6 && say "6: a model of Whisper's log-mel is not exported (docs/whisper.md): decode it with recognize/transcribe/serve"
+else
 run_stage 6 && stage_export 6 config="$dir/train.yaml" checkpoint="$decode_checkpoint" out="$dir/final.zip" onnx_dir="$dir/onnx" \
   check_data="data/dev/$(list_name "$data_type")"
+fi
 
 lm=data/lm/${lm_order}gram.arpa
 run_stage 7 && stage_lm 7 out="$lm" order="$lm_order" prune="$lm_prune"

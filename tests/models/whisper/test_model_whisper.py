@@ -23,26 +23,10 @@ from asrkit.models.registry import build_model
 from asrkit.models.whisper import WhisperAsrModel
 from asrkit.schema import ConfigError
 from asrkit.text.tokenizer import build_tokenizer
+from tests.models.whisper.openai_files import random_openai_file
 
 pytest.importorskip("whisper")
 pytest.importorskip("tiktoken")
-
-# a tiny model of OpenAI's layout (1 layer each side, width 64); tiny's vocabulary
-DIMS = dict(n_mels=80, n_audio_ctx=1500, n_audio_state=64, n_audio_head=2, n_audio_layer=1,
-            n_vocab=51865, n_text_ctx=448, n_text_state=64, n_text_head=2, n_text_layer=1)
-
-
-def random_openai_file(path: Path, seed: int = 0) -> Path:
-    """An OpenAI-layout file (``dims`` + fp16 ``model_state_dict``, openai-whisper's names and
-    shapes for :data:`DIMS`) with random values everywhere (LayerNorms and positional tables too)."""
-    import whisper
-
-    names = whisper.model.Whisper(whisper.model.ModelDimensions(**DIMS)).state_dict()
-    generator = torch.Generator().manual_seed(seed)
-    state = {name: (0.2 * torch.randn(t.shape, generator=generator)).half() for name, t in names.items()}
-    torch.save({"dims": DIMS, "model_state_dict": state}, path)
-    return path
-
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
@@ -79,7 +63,7 @@ def test_converted_files_load_and_compute_the_reference(converted):
         for b, f in enumerate(feats):
             want = reference.embed_audio(f.unsqueeze(0))
             torch.testing.assert_close(enc_out[b:b + 1, :enc_lengths[b]], want, atol=1e-5, rtol=0)
-        prompt = model.prompt() + tokenizer.encode(" eight nine")
+        prompt = model.decoder_prompt() + tokenizer.encode(" eight nine")
         tokens = torch.tensor([prompt])
         want_logits = reference.logits(tokens, reference.embed_audio(feats[0].unsqueeze(0)))
         mask = torch.ones(1, 1, 50, dtype=torch.bool)
@@ -89,12 +73,12 @@ def test_converted_files_load_and_compute_the_reference(converted):
 
 def test_loss_is_on_wenets_whisper_targets(converted):
     """``loss_att`` = Σ_u the label-smoothed loss of ``P + y`` -> ``P[1:] + y + [eot]``
-    (P = sot, <|en|>, <|transcribe|>, <|notimestamps|>; eot as the config says: sot's id,
-    WeNet's converter), each utterance alone; ``num_tokens`` = Σ (L_u + 4)."""
+    (P = sot, <|zh|> -- WeNet's converter's language_conf --, <|transcribe|>, <|notimestamps|>;
+    eot as the config says: <|endoftext|>), each utterance alone; ``num_tokens`` = Σ (L_u + 4)."""
     _, config_path, checkpoint_path = converted
     cfg, tokenizer, model = built(config_path, checkpoint_path)
-    sot, eot = cfg.model_conf.special_tokens["sot"], cfg.model_conf.special_tokens["eot"]
-    assert model.prompt() == [sot, sot + 1, 50359, 50363] and eot == sot  # en, transcribe, notimestamps
+    sot, eot = cfg.tokenizer_conf.special_tokens["sot"], cfg.tokenizer_conf.special_tokens["eot"]
+    assert model.decoder_prompt() == [sot, sot + 2, 50359, 50363] and eot == 50257  # zh, transcribe, notimestamps
     texts = [tokenizer.encode(" one two three four"), tokenizer.encode(" five")]
     target = torch.nn.utils.rnn.pad_sequence([torch.tensor(t) for t in texts], batch_first=True, padding_value=-1)
     target_lengths = torch.tensor([len(t) for t in texts])
@@ -106,8 +90,8 @@ def test_loss_is_on_wenets_whisper_targets(converted):
         enc_out, enc_lengths = model.encode(feats, feats_lengths)
         want = 0.0
         for b, text in enumerate(texts):
-            ys_in = torch.tensor([model.prompt() + text])
-            ys_out = torch.tensor([model.prompt()[1:] + text + [eot]])
+            ys_in = torch.tensor([model.decoder_prompt() + text])
+            ys_out = torch.tensor([model.decoder_prompt()[1:] + text + [eot]])
             mask = torch.ones(1, 1, int(enc_lengths[b]), dtype=torch.bool)
             logits = model.decoder.forward_logits(enc_out[b:b + 1, :enc_lengths[b]], mask, ys_in,
                                                   torch.tensor([ys_in.size(1)]))
@@ -126,7 +110,9 @@ def test_loss_is_on_wenets_whisper_targets(converted):
     ({"dataset_conf": {"log_mel_spectrogram_conf": {"n_fft": 512}}}, "n_fft 400"),
     ({"dataset_conf": {"log_mel_spectrogram_conf": {"num_mel_bins": 64}}}, "80 or 128 bins"),
     ({"dataset_conf": {"feats_type": "mfcc"}}, "feats_type"),
-    ({"model_conf": {"special_tokens": {"sos": 1}}}, "unknown token"),
+    ({"tokenizer_conf": {"special_tokens": {"sos": 1}}}, "unknown Whisper token"),
+    ({"dataset_conf": {"language_conf": {"limited_langs": ["zh", "en"]}}}, "limited_langs"),
+    ({"decoder_conf": {"use_output_layer": False}}, "use_output_layer"),
 ])
 def test_config_refusals_are_one_line(converted, tmp_path, edit, message):
     _, config_path, _ = converted
@@ -149,7 +135,7 @@ def test_config_refusals_are_one_line(converted, tmp_path, edit, message):
 
 def test_special_tokens_other_than_the_tokenizers_are_refused(converted, tmp_path):
     _, config_path, _ = converted
-    cfg = load_config(config_path, ["model_conf.special_tokens.transcribe=50358"])
+    cfg = load_config(config_path, ["tokenizer_conf.special_tokens.transcribe=50358"])
     with pytest.raises(ValueError, match=r"special_tokens.transcribe is 50358; the tokenizer's <\|transcribe\|> "
                                          r"is id 50359"):
         build_model(cfg, 80, build_tokenizer(cfg).vocabulary)
@@ -163,4 +149,4 @@ def test_a_language_the_vocabulary_lacks_is_refused(converted):
     _, _, model = built(config_path, checkpoint_path)
     model.language = "yue"  # (large-v3's 100th language; this vocabulary has 99)
     with pytest.raises(ValueError, match="'yue' has no token in this vocabulary"):
-        model.prompt()
+        model.decoder_prompt()
