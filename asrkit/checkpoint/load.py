@@ -162,7 +162,8 @@ def check_keys(state: dict, model: torch.nn.Module, source: str) -> None:
                                   f"in the model")
     first_of: dict[int, str] = {}
     for name, tensor in target.items():
-        first = first_of.setdefault(tensor.data_ptr(), name) if tensor.numel() else name
+        local = tensor.to_local() if hasattr(tensor, "to_local") else tensor  # (a sharded model: this rank's shard)
+        first = first_of.setdefault(local.data_ptr(), name) if local.numel() else name
         if first != name and not torch.equal(state[first], state[name]):
             raise CheckpointError(f"{source} does not match the config's model: '{first}' and '{name}' are one "
                                   f"tensor of the model (tied) but differ in the checkpoint")
