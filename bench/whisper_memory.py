@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Memory of ``model: whisper`` per OpenAI model size: parameters counted from the dimensions
 (asrkit's model of :func:`asrkit.checkpoint.whisper.wenet_config`, with its CTC head) and the
 bytes they make for inference (fp32 / bf16 weights) and for fine-tuning with Adam in fp32
