@@ -108,12 +108,42 @@ def atomic_write_text(path: str | Path, text: str) -> dict:
 
 
 def remove_temporaries(directory: str | Path) -> int:
-    """Delete the temporaries of writers that died mid-write in ``directory``; returns how many."""
+    """Delete the temporaries of writers that died mid-write in ``directory`` (files, and the
+    folders of :func:`temporary_folder`); returns how many."""
+    import shutil
     n = 0
     for p in Path(directory).glob(TEMP_GLOB):
-        p.unlink(missing_ok=True)
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
         n += 1
     return n
+
+
+def temporary_folder(path: str | Path) -> Path:
+    """The temporary name of folder ``path`` while several processes write into it
+    (``.<name>.tmp-parts``: the same name in every process, unlike a file's temporary; removed
+    by :func:`remove_temporaries`).  :func:`replace_folder` then renames it into place."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.tmp-parts")
+
+
+def replace_folder(tmp: str | Path, path: str | Path) -> None:
+    """Rename the complete folder ``tmp`` (its files written and fsync'ed by their writers) to
+    ``path``; a folder already at ``path`` is moved aside first and deleted after, so a crash
+    leaves the old folder or the new one under ``path`` (or, between the two renames, the old
+    one under a temporary name and none at ``path``)."""
+    import shutil
+    tmp, path = Path(tmp), Path(path)
+    old = path.with_name(f".{path.name}.tmp-old")
+    if old.exists():
+        shutil.rmtree(old)
+    if path.exists():
+        os.replace(path, old)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def file_digest(path: str | Path) -> str:

@@ -147,6 +147,25 @@ def _powersgd_state(cfg, exp, tmp_path):
     assert (state.matrix_approximation_rank, state.start_powerSGD_iter) == (2, 7)
 
 
+def _fsdp_wrap(cfg, exp, tmp_path):
+    import torch.distributed as dist
+
+    from asrkit.models import build_model
+    from asrkit.text.vocabulary import Vocabulary
+    from asrkit.train.dist.context import DistContext
+    from asrkit.train.engines import build_engine
+    from asrkit.train.engines.fsdp import FsdpEngine
+    fsdp = dataclasses.replace(cfg, train_engine="torch_fsdp", fsdp_sync_module_states=True)
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "fsdp_store"), 1), rank=0, world_size=1)
+    try:
+        ctx = DistContext(backend="gloo")
+        assert build_engine(fsdp, ctx).name == "torch_ddp"  # (one process: nothing to shard)
+        model = build_model(fsdp, cfg.input_dim, Vocabulary.of_size(cfg.output_dim), load_cmvn_stats=False)
+        assert FsdpEngine(fsdp, ctx).wrap(model) is model
+    finally:
+        dist.destroy_process_group()
+
+
 def _transducer(cfg, exp, tmp_path):
     from asrkit.models.registry import build_predictor, build_transducer
     from asrkit.models.transducer.schema import JointConf, PredictorConf
@@ -269,6 +288,9 @@ TARGETED = {
     **{f"SchedulerConf.{key}": ("asrkit.train.scheduler.build_scheduler (scheduler: NoamHoldAnnealing)",
                                 "the tiny run's scheduler is warmuplr", _noam_hold_annealing)
        for key in ("warmup_ratio", "hold_steps", "hold_ratio", "max_steps", "decay_rate", "min_lr")},
+    **{f"TrainConfig.{key}": ("asrkit.train.engines.build_engine and FsdpEngine.wrap (train_engine: torch_fsdp)",
+                              "the tiny run is one process: torch_fsdp trains it as torch_ddp", _fsdp_wrap)
+       for key in ("fsdp_sharding_strategy", "fsdp_sync_module_states")},
     **{key: ("asrkit.models.registry.build_transducer and build_predictor (model: transducer)",
              "the tiny run trains model: asr_model", _transducer) for key in _TRANSDUCER_KEYS},
 }

@@ -36,9 +36,9 @@ def test_wenet_saved_train_yaml_loads_with_the_trainer_keys():
     units = (WENET / "offline" / "units.txt").read_text(encoding="utf-8").splitlines()
     assert cfg.output_dim == len(units) == 19 and cfg.input_dim == 80 and cfg.dtype == "fp32"
     noted = {n.split(":")[0] for n in notes}
-    assert {"model_dir", "save_states", "train_engine", "use_amp", "vocab_size"} <= noted
+    assert {"model_dir", "save_states", "use_amp", "vocab_size"} <= noted
     assert "vocab_size: 19 (WeNet's trainer writes the dictionary size as both)" in notes
-    assert "train_engine: torch_ddp (WeNet's DistributedDataParallel engine, the one asrkit's trainer is)" in notes
+    assert cfg.train_engine == "torch_ddp"  # (a field: asrkit's engines are WeNet's torch_ddp and torch_fsdp)
 
 
 def test_u2pp_train_yaml_loads_with_its_streaming_keys():
@@ -71,7 +71,7 @@ def test_vocab_size_is_output_dim():
     ({"dtype": "bf16"}, None),  # no WeNet trainer key: asrkit's dtype
     ({"use_amp": True}, "use_amp"),  # WeNet: fp16; asrkit's default dtype: fp32
     ({"use_amp": False, "dtype": "bf16"}, "use_amp"),  # WeNet's torch_ddp trains this in fp32
-    ({"train_engine": "torch_ddp", "dtype": "fp16"}, "train_engine"),
+    ({"train_engine": "torch_ddp", "dtype": "fp16"}, None),  # asrkit's train_engine: dtype says the precision
     ({"train_engine": "torch_ddp", "use_amp": False, "dtype": "fp16"}, "use_amp"),
 ])
 def test_wenet_precision_keys_agree_with_dtype(raw, wrong):
@@ -86,7 +86,7 @@ def test_trainer_keys_outside_their_wenet_meaning_are_refused():
     errors = check_all(TrainConfig, {"train_engine": "deepspeed", "save_states": "everything",
                                      "model_dir": 3, "init_infos": [1]})
     assert len(errors) == 4, errors
-    assert errors[0].startswith("train_engine: deepspeed is not supported by asrkit (accepted only as: torch_ddp;")
+    assert errors[0] == "train_engine: must be one of ['torch_ddp', 'torch_fsdp'], got 'deepspeed'", errors
     assert errors[1].startswith("save_states: everything is not supported by asrkit (accepted only as: "
                                 "model_only, model+optimizer;")
     assert errors[2] == "model_dir: expected str, got 3 (int)"
@@ -100,14 +100,13 @@ def test_trainer_keys_outside_their_wenet_meaning_are_refused():
 def test_notes_say_what_is_true():
     """Item 6 of the WeNet-interoperability issue: a key at the only value asrkit has is
     logged as such, not as unsupported."""
-    notes = notes_of({"ctc": "ctc", "encoder_conf": {"use_sdpa": True, "gradient_checkpointing": False},
+    notes = notes_of({"ctc": "ctc", "encoder_conf": {"use_sdpa": True, "n_kv_head": None},
                       "dataset_conf": {"spec_aug_conf": {"max_w": 80}}})
     assert notes == [
         "ctc: ctc (asrkit's only CTC head)",
         "encoder_conf.use_sdpa: true (asrkit always uses scaled_dot_product_attention, "
         "the same attention as WeNet's either way)",
-        "encoder_conf.gradient_checkpointing: false (asrkit keeps every activation for the backward pass (no "
-        "gradient checkpointing): the same gradients, with more memory)",
+        "encoder_conf.n_kv_head: null (off; asrkit does not implement grouped-query attention (n_kv_head))",
         "dataset_conf.spec_aug_conf.max_w: 80 (WeNet's spec_aug takes max_w and never uses it "
         "(no time warping))",
     ]

@@ -82,6 +82,17 @@ def build_parser() -> argparse.ArgumentParser:
                              ("lora_reinit", _bool, "non-zero adapters, weights offset to match (default false)")):
         extra = dict(nargs="?", const=True) if kind is _bool else {}
         tune.add_argument(f"--{name}", type=kind, default=None, help=f"lora_conf.{name}: {what}", **extra)
+    engine = p.add_argument_group(
+        "training engine (WeNet's flags; docs/distributed.md): each flag sets the config key of its name, "
+        "after --override")
+    engine.add_argument("--train_engine", default=None, choices=["torch_ddp", "torch_fsdp"],
+                        help="torch_ddp: the model on every rank; torch_fsdp: sharded over the ranks (FSDP2)")
+    engine.add_argument("--fsdp_sharding_strategy", default=None, choices=["no_shard", "model", "zero2", "zero3"],
+                        help="torch_fsdp's units and resharding (default zero2)")
+    engine.add_argument("--fsdp_cpu_offload", type=_bool, nargs="?", const=True, default=None, metavar="BOOL",
+                        help="keep the shards on the host (CUDA only)")
+    engine.add_argument("--fsdp_sync_module_states", type=_bool, nargs="?", const=True, default=None,
+                        metavar="BOOL", help="broadcast rank 0's weights before sharding")
     warm = p.add_argument_group(
         "warm start (a curriculum: first train on an easier list, e.g. one clean voice, then on "
         "--train_data from that model)")
@@ -126,9 +137,13 @@ FINETUNE_FLAGS = {**{f.name: f.name for f in dataclasses.fields(FinetuneSections
                   **{f.name: f"lora_conf.{f.name}" for f in dataclasses.fields(LoraConf)}}
 
 
+# flag -> config key of the training-engine flags (WeNet's names)
+ENGINE_FLAGS = {k: k for k in ("train_engine", "fsdp_sharding_strategy", "fsdp_cpu_offload", "fsdp_sync_module_states")}
+
+
 def finetune_overrides(args: argparse.Namespace) -> list[str]:
-    """The config overrides the fine-tuning flags given set (JSON values: valid YAML)."""
-    return [f"{key}={json.dumps(getattr(args, flag))}" for flag, key in FINETUNE_FLAGS.items()
+    """The config overrides the fine-tuning and engine flags given set (JSON values: valid YAML)."""
+    return [f"{key}={json.dumps(getattr(args, flag))}" for flag, key in {**FINETUNE_FLAGS, **ENGINE_FLAGS}.items()
             if getattr(args, flag) is not None]
 
 

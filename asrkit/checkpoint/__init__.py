@@ -7,6 +7,7 @@ and how it is written, found, read, put into a model and averaged.
 * :mod:`~asrkit.checkpoint.save` -- atomic writes, pruning;
 * :mod:`~asrkit.checkpoint.load` -- the weights-only, digest-checked read, the key check
   against a model, and the resume lookup;
+* :mod:`~asrkit.checkpoint.sharded` -- a sharded run's folder of shards (DCP) beside its ``.pt``;
 * :mod:`~asrkit.checkpoint.weights` -- a checkpoint's weights into a model (asrkit's,
   WeNet's, a fine-tuning run's base and LoRA), ``--enc_init``;
 * :mod:`~asrkit.checkpoint.wenet` -- WeNet's parameter names;
@@ -27,8 +28,9 @@ _PUBLIC = {
     "names": ("CheckpointSelectionError", "checkpoint_to_decode", "training_checkpoints"),
     "record": ("read_info", "read_record"),
     "save": ("FORMAT_VERSION", "prune_step_checkpoints", "remove_stale_temporaries", "save_checkpoint"),
-    "load": ("CheckpointError", "check_keys", "find_resume_checkpoint", "load_checkpoint", "strip_module_prefix",
-             "verify_digest"),
+    "load": ("CheckpointError", "SHARDS", "check_keys", "find_resume_checkpoint", "load_checkpoint",
+             "strip_module_prefix", "verify_digest", "verify_sharded"),
+    "sharded": ("read_sharded", "write_sharded"),
     "weights": ("BASE_RECORD", "init_modules", "is_wenet_checkpoint", "load_weights", "model_state",
                 "resolved_state"),
     "wenet": ("from_wenet_state", "is_wenet_state"),

@@ -12,7 +12,8 @@ the SHA-256 and size of the ``.pt`` bytes, computed while they were written
 (:func:`asrkit.checkpoint.save.save_checkpoint`); :func:`load_checkpoint` checks them when the
 record has them, so a checkpoint whose bytes changed after the write is refused as
 corrupted.  A ``.pt`` without a record (``average_model``'s output) is checked
-structurally only.
+structurally only.  A sharded checkpoint's folder of shards (``asrkit.checkpoint.sharded``)
+is checked file by file against the digests its ``.pt`` records (:func:`verify_sharded`).
 """
 from __future__ import annotations
 
@@ -35,6 +36,11 @@ class CheckpointError(RuntimeError):
     """A checkpoint could not be written or is not a valid asrkit checkpoint."""
 
 
+# the entry of a checkpoint whose sharded state is in a folder beside it (asrkit.checkpoint.sharded):
+# {"folder": its name, "files": {file name: {"sha256", "bytes"}}}
+SHARDS = "shards"
+
+
 def verify_digest(path: str | Path) -> None:
     """Raise :class:`CheckpointError` when ``path``'s ``.yaml`` record holds a ``sha256``
     (and ``bytes``) that the file does not match; nothing to check without one."""
@@ -51,6 +57,32 @@ def verify_digest(path: str | Path) -> None:
     if got != want:
         raise CheckpointError(f"checkpoint {path} is corrupted: its SHA-256 {got[:12]}... differs from "
                               f"the {want[:12]}... recorded in {path.with_suffix('.yaml').name} when it was written")
+
+
+def verify_sharded(path: str | Path, record: dict) -> Path:
+    """The shard folder of checkpoint ``path`` after checking every file against ``record``
+    (``asrkit.checkpoint.sharded.write_sharded``'s): :class:`CheckpointError` for a missing folder, a missing,
+    added, resized or changed file."""
+    folder = Path(path).with_name(record["folder"])
+    if not folder.is_dir():
+        raise CheckpointError(f"checkpoint {path} keeps its sharded state in {folder}, which is missing "
+                              f"(copy the folder along with the .pt)")
+    present = {p.name for p in folder.iterdir()}
+    expected = record["files"]
+    if present != set(expected):
+        missing, added = sorted(set(expected) - present), sorted(present - set(expected))
+        raise CheckpointError(f"checkpoint {path}: its shard folder {folder.name} "
+                              + ("lacks " + ", ".join(missing) if missing else "")
+                              + ("; " if missing and added else "") + ("has files it was not written with: "
+                                                                       + ", ".join(added) if added else ""))
+    for name, want in expected.items():
+        file = folder / name
+        size = file.stat().st_size
+        if size != want["bytes"] or file_digest(file) != want["sha256"]:
+            raise CheckpointError(f"checkpoint {path}: shard file {folder.name}/{name} is corrupted ("
+                                  f"{'its size differs from' if size != want['bytes'] else 'its SHA-256 differs from'}"
+                                  f" the one recorded when it was written); not loaded")
+    return folder
 
 
 def read_weights_only(path: str | Path, map_location: Any = "cpu") -> Any:
@@ -130,7 +162,8 @@ def check_keys(state: dict, model: torch.nn.Module, source: str) -> None:
                                   f"in the model")
     first_of: dict[int, str] = {}
     for name, tensor in target.items():
-        first = first_of.setdefault(tensor.data_ptr(), name) if tensor.numel() else name
+        local = tensor.to_local() if hasattr(tensor, "to_local") else tensor  # (a sharded model: this rank's shard)
+        first = first_of.setdefault(local.data_ptr(), name) if local.numel() else name
         if first != name and not torch.equal(state[first], state[name]):
             raise CheckpointError(f"{source} does not match the config's model: '{first}' and '{name}' are one "
                                   f"tensor of the model (tied) but differ in the checkpoint")
@@ -138,13 +171,16 @@ def check_keys(state: dict, model: torch.nn.Module, source: str) -> None:
 
 def find_resume_checkpoint(model_dir: str | Path) -> Optional[Path]:
     """The newest checkpoint in ``model_dir`` that loads (structure, weights-only content
-    and recorded SHA-256 all checked); a broken newer one -- truncated, corrupted, carrying
+    and recorded SHA-256 all checked, and those of its shard files: :func:`verify_sharded`);
+    a broken newer one -- truncated, corrupted, carrying
     pickled objects -- is reported with a warning and skipped, falling back to the previous
     valid one.  None if none.  Newest means last in the training order of
     :func:`asrkit.checkpoint.names.training_checkpoints` (by recorded step)."""
     for path in reversed(training_checkpoints(model_dir)):
         try:
-            load_checkpoint(path)
+            state = load_checkpoint(path)
+            if state.get(SHARDS):
+                verify_sharded(path, state[SHARDS])
         except CheckpointError as e:
             log.warning("skipping unusable checkpoint: %s", e)
             continue

@@ -10,6 +10,9 @@ Names (``<model_dir>/<name>``):
   checkpoints averaged; any other ``avg_<label>.pt`` (e.g. ``avg_best.pt``) is an averaged
   model too, with no number.
 
+A sharded run's training checkpoint also has a folder of shards beside it,
+``<name>.dcp`` (:func:`sharded_folder`), which belongs to the ``.pt`` of the same name.
+
 Anything else (``final.pt``, ``init.pt``, ...) is not named by this rule.  A training
 checkpoint may have a ``.yaml`` record beside it (:mod:`asrkit.checkpoint.record`)
 holding the optimizer step it was saved at.
@@ -63,6 +66,12 @@ def parse_name(name: str | Path) -> Optional[CheckpointName]:
         label = m.group(1)
         return CheckpointName(AVERAGE, int(label) if _NUMBER.fullmatch(label) else None)
     return None
+
+
+def sharded_folder(path: str | Path) -> Path:
+    """The folder beside training checkpoint ``path`` holding its shards, when it has them
+    (a sharded run's: ``asrkit.checkpoint.sharded``): ``step_4.pt`` -> ``step_4.dcp``."""
+    return Path(path).with_suffix(".dcp")
 
 
 def checkpoint_filename(kind: str, number: int) -> str:

@@ -17,6 +17,10 @@ ignored and cleaned up on the next start).  A failed write -- a full disk (``ENO
 a file-size limit (``EFBIG``), an I/O error -- raises :class:`CheckpointError` naming the
 file and the operating system's reason.
 
+A sharded run (``train_engine: torch_fsdp``) also writes a folder of shards beside the
+``.pt`` before it (:mod:`asrkit.checkpoint.sharded`, which states its crash safety and
+weights-only rule); the ``.pt`` then holds everything else and the digests of the shards.
+
 Integrity: the SHA-256 of the ``.pt`` bytes, computed while they are written, is stored
 in the ``.yaml`` record (``sha256``, ``bytes``).  :func:`load_checkpoint` checks it when
 the record has one, so a checkpoint whose bytes changed after the write (a flipped
@@ -33,7 +37,7 @@ import torch
 import yaml
 
 from asrkit.checkpoint.load import CheckpointError
-from asrkit.checkpoint.names import step_checkpoints_beyond
+from asrkit.checkpoint.names import sharded_folder, step_checkpoints_beyond
 from asrkit.files import WriteError, atomic_write, atomic_write_text, remove_temporaries
 
 FORMAT_VERSION = 1
@@ -61,17 +65,26 @@ def save_checkpoint(path: str | Path, state: dict, info: Optional[dict] = None) 
 
 
 def remove_stale_temporaries(model_dir: str | Path) -> int:
-    """Delete temp files left by a writer that died mid-save; returns how many.  Call it on
-    the one process that writes into ``model_dir`` (rank 0), before that process writes:
-    called anywhere else it could delete a temporary another process is writing."""
-    return remove_temporaries(model_dir)
+    """Delete temp files (and shard folders being written) left by a writer that died
+    mid-save, and the shard folders (``<name>.dcp``) whose ``<name>.pt`` was never written;
+    returns how many.  Call it on the one process that writes the checkpoints into
+    ``model_dir`` (rank 0), before any rank writes: called anywhere else it could delete a
+    temporary another process is writing."""
+    import shutil
+    orphans = [d for d in Path(model_dir).glob("*.dcp") if d.is_dir() and not d.with_suffix(".pt").exists()]
+    for folder in orphans:
+        shutil.rmtree(folder, ignore_errors=True)
+    return remove_temporaries(model_dir) + len(orphans)
 
 
 def prune_step_checkpoints(model_dir: str | Path, keep: int) -> list[Path]:
     """Keep the newest ``keep`` ``step_*.pt`` files (training order; epoch checkpoints are
-    never pruned), deleting the others with their ``.yaml`` records; returns the deleted."""
+    never pruned), deleting the others with their ``.yaml`` records and shard folders;
+    returns the deleted."""
+    import shutil
     removed = step_checkpoints_beyond(model_dir, keep)
     for p in removed:
         p.unlink(missing_ok=True)
         p.with_suffix(".yaml").unlink(missing_ok=True)
+        shutil.rmtree(sharded_folder(p), ignore_errors=True)
     return removed

@@ -112,9 +112,8 @@ def wenet_config(dims: dict) -> dict:
     dynamic batches, ``language_conf.limited_langs: [zh]`` -- the prompt's language, see
     :func:`asrkit.models.schema.whisper_language`), ``grad_clip``, ``accum_grad``,
     ``max_epoch``, ``log_interval``, Adam and ``warmuplr``.  asrkit reads every one of them
-    with WeNet's meaning; the one difference is in what it does with
-    ``gradient_checkpointing: true``: asrkit keeps the activations (the same gradients, more
-    memory)."""
+    with WeNet's meaning (``gradient_checkpointing: true``: every block's activations are
+    recomputed in the backward while training, ``asrkit.train.engines.activations``)."""
     multilingual = dims["n_vocab"] >= 51865
     num_languages = dims["n_vocab"] - 51765 - int(multilingual)
     names = special_token_names(num_languages)

@@ -134,7 +134,7 @@ def check_inputs(config_path: str, overrides: list[str], train_data: str, cv_dat
     config = to_dict(cfg)
     results = [ok("config", f"{config_path} loaded" + (f" with {len(overrides)} override(s)" if overrides else "")
                   + f": {cfg.encoder} encoder, {cfg.decoder} decoder, {cfg.tokenizer} tokenizer, "
-                    f"launch.timeout_s {cfg.launch.timeout_s:g}")]
+                    f"launch.timeout_s {cfg.launch.timeout_s:g}"), check_engine(cfg)]
     # (an unusable backend is the versions check's line; preflight then judges as for gloo)
     job = TrainJob(config=config_path, train_data=train_data, cv_data=cv_data, model_dir=Path("."),
                    overrides=tuple(overrides))
@@ -151,6 +151,24 @@ def check_inputs(config_path: str, overrides: list[str], train_data: str, cv_dat
     files = {**agreement.job_files(config, train_data, cv_data),
              **agreement.shard_indexes(train_data, cv_data, None)}
     return results, JobInputs(config, files, cfg.launch.dist_backend)
+
+
+def check_engine(cfg) -> CheckResult:
+    """The ``engine`` line: the training engine the config asks for and, for ``torch_fsdp``,
+    whether this torch has what it needs (FSDP2's ``fully_shard``, ``torch.distributed.checkpoint``);
+    the settings it cannot run with are preflight's lines."""
+    if cfg.train_engine != "torch_fsdp":
+        return ok("engine", f"train_engine {cfg.train_engine}: the model replicated on every rank")
+    try:
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict  # noqa: F401 (what FSDP needs)
+        from torch.distributed.fsdp import fully_shard  # noqa: F401
+    except ImportError as e:
+        return fail("engine", f"train_engine torch_fsdp needs torch.distributed.fsdp.fully_shard and "
+                              f"torch.distributed.checkpoint, which this torch lacks ({first_line(e)})",
+                    "install torch >= 2.6, or use train_engine: torch_ddp")
+    return ok("engine", f"train_engine torch_fsdp, fsdp_sharding_strategy {cfg.fsdp_sharding_strategy}: "
+                        f"fully_shard and torch.distributed.checkpoint available; every rank writes its shards "
+                        f"into --model_dir, which must be one shared folder for all nodes")
 
 
 def _backend_or_none(cfg) -> Optional[str]:

@@ -21,11 +21,6 @@ from asrkit.text.whisper import LANGUAGES
 _COMMON_WENET_KEYS: dict[str, WenetKey] = {
     "concat_after": off(False, feature="concat_after (a linear over the concatenated attention input "
                                        "and output instead of the residual sum)"),
-    # (true: WeNet recomputes each block's activations in the backward pass, the same gradients
-    # for less memory; WeNet's Whisper converter writes true)
-    "gradient_checkpointing": only(False, True, reason="asrkit keeps every activation for the backward pass "
-                                                       "(no gradient checkpointing): the same gradients, "
-                                                       "with more memory"),
     "use_sdpa": only(False, True, reason="asrkit always uses scaled_dot_product_attention, "
                                          "the same attention as WeNet's either way"),
     "layer_norm_type": only("layer_norm", reason="asrkit's only normalisation layer (no rms_norm)"),
@@ -75,6 +70,9 @@ class EncoderConf:
     use_dynamic_left_chunk: bool = False  # with use_dynamic_chunk: a number of left chunks too
     # > 0: always this chunk (not with dynamic); <= 0: none (WeNet's meaning; its Whisper converter writes -1)
     static_chunk_size: int = 0
+    # activation checkpointing of every block while training (either engine: its activations are
+    # recomputed in the backward, asrkit.train.engines.activations; WeNet's Whisper converter writes true)
+    gradient_checkpointing: bool = False
 
     WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
         **_COMMON_WENET_KEYS,
@@ -139,6 +137,7 @@ class DecoderConf:
     tie_word_embedding: bool = False
     key_bias: bool = True
     src_key_bias: bool = True
+    gradient_checkpointing: bool = False  # as encoder_conf's, for the decoder's blocks
 
     WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
         **_COMMON_WENET_KEYS,

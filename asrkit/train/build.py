@@ -26,9 +26,9 @@ from asrkit.data.processors import build_sample_processor
 from asrkit.finetune.setup import AdaptError, Adaptation, adapt
 from asrkit.config_files import ModelInputs, load_model_inputs
 from asrkit.models import build_model
-from asrkit.train.dist import MonitoredLoader, count_batchnorm, register_comm_hook, wrap_ddp
-from asrkit.train.dist.comm_hooks import describe as describe_comm_hook
+from asrkit.train.dist import MonitoredLoader, count_batchnorm
 from asrkit.train.dist.context import DistContext
+from asrkit.train.engines import TrainingEngine, build_engine
 from asrkit.train.dist.scaling import scale_accum_grad
 from asrkit.train.job import ModuleInit
 from asrkit.train.precision import cpu_precision
@@ -50,9 +50,11 @@ class TrainingParts:
     ``train.yaml`` and the checkpoints record.  ``train_cfg`` is the same with the world-size
     scaled ``accum_grad`` (``keep_global_batch``): what the executor steps with.
     ``adaptation`` (``asrkit.finetune.setup``) says what the run's checkpoints store.
-    ``model`` is ``bare_model`` wrapped in DDP when the process group has several ranks
-    (and ``ddp=True``), with the communication hook ``comm_hook`` of ``ddp_conf`` registered
-    on it (None when not wrapped); ``scaler`` is the fp16 GradScaler or None."""
+    ``model`` is ``bare_model`` as ``engine`` (``asrkit.train.engines``: the ``train_engine``'s)
+    trains it -- wrapped in DDP, or sharded by FSDP in place, when the process group has
+    several ranks (and ``ddp=True``); ``comm_hook`` is the DDP communication hook of
+    ``ddp_conf`` registered on it (None when there is none); ``scaler`` is the fp16
+    GradScaler or None."""
 
     cfg: TrainConfig
     train_cfg: TrainConfig
@@ -69,6 +71,7 @@ class TrainingParts:
     comm_hook: Optional[Any] = None  # asrkit.train.dist.comm_hooks.CommHook
     adaptation: Adaptation = dataclasses.field(default_factory=Adaptation)  # what checkpoints store
     cv_parts: list = dataclasses.field(default_factory=list)  # [(CV list path, its loader)], one per list
+    engine: Optional[TrainingEngine] = None  # how model is trained over the ranks (None: the caller's own wrapping)
 
 
 def seed_everything(seed: int) -> None:
@@ -139,7 +142,7 @@ def build_training(cfg: TrainConfig, ctx: DistContext, *, train_data: str | Sequ
     ``asrkit.data.lists.ListError``).  The loaders shard by ``ctx.rank``/``ctx.world_size``; with
     ``ctx.monitor`` (``asrkit.train.dist.RankMonitor``) they record their waits in it.
     ``ddp=False`` returns the bare model in ``model`` too (for callers that wrap it
-    themselves, e.g. a benchmark comparing DDP options)."""
+    themselves, e.g. a benchmark comparing DDP options), and no ``engine``."""
     accum_grad = _scaled_accum_grad(cfg, ctx)
     scaler = amp_scaler(cfg, ctx.device)
     log_precision(cfg, ctx.device, scaler)
@@ -190,17 +193,12 @@ def build_training(cfg: TrainConfig, ctx: DistContext, *, train_data: str | Sequ
                  "nothing to convert", getattr(cfg.encoder_conf, "cnn_module_norm", "?"))
     elif cfg.sync_batchnorm and not ctx.distributed:
         log.info("sync_batchnorm: one process, nothing to synchronise; BatchNorm left as it is")
-    model = bare_model
-    if ddp:
-        # Every parameter of the models built here takes part in the loss (AsrModel leaves out
-        # the CTC head or the decoder whose weight is 0), so DDP need not search for unused ones.
-        model = wrap_ddp(bare_model, ctx, find_unused_parameters=False, sync_batchnorm=cfg.sync_batchnorm)
-    comm_hook = register_comm_hook(model, cfg.ddp_conf, cfg.seed) if model is not bare_model else None
-    if ddp:  # (the caller that wraps the model itself also chooses its hook)
-        log.info(describe_comm_hook(cfg.ddp_conf, ctx.world_size if comm_hook is not None else 1))
+    engine = build_engine(cfg, ctx) if ddp else None  # (the caller that wraps the model itself also chooses its hook)
+    model = engine.wrap(bare_model) if engine is not None else bare_model
+    comm_hook = getattr(engine, "comm_hook", None)
     log.info(effective_batch(train_cfg, ctx.world_size))
     # frozen parameters get no optimizer state (asrkit.finetune.freeze)
     optimizer = build_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
     scheduler = build_scheduler(cfg, optimizer)
     return TrainingParts(cfg, train_cfg, tokenizer, train_entries, cv_entries, train_loader, cv_loader,
-                         bare_model, model, optimizer, scheduler, scaler, comm_hook, adaptation, cv_parts)
+                         bare_model, model, optimizer, scheduler, scaler, comm_hook, adaptation, cv_parts, engine)

@@ -1,6 +1,6 @@
 """The train and CV loops of one epoch: accumulation, clipping, non-finite steps, logging.
 
-Accumulation semantics (single process and DDP alike):
+Accumulation semantics (single process, DDP and FSDP alike: ``asrkit.train.engines``):
 
 * micro-batches are grouped by their position in the epoch's plan: positions
   ``[k·accum_grad, (k+1)·accum_grad)`` form group k; the optimizer steps after the last
@@ -34,12 +34,13 @@ caller to read.
 Group boundaries and the has-next safety net (DDP): the executor reads its loader **one
 batch ahead**, so before each micro-batch it knows whether this rank has another batch.
 A micro-batch is the last of its group when its position completes ``accum_grad`` or when
-this rank has no next batch; it runs forward/backward with DDP's gradient all-reduce, the
-others under ``model.no_sync()``.  So every group makes, on every rank, exactly one
-synchronising backward (and DDP's buffer broadcast in its first forward) followed by the
-step all-reduce, whatever the number of micro-batches each rank has in it: ranks never
-wait in different collectives.  The sampler gives every rank the same number of batches,
-so the groups are the same everywhere.  If not (a sampler bug):
+this rank has no next batch; it runs forward/backward with the engine's gradient exchange
+(DDP's all-reduce, FSDP's reduce-scatter), the others without (``model.no_sync()``).  So
+every group makes, on every rank, exactly one synchronising backward (and DDP's buffer
+broadcast in its first forward) followed by the step all-reduce, whatever the number of
+micro-batches each rank has in it: ranks never wait in different collectives.  The sampler
+gives every rank the same number of batches, so the groups are the same everywhere.  If not
+(a sampler bug):
 
 * a rank without a next batch ends its epoch after the step of its last group; the step
   all-reduce tells every rank that some rank has no next batch, and all end the epoch
@@ -82,8 +83,10 @@ import torch
 from asrkit.models.chunks import ChunkTraining, micro_batch_index
 from asrkit.progress import ProgressReport, clock
 from asrkit.train.counters import TrainState
-from asrkit.train.dist import DistContext, no_sync_if, unwrap
-from asrkit.train.grads import clip_coefficient, gradient_norm, scale_gradients, to_device_async
+from asrkit.train.dist import DistContext, unwrap
+from asrkit.train.engines.base import TrainingEngine
+from asrkit.train.engines.ddp import DdpEngine
+from asrkit.train.grads import clip_coefficient, scale_gradients, to_device_async
 from asrkit.train.loss_sums import Window, cv_means, merge_names, summed_names
 from asrkit.train.read_ahead import consumed_position, mark_consumed, read_ahead
 
@@ -108,12 +111,13 @@ class Executor:
     """Trains and evaluates ``model``: owns what an optimizer step changes -- the model, the
     optimizer, the scheduler, the fp16 ``scaler`` and the weight ``ema``
     (``asrkit.train.ema.WeightEma``, updated after each applied step; None: no EMA) -- and
-    steps it with ``cfg``.  ``progress``: a bar of each epoch's batches (``asrkit.progress``);
-    None shows it on rank 0 when stderr is a terminal."""
+    steps it with ``cfg`` through the training ``engine`` that wrapped ``model``
+    (``asrkit.train.engines``; default: ``torch_ddp``'s).  ``progress``: a bar of each epoch's
+    batches (``asrkit.progress``); None shows it on rank 0 when stderr is a terminal."""
 
     def __init__(self, cfg, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler,
                  ctx: DistContext, model_dir: Path, *, scaler: Optional[torch.amp.GradScaler] = None,
-                 progress: Optional[bool] = None, ema=None):
+                 progress: Optional[bool] = None, ema=None, engine: Optional[TrainingEngine] = None):
         self.cfg = cfg
         self.model = model
         self.optimizer = optimizer
@@ -127,6 +131,7 @@ class Executor:
         self.autocast_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg.dtype)
         self.ema = ema
         self.chunks = ChunkTraining.from_config(cfg)  # attention context per micro-batch
+        self.engine = engine or DdpEngine(cfg, ctx)
 
     # ------------------------------------------------------------------ helpers
 
@@ -204,7 +209,7 @@ class Executor:
                 dev_batch = self._to_device(batch)
                 chunk = self.chunks.for_training(
                     state.step, micro_batch_index(position, accum, self.ctx.rank, self.ctx.world_size))
-                with no_sync_if(self.model, skip_sync=not last_in_group):
+                with self.engine.gradient_sync(self.model, sync=last_in_group):
                     out = self._forward(self.model, dev_batch, chunk)
                     loss = out["loss"]
                     (self.scaler.scale(loss) if self.scaler else loss).backward()
@@ -273,7 +278,7 @@ class Executor:
         scaler = self.scaler if any(p.grad is not None for p in self.params) else None
         if scaler:
             scaler.unscale_(self.optimizer)
-        raw_norm = gradient_norm(self.params, self.ctx.device)  # identical on every rank after DDP
+        raw_norm = self.engine.gradient_norm(self.params, self.ctx.device)  # identical on every rank
         n = float(len(group))
         stop = float(stop_requested())
         local = to_device_async([local_count, stop, 0.0, float(has_next), n, n * n], self.ctx.device)
@@ -292,7 +297,7 @@ class Executor:
                 self._count_fault(group, state, f"the loss of {int(nonfinite_losses)} micro-batch(es) "
                                                 f"(over all ranks) is not finite")
                 return None, *agreed
-            # DDP averaged the per-rank gradient sums over world_size; undo that and divide
+            # DDP (FSDP too) averaged the per-rank gradient sums over world_size; undo that and divide
             # by the global count: grad = (sum over ranks and micro-batches) / global_count.
             factor = self.ctx.world_size / global_count
             grad_norm = factor * raw
@@ -349,7 +354,8 @@ class Executor:
                              *(f"{k} {v:.4f}" for k, v in numbers.items() if k not in own),
                              f"lr {numbers['lr']:.3e}", f"grad_norm {grad_norm:.3f}",
                              f"{numbers['frames_per_s']:.0f} frames/s",
-                             f"data_wait {100 * numbers['data_wait_share']:.1f}%", f"eta {clock(eta)}"]))
+                             f"data_wait {100 * numbers['data_wait_share']:.1f}%", f"eta {clock(eta)}",
+                             *filter(None, [self.engine.step_report()])]))
         return numbers
 
     # ------------------------------------------------------------------ CV
@@ -358,8 +364,8 @@ class Executor:
         """Loss and accuracy over ``loader`` (this rank's shard), summed over all ranks.
 
         Every rank returns the same numbers.  The bare model is used (no DDP hooks), so
-        ranks need not run the same number of CV batches -- though the sampler gives
-        them equal counts anyway.
+        under DDP ranks need not run the same number of CV batches; under FSDP each forward
+        all-gathers, and they must -- the sampler gives them equal counts.
         """
         return cv_means(self.cv_sums(loader), self.length_normalized)
 
@@ -383,6 +389,7 @@ class Executor:
             utts += b_utts
             tokens += b_tokens
         model.train(was_training)
+        self.engine.after_evaluation(model)
         names = merge_names(self.ctx.all_gather(list(sums)))  # ranks agree on the vector's layout
         values = self.ctx.sum_floats([sums.get(k, 0.0) for k in names] + [float(utts), float(tokens)])
         return dict(zip(names, values[:len(names)])), int(values[-2]), int(values[-1])

@@ -14,6 +14,7 @@ from asrkit.config import TrainConfig
 from asrkit.data.mixing import ListSpecError
 from asrkit.data.noise_lists import AudioListError, read_audio_list
 from asrkit.train.dist import check_sync_batchnorm, comm_hook_problem, resolve_backend
+from asrkit.train.engines.problems import engine_problems
 from asrkit.train.job import TrainJob
 from asrkit.train.problems import Problem, ProblemKind, missing_file
 
@@ -116,7 +117,8 @@ def augmentation_list_problems(cfg: TrainConfig) -> list[Problem]:
 
 def setting_problems(cfg: TrainConfig, device: torch.device, backend: str) -> list[Problem]:
     """dtype against the device, sync_batchnorm and the communication hook against the
-    backend and device, keep_global_batch against reference_world_size."""
+    backend and device, the training engine's settings, keep_global_batch against
+    reference_world_size."""
     problems = []
     # (on a CPU every dtype runs, decided by its flags: asrkit.train.precision, logged at build)
     if cfg.dtype == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
@@ -130,6 +132,7 @@ def setting_problems(cfg: TrainConfig, device: torch.device, backend: str) -> li
     problem = comm_hook_problem(cfg.ddp_conf.comm_hook, backend, device)
     if problem:
         problems.append(problem)
+    problems.extend(engine_problems(cfg, device))  # (train_engine and its fsdp_* keys)
     if cfg.keep_global_batch and not cfg.reference_world_size:
         problems.append(Problem(ProblemKind.SETTING, "keep_global_batch: true needs reference_world_size (the "
                                                      "number of ranks the config was tuned on, e.g. 4)"))

@@ -138,6 +138,15 @@ class TrainerSections:
     sync_batchnorm: bool = False
     # Gradient communication (DDP communication hook): equal on every node, unlike launch.
     ddp_conf: DdpConf = dataclasses.field(default_factory=DdpConf)
+    # The training engine (asrkit.train.engines; WeNet's names and values): torch_ddp replicates
+    # the model on every rank, torch_fsdp shards it (torch's FSDP2, fully_shard) as
+    # fsdp_sharding_strategy says -- zero2: parameters, gradients and optimizer state sharded,
+    # parameters kept gathered from forward to the end of backward; zero3: re-gathered for the
+    # backward; model: encoder and decoder as two units; no_shard: DDP (logged).
+    train_engine: Literal["torch_ddp", "torch_fsdp"] = "torch_ddp"
+    fsdp_sharding_strategy: Literal["no_shard", "model", "zero2", "zero3"] = "zero2"
+    fsdp_cpu_offload: bool = False        # sharded parameters and optimizer state on the host (CUDA only)
+    fsdp_sync_module_states: bool = False  # broadcast rank 0's weights before sharding
     launch: LaunchConf = dataclasses.field(default_factory=LaunchConf)
 
     def validate(self) -> list[str]:
@@ -147,9 +156,6 @@ class TrainerSections:
     # What WeNet's trainer adds to the train.yaml it saves (wenet/utils/train_utils.py,
     # check_modify_and_save_config; init_infos: wenet/utils/init_model.py).
     WENET_KEYS: ClassVar[dict[str, WenetKey]] = {
-        "train_engine": only(
-            "torch_ddp", reason="WeNet's DistributedDataParallel engine, the one asrkit's trainer is",
-            check=lambda v, raw: None if "use_amp" in raw else _wenet_precision(False, raw)),
         "use_amp": any_value(
             bool, "WeNet's switch for fp16 autocast with a GradScaler under torch_ddp, which is "
                   "asrkit's dtype: fp16; it agrees with dtype",

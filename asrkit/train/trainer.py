@@ -1,7 +1,8 @@
 """Epoch loop around the Executor: CV, checkpoints, resume, early stopping, TensorBoard and
 the stop signals.
 
-Checkpoints (see ``asrkit.checkpoint``) are written by rank 0 only:
+Checkpoints (see ``asrkit.checkpoint``) are written by rank 0 (and a sharded run's shards,
+``asrkit.train.engines``, by every rank):
 
 * ``step_<N>.pt`` every ``save_interval`` optimizer steps (mid-epoch; it records the
   sampler position of the batches *consumed*, so a resume continues with exactly the
@@ -40,13 +41,14 @@ from asrkit.config import to_dict
 from asrkit.finetune.schema import adaptation_difference
 from asrkit.config_files import INPUT_DIGESTS, check_input_digests, input_digests
 from asrkit.checkpoint.names import EPOCH, STEP, checkpoint_filename
-from asrkit.checkpoint.weights import is_wenet_checkpoint, load_weights
+from asrkit.checkpoint.weights import is_wenet_checkpoint
 from asrkit.text.tokenizer import BpeModelError
 from asrkit.text.units import UnitsError
 from asrkit.checkpoint.load import CheckpointError, load_checkpoint
 from asrkit.checkpoint.rng import capture_rng_state, restore_rng_state
 from asrkit.checkpoint.save import prune_step_checkpoints, save_checkpoint
 from asrkit.train.dist import DistContext, unwrap
+from asrkit.train.dist.scaling import log_world_change
 from asrkit.train.ema import WeightEma
 from asrkit.train.counters import TrainState
 from asrkit.train.executor import Executor, StepResult
@@ -94,17 +96,20 @@ class Trainer:
         # weight EMA (asrkit.train.ema): the shadow of the unwrapped model, the same on every rank
         ema = WeightEma(unwrap(parts.model), self.cfg.ema_decay) if self.cfg.ema_decay else None
         self.executor = Executor(self.cfg, parts.model, parts.optimizer, parts.scheduler, ctx, self.model_dir,
-                                 scaler=parts.scaler, progress=progress, ema=ema)
+                                 scaler=parts.scaler, progress=progress, ema=ema, engine=parts.engine)
+        self.engine = self.executor.engine  # asrkit.train.engines: the checkpoints' model and optimizer entries
 
     # ------------------------------------------------------------------ checkpoints
 
-    def _full_state(self, sampler_state: Optional[dict], rng_ranks: list) -> dict:
+    def _full_state(self, sampler_state: Optional[dict], rng_ranks: list, entries: dict) -> dict:
+        """``entries``: the engine's (the whole model; the optimizer, or a sharded run's shards)."""
         ex = self.executor
         ema = {"ema": ex.ema.state_dict()} if ex.ema is not None else {}
         return {**ema,
-            **self.adaptation.checkpoint_entries(unwrap(ex.model).state_dict()),
-            "optimizer": ex.optimizer.state_dict(),
+            **self.adaptation.checkpoint_entries(entries.pop("model")),
+            **entries,
             "scheduler": ex.scheduler.state_dict(),
+            "world": {"world_size": self.ctx.world_size, "accum_grad": self.cfg.accum_grad},
             "scaler": ex.scaler.state_dict() if ex.scaler is not None else {},
             "train_state": self.state.to_dict(),
             "sampler": sampler_state,
@@ -117,19 +122,25 @@ class Trainer:
     def save(self, kind: str, number: int, *, mid_epoch: bool, cv_loss: Optional[float] = None) -> Optional[Path]:
         """Rank 0 writes the checkpoint ``kind`` (``asrkit.checkpoint.names.STEP`` or
         ``EPOCH``) ``number`` into ``model_dir`` (with every rank's RNG states, gathered
-        first); then rank 0 broadcasts whether the write succeeded and every rank raises
+        first, and the engine's entries: a sharded run's ranks write their shards first);
+        then rank 0 broadcasts whether the write succeeded and every rank raises
         :class:`~asrkit.checkpoint.CheckpointError` if it did not."""
         rng_ranks = self.ctx.gather_to_main(capture_rng_state())
         name = checkpoint_filename(kind, number)
         path, error = None, None
-        if self.ctx.is_main:
+        try:
+            entries = self.engine.checkpoint_entries(self.executor.model, self.executor.optimizer,
+                                                     self.model_dir / name)
+        except CheckpointError as e:  # (a rank could not write its shards)
+            error = e
+        if self.ctx.is_main and error is None:
             sampler_state = self.train_loader.state_dict() if mid_epoch else None
             info = {"epoch": self.state.epoch if mid_epoch else self.state.epoch - 1,
                     "step": self.state.step, "cv_loss": cv_loss,
                     "mid_epoch": mid_epoch, "lr": self.executor.optimizer.param_groups[0]["lr"]}
             try:
-                path = save_checkpoint(self.model_dir / name, self._full_state(sampler_state, rng_ranks),
-                                            info)
+                path = save_checkpoint(self.model_dir / name, self._full_state(sampler_state, rng_ranks, entries),
+                                       info)
                 prune_step_checkpoints(self.model_dir, self.cfg.keep_checkpoint_max)
                 log.info("saved %s (epoch %d, step %d)", path, info["epoch"], self.state.step)
             except CheckpointError as e:
@@ -161,7 +172,7 @@ class Trainer:
         missing = [k for k in ("optimizer", "scheduler", "train_state", "rng") if k not in state]
         wenet = is_wenet_checkpoint(state, unwrap(ex.model))
         if wenet or len(missing) == 4:
-            load_weights(unwrap(ex.model), state, str(path))
+            self.engine.load_model(ex.model, state, path)
             log.info("fine-tuning from %s %s: all of its weights loaded; optimizer, scheduler and epochs "
                      "start fresh", "WeNet checkpoint" if wenet else "model-only checkpoint", path)
             return
@@ -177,8 +188,7 @@ class Trainer:
             raise CheckpointError(f"{path} was trained with {differs}: a run resumes with the fine-tuning "
                                   f"set-up it started with (start a new run in another --model_dir, from "
                                   f"this checkpoint with --enc_init, to change it)")
-        load_weights(unwrap(ex.model), state, str(path))
-        ex.optimizer.load_state_dict(state["optimizer"])
+        self.engine.restore(ex.model, ex.optimizer, state, path)  # (either engine's checkpoint, any world size)
         ex.scheduler.load_state_dict(state["scheduler"])
         if ex.scaler is not None and state.get("scaler"):
             ex.scaler.load_state_dict(state["scaler"])
@@ -194,6 +204,8 @@ class Trainer:
             log.info("the checkpoint holds the RNG states of %d rank(s), this run has %d: every rank takes "
                      "rank 0's (dropout draws differ from an uninterrupted run's)", len(rng_ranks),
                      self.ctx.world_size)
+        saved = state.get("world") or {"world_size": len(rng_ranks), "accum_grad": None}  # (older checkpoints)
+        log_world_change(saved["world_size"], saved["accum_grad"], self.ctx.world_size, self.cfg.accum_grad)
         if state.get("sampler") is not None:
             self.train_loader.load_state_dict(state["sampler"])
             self.resumed_mid_epoch = True

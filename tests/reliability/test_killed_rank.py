@@ -18,10 +18,11 @@ from tests.reliability.common import assert_equal_weights, model_weights, steps_
 pytestmark = pytest.mark.slow
 
 
-def test_sigkilled_rank_restarts_and_resumes_from_newest_checkpoint(tiny_experiment, uninterrupted,
+def test_sigkilled_rank_restarts_and_resumes_from_newest_checkpoint(tiny_experiment, engine_run,
                                                                       reliability_root):
-    config, reference = uninterrupted
-    model_dir = reliability_root / "killed"
+    """... under either training engine (torch_fsdp: every rank resumes from its shards of step_2)."""
+    engine, (config, reference) = engine_run
+    model_dir = reliability_root / f"killed_{engine}"
     proc = run_checked(torchrun(tiny_experiment, model_dir, config, "--checkpoint", "auto",
                                 "--override", "max_epoch=1", max_restarts=1,
                                 hooks=("--kill_rank", 1, "--kill_step", 3)), env=plain_env(), timeout=150)
@@ -45,4 +46,5 @@ def test_sigkilled_rank_restarts_and_resumes_from_newest_checkpoint(tiny_experim
     second_attempt = log0[log0.rindex("launch via torchrun"):]
     assert steps_logged(second_attempt) == [3, 4, 5, 6]
     assert "training finished at epoch 1, step 6" in log0
+    assert ("parameters sharded over 2 ranks" in second_attempt) == (engine == "torch_fsdp")
     assert_equal_weights(model_weights(model_dir / "epoch_0.pt"), model_weights(reference / "epoch_0.pt"))

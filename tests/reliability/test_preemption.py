@@ -32,10 +32,11 @@ def wait_for_step(log_path, step: int, proc: subprocess.Popen, timeout: float = 
     raise AssertionError(f"no step {step} within {timeout} s")
 
 
-def test_sigterm_saves_at_a_step_boundary_and_rerun_continues_exactly(tiny_experiment, uninterrupted,
+def test_sigterm_saves_at_a_step_boundary_and_rerun_continues_exactly(tiny_experiment, engine_run,
                                                                       reliability_root):
-    config, reference = uninterrupted
-    model_dir = reliability_root / "preempted"
+    """... under either training engine (torch_fsdp: the ranks write their shards at the stop)."""
+    engine, (config, reference) = engine_run
+    model_dir = reliability_root / f"preempted_{engine}"
     proc = subprocess.Popen(torchrun(tiny_experiment, model_dir, config, "--checkpoint", "auto"), cwd=REPO,
                             env=plain_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -57,6 +58,7 @@ def test_sigterm_saves_at_a_step_boundary_and_rerun_continues_exactly(tiny_exper
     assert "received SIGTERM" in logs[0] and "received SIGTERM" in logs[1]
     assert elapsed < GRACE_S / 2, f"the job took {elapsed:.1f} s to stop"  # well within the grace, never killed
     assert (model_dir / f"step_{step}.pt").is_file() and not (model_dir / "epoch_1.pt").exists()
+    assert (model_dir / f"step_{step}.dcp").is_dir() == (engine == "torch_fsdp")
     assert steps_logged(logs[0]) == list(range(1, step + 1))
 
     rerun = run_checked(torchrun(tiny_experiment, model_dir, config, "--checkpoint", "auto"), env=plain_env(),

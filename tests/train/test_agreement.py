@@ -12,6 +12,7 @@ import hashlib
 import shutil
 from pathlib import Path
 
+import pytest
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
@@ -170,10 +171,12 @@ def test_two_ranks_refuse_naming_the_difference(tmp_path):
     assert results[0] == results[1]
 
 
-def test_train_refuses_ranks_with_different_config_units_and_data(tiny_experiment, tmp_path):
+@pytest.mark.parametrize("engine", ["torch_ddp", "torch_fsdp"])
+def test_train_refuses_ranks_with_different_config_units_and_data(tiny_experiment, tmp_path, engine):
     """Two `asrkit.bin.train` processes (legacy shell-loop launch): rank 1 has another lr, a
-    units file with other contents and another train list; both exit 2 naming all three."""
-    cfg = tiny_experiment.config(tmp_path / "c.yaml")
+    units file with other contents and another train list; both exit 2 naming all three --
+    under either engine (torch_fsdp: rank 1 also shards differently, named too)."""
+    cfg = tiny_experiment.config(tmp_path / "c.yaml", train_engine=engine)
     units1 = tmp_path / "units1.txt"
     units = tiny_experiment.units.read_text()
     units1.write_text(units + f"extra {len(units.splitlines())}\n")  # a valid table, one unit more
@@ -181,7 +184,8 @@ def test_train_refuses_ranks_with_different_config_units_and_data(tiny_experimen
     train1.write_text("".join(tiny_experiment.corpus.splits["train"].data_list.read_text().splitlines(True)[:-1]))
     argvs = [train_args(tiny_experiment, tmp_path / "exp", cfg),
              train_args(tiny_experiment, tmp_path / "exp", cfg, train_list=train1)
-             + ["--override", "optim_conf.lr=0.004", "--override", f"tokenizer_conf.symbol_table_path={units1}"]]
+             + ["--override", "optim_conf.lr=0.004", "--override", f"tokenizer_conf.symbol_table_path={units1}"]
+             + (["--fsdp_sharding_strategy", "zero3"] if engine == "torch_fsdp" else [])]
     results = launch_ranks(argvs, timeout=120)
     assert [r[0] for r in results] == [2, 2], results
     outs = [(o, e) for _, o, e in results]
@@ -191,4 +195,6 @@ def test_train_refuses_ranks_with_different_config_units_and_data(tiny_experimen
     assert "config key optim_conf.lr (rank 1: 0.004, rank 0: 0.002)" in err
     assert f"units file (rank 1: {units1} (sha256 " in err
     assert "train data list (rank 1: " in err
+    if engine == "torch_fsdp":
+        assert "config key fsdp_sharding_strategy (rank 1: \"zero3\", rank 0: \"zero2\")" in err, err
     assert not list((tmp_path / "exp").glob("*.pt")) and not (tmp_path / "exp" / "train.yaml").exists()

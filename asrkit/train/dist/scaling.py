@@ -2,8 +2,11 @@
 number of ranks."""
 from __future__ import annotations
 
+import logging
 import math
 from typing import Optional
+
+log = logging.getLogger("asrkit.train")
 
 
 
@@ -49,3 +52,31 @@ def scale_accum_grad(accum_grad: int, world_size: int, reference_world_size: int
         f"(halves up, at least 1), so the global batch is {got} per-rank batches instead of {ref_groups} "
         f"({got / ref_groups:.3g}x the reference); choose a world size that divides {ref_groups}, or scale "
         f"lr/warmup_steps for the rest"), True
+
+
+def world_change(saved_world: int, saved_accum: Optional[int], world_size: int,
+                 accum_grad: int) -> Optional[tuple[str, bool]]:
+    """What changes when a run saved on ``saved_world`` ranks with ``saved_accum`` (None:
+    not recorded) resumes on ``world_size`` ranks with ``accum_grad`` (already scaled by
+    :func:`scale_accum_grad`): ``(the line to log, whether the global batch changed)``, or
+    None on the same world size."""
+    if saved_world == world_size:
+        return None
+    head = (f"resuming on {world_size} rank(s) a run saved on {saved_world}: the epoch's remaining batches are "
+            f"re-dealt over {world_size} rank(s) (no utterance lost or repeated)")
+    if saved_accum is None:
+        return f"{head}; the checkpoint does not record its accum_grad", False
+    before, now = saved_world * saved_accum, world_size * accum_grad
+    if before == now:
+        return (f"{head}; global batch kept: {before} per-rank batches per optimizer step (accum_grad "
+                f"{saved_accum} -> {accum_grad})"), False
+    return (f"{head}; the global batch changes from {before} to {now} per-rank batches per optimizer step "
+            f"(accum_grad {saved_accum} -> {accum_grad}) -- to keep it, set reference_world_size: {saved_world} "
+            f"(with accum_grad {saved_accum}) and keep_global_batch: true"), True
+
+
+def log_world_change(saved_world: int, saved_accum: Optional[int], world_size: int, accum_grad: int) -> None:
+    """Log :func:`world_change`'s line, if any: a warning when the global batch changes."""
+    change = world_change(saved_world, saved_accum, world_size, accum_grad)
+    if change:
+        (log.warning if change[1] else log.info)("%s", change[0])

@@ -44,8 +44,7 @@ SEED = 0
 # SHA-256 over (name, tensor bytes) of that input's state, in order (README.md)
 INPUT_DIGEST = "68803339188ee722f986906541f3f3842f5d0557de234aef7bab4ea2bb589239"
 # train.yaml keys (dotted) where asrkit's conversion may differ from WeNet's, and why: none
-# (asrkit writes WeNet's every key and value; what it does with gradient_checkpointing: true
-# differs, see wenet_config's docstring)
+# (asrkit writes WeNet's every key and value, and reads each with WeNet's meaning)
 DELIBERATE_DIFFERENCES: dict[str, str] = {}
 # what WeNet's converter leaves out and asrkit's conversion (and its loading of WeNet's file) adds
 HEADS = {"decoder.output_layer.weight", "decoder.output_layer.bias", "ctc.ctc_lo.weight", "ctc.ctc_lo.bias"}

@@ -127,8 +127,9 @@ def test_peer_summary_and_failure_classification():
 
 
 @pytest.mark.slow
-def test_torchrun_job_with_a_stuck_rank_fails_within_the_timeout(tiny_experiment, tmp_path):
-    cfg = tiny_experiment.config(tmp_path / "c.yaml", launch={"timeout_s": TIMEOUT_S})
+@pytest.mark.parametrize("engine", ["torch_ddp", "torch_fsdp"])
+def test_torchrun_job_with_a_stuck_rank_fails_within_the_timeout(tiny_experiment, tmp_path, engine):
+    cfg = tiny_experiment.config(tmp_path / "c.yaml", launch={"timeout_s": TIMEOUT_S}, train_engine=engine)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
            "--master_port", str(free_port()), "-m", "tests.hooked_train", "--stall_rank", "1", "--",
            *train_args(tiny_experiment, tmp_path / "exp", cfg)]
