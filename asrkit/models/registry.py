@@ -15,6 +15,7 @@ from torch import nn
 from asrkit.data.features import CmvnError, load_cmvn
 from asrkit.models.asr_model import AsrModel
 from asrkit.models.cmvn import GlobalCMVN
+from asrkit.models.branchformer import BranchformerEncoder
 from asrkit.models.ctc import CTC
 from asrkit.models.decoder import BiTransformerDecoder, TransformerDecoder
 from asrkit.models.encoder import ConformerEncoder, TransformerEncoder
@@ -31,6 +32,7 @@ from asrkit.text.vocabulary import Vocabulary
 ENCODERS: dict[str, type[nn.Module]] = {
     "conformer": ConformerEncoder,
     "transformer": TransformerEncoder,
+    "branchformer": BranchformerEncoder,
 }
 DECODERS: dict[str, type[nn.Module]] = {
     "transformer": TransformerDecoder,

@@ -9,7 +9,7 @@ default" (conformer: swish / rel_pos / rel_selfattn; transformer: relu / abs_pos
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Literal, Optional
+from typing import ClassVar, Literal, Optional, Union
 
 from asrkit.models.transducer.schema import JointConf, PredictorConf, predictor_problems
 from asrkit.schema import WenetKey, between, checked, non_negative, off, only, optional, positive, same_as
@@ -50,7 +50,8 @@ class EncoderConf:
     output_size: int = checked(256, positive)
     attention_heads: int = checked(4, positive)
     linear_units: int = checked(2048, positive)
-    num_blocks: int = checked(6, positive)
+    # None: the encoder's default (WeNet's: 6; branchformer and e_branchformer 12)
+    num_blocks: Optional[int] = checked(None, optional(positive))
     dropout_rate: float = checked(0.1, between(0.0, 1.0))
     positional_dropout_rate: float = checked(0.1, between(0.0, 1.0))
     attention_dropout_rate: float = checked(0.0, between(0.0, 1.0))
@@ -69,7 +70,19 @@ class EncoderConf:
     use_cnn_module: bool = True
     cnn_module_kernel: int = checked(15, positive)  # must be odd (checked when the model is built)
     cnn_module_norm: Literal["batch_norm", "layer_norm"] = "batch_norm"
-    causal: bool = False  # causal depthwise convolution (no frame sees later ones)
+    causal: bool = False  # causal depthwise convolution (no frame sees later ones; branchformer: the cgMLP's)
+    # branchformer (asrkit.models.branchformer; WeNet's keys, defaults and meanings)
+    use_attn: bool = True    # the self-attention branch
+    use_cgmlp: bool = True   # the cgMLP branch
+    cgmlp_linear_units: int = checked(2048, positive)  # the cgMLP's hidden size (even: split in two halves)
+    cgmlp_conv_kernel: int = checked(31, positive)     # its depthwise convolution (odd unless causal)
+    use_linear_after_conv: bool = False                # a linear after that convolution
+    gate_activation: Literal["identity", "hardtanh", "tanh", "relu", "selu", "swish", "gelu"] = "identity"
+    merge_method: Literal["concat", "learned_ave", "fixed_ave"] = "concat"
+    # fixed_ave: the cgMLP branch's weight (the attention's is 1 - it); one, or one per block
+    cgmlp_weight: Union[float, list[float]] = 0.5
+    # learned_ave: the probability of dropping the attention branch in training; one, or one per block
+    attn_branch_drop_rate: Union[float, list[float]] = 0.0
     # streaming (U2/U2++): the attention context of training and CV (asrkit.models.chunks)
     use_dynamic_chunk: bool = False       # a chunk size drawn per training micro-batch
     use_dynamic_left_chunk: bool = False  # with use_dynamic_chunk: a number of left chunks too
@@ -97,6 +110,11 @@ class EncoderConf:
                                                                                            "abs_pos_whisper"):
             errors.append("selfattention_layer_type rel_selfattn needs pos_enc_layer_type rel_pos or rel_pos_xl")
         errors += self._chunk_errors()
+        for key in ("cgmlp_weight", "attn_branch_drop_rate"):
+            values = getattr(self, key)
+            values = values if isinstance(values, list) else [values]
+            if any(not 0.0 <= v <= 1.0 for v in values):
+                errors.append(f"{key}: must be in [0, 1], got {getattr(self, key)!r}")
         return errors
 
     def _chunk_errors(self) -> list[str]:
@@ -111,6 +129,34 @@ class EncoderConf:
             errors.append(f"static_chunk_size: {self.static_chunk_size} with use_dynamic_chunk: true "
                           "(WeNet ignores the static chunk then); set one of them")
         return errors
+
+
+# encoder_conf keys read by some encoders only (WeNet's constructors take no others, and fail on
+# them): key -> the encoders that read it.  Given at a value other than its default under
+# another encoder, a key is refused (:func:`encoder_key_problems`).  The conformer's keys are
+# not listed for the transformer (asrkit has always accepted them there, unread).
+ENCODER_KEY_READERS: dict[str, tuple[str, ...]] = {
+    **{key: ("branchformer",) for key in ("use_attn", "use_cgmlp", "merge_method", "cgmlp_weight",
+                                          "attn_branch_drop_rate")},
+    **{key: ("branchformer",) for key in ("cgmlp_linear_units", "cgmlp_conv_kernel",
+                                          "use_linear_after_conv", "gate_activation")},
+    **{key: ("transformer", "conformer") for key in ("linear_units", "normalize_before", "activation_type",
+                                                     "macaron_style", "use_cnn_module", "cnn_module_kernel",
+                                                     "cnn_module_norm")},
+}
+
+
+def encoder_key_problems(encoder: str, conf: EncoderConf) -> list[str]:
+    """One message per key of ``conf`` (``encoder_conf``) given at a value other than its
+    default that ``encoder`` does not read (:data:`ENCODER_KEY_READERS`)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(EncoderConf)}
+    problems = []
+    for key, readers in ENCODER_KEY_READERS.items():
+        value = getattr(conf, key)
+        if encoder not in readers and value != defaults[key]:
+            problems.append(f"encoder_conf.{key}: {value!r} is read only by encoder {' / '.join(readers)} "
+                            f"(encoder is {encoder}; WeNet's {encoder} takes no such key)")
+    return problems
 
 
 @dataclasses.dataclass
@@ -277,7 +323,7 @@ class ModelSections:
         ``model: whisper`` needs ``tokenizer: whisper`` and at most one language in
         ``dataset_conf.language_conf.limited_langs`` (the root config's keys, read here when
         ``self`` is the root: :func:`whisper_language`)."""
-        errors = []
+        errors = encoder_key_problems(self.encoder, self.encoder_conf)
         if self.model == "whisper" and getattr(self, "tokenizer", "whisper") != "whisper":
             errors.append(f"model: whisper needs tokenizer: whisper (Whisper's ids), got {self.tokenizer}")
         if self.model == "whisper" and hasattr(self, "dataset_conf"):
@@ -294,9 +340,9 @@ class ModelSections:
                              for key, value in given.items() if value is not None]
         missing = [key for key in ("predictor_conf", "joint_conf") if getattr(self, key) is None]
         if missing:
-            return [f"model: transducer needs a predictor (predictor: rnn | embedding | conv, with its "
+            return errors + [f"model: transducer needs a predictor (predictor: rnn | embedding | conv, with its "
                     f"predictor_conf) and a joint (joint_conf); missing: {', '.join(missing)}"]
-        errors = predictor_problems(self.predictor or "rnn", self.predictor_conf)
+        errors += predictor_problems(self.predictor or "rnn", self.predictor_conf)
         if self.joint_conf.join_dim is None:
             errors.append("joint_conf.join_dim: required by joint transducer_joint")
         mc = self.model_conf
