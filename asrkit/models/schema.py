@@ -148,7 +148,10 @@ ENCODER_KEY_READERS: dict[str, tuple[str, ...]] = {
 
 def encoder_key_problems(encoder: str, conf: EncoderConf) -> list[str]:
     """One message per key of ``conf`` (``encoder_conf``) given at a value other than its
-    default that ``encoder`` does not read (:data:`ENCODER_KEY_READERS`)."""
+    default that ``encoder`` does not read (:data:`ENCODER_KEY_READERS`); none for an encoder
+    the table does not name (one registered at run time reads what it likes)."""
+    if not any(encoder in readers for readers in ENCODER_KEY_READERS.values()):
+        return []
     defaults = {f.name: f.default for f in dataclasses.fields(EncoderConf)}
     problems = []
     for key, readers in ENCODER_KEY_READERS.items():
