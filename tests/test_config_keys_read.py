@@ -219,7 +219,8 @@ def _whisper(cfg, exp, tmp_path):
     whisper_cfg = load_config(path)
     tokenizer = build_tokenizer(whisper_cfg)
     model = build_model(whisper_cfg, whisper_cfg.dataset_conf.feat_dim, tokenizer.vocabulary)
-    assert model.special_tokens["eot"] == tokenizer.vocabulary.sos_id  # (WeNet's converter's eot)
+    assert model.special_tokens["eot"] == tokenizer.vocabulary.eos_id  # (<|endoftext|>, as WeNet's converter writes it)
+    assert model.decoder_prompt()[1] == tokenizer.language_id("zh")  # (language_conf.limited_langs: [zh])
     sample = feature_step(whisper_cfg.dataset_conf, train=False)(
         {"key": "u", "wav": torch.full((1, 1600), 0.01), "sample_rate": 16000}, None)
     assert sample["feat"].shape == (10, 80)
@@ -256,7 +257,8 @@ TARGETED = {
     **{key: ("asrkit.text.build_tokenizer, asrkit.models.registry.build_whisper_model and "
              "asrkit.data.feature_steps.feature_step of a converted Whisper config (tokenizer/model: whisper, "
              "feats_type: log_mel_spectrogram)", "the tiny run is a char-unit model on fbank", _whisper)
-       for key in ["TokenizerConf.is_multilingual", "TokenizerConf.num_languages", "ModelConf.special_tokens",
+       for key in ["TokenizerConf.is_multilingual", "TokenizerConf.num_languages", "DatasetConf.language_conf",
+                   "LanguageConf.limited_langs",
                    "DatasetConf.log_mel_spectrogram_conf", *(f"LogMelSpectrogramConf.{k}" for k in
                                                              ("n_fft", "hop_length", "num_mel_bins", "padding"))]},
     **{key: ("asrkit.finetune.setup.adapt (use_lora, --enc_init reaching the output layers)",

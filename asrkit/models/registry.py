@@ -185,7 +185,7 @@ def build_whisper_model(cfg, input_dim: int, vocabulary: Vocabulary, cmvn: Optio
     decoder, ctc = _heads(cfg, vocabulary, mc.ctc_weight, 1.0 - mc.ctc_weight)
     return WhisperAsrModel(vocabulary, encoder, decoder, ctc, cmvn, tokens, ctc_weight=mc.ctc_weight,
                            lsm_weight=mc.lsm_weight, length_normalized_loss=mc.length_normalized_loss,
-                           language=whisper_language(cfg))
+                           language=whisper_language(cfg.dataset_conf.language_conf.limited_langs))
 
 
 # name -> builder(cfg, input_dim, vocabulary, cmvn) -> nn.Module.  A model family registers

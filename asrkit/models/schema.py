@@ -266,14 +266,13 @@ class CmvnConf:
     }
 
 
-def whisper_language(cfg) -> str:
+def whisper_language(langs: Optional[list]) -> str:
     """The language of ``model: whisper``'s prompt (:class:`asrkit.models.whisper.WhisperAsrModel`)
-    for the root config ``cfg``: the one language of ``dataset_conf.language_conf.limited_langs``
+    for ``langs``, a root config's ``dataset_conf.language_conf.limited_langs``: its one language
     -- WeNet classifies each transcript's language among those (``langid``), so with one
     listed every utterance has it -- or ``en`` without that key (WeNet then classifies
     among ``zh`` and ``en``, which asrkit does not).  ValueError (one line) for several
     languages or one Whisper does not have."""
-    langs = cfg.dataset_conf.language_conf.limited_langs
     if langs is None:
         return "en"
     if len(langs) != 1 or langs[0] not in LANGUAGES:
@@ -331,7 +330,7 @@ class ModelSections:
             errors.append(f"model: whisper needs tokenizer: whisper (Whisper's ids), got {self.tokenizer}")
         if self.model == "whisper" and hasattr(self, "dataset_conf"):
             try:
-                whisper_language(self)
+                whisper_language(self.dataset_conf.language_conf.limited_langs)
             except ValueError as e:
                 errors.append(str(e))
         if self.model != "transducer":

@@ -47,9 +47,13 @@ class Backend:
 
     front_end: KaldiFbank | WhisperLogMel
 
-    def set_front_end(self, front_end: KaldiFbank | WhisperLogMel) -> None:
-        self.front_end = front_end
-        self.sample_rate, self.frame_shift = int(front_end.sample_rate), float(front_end.frame_shift)
+    @property
+    def sample_rate(self) -> int:
+        return int(self.front_end.sample_rate)
+
+    @property
+    def frame_shift(self) -> float:
+        return float(self.front_end.frame_shift)
 
     def fbank_options(self) -> dict:
         """The keyword arguments of :class:`asrkit.stream.features.StreamingFbank` after the
@@ -85,7 +89,7 @@ class EagerBackend(Backend):
         self.trained = trained
         self.model, self.tokenizer, self.description = model, tokenizer, description
         self.decoding_source = model
-        self.set_front_end(front_end_of(cfg.dataset_conf))
+        self.front_end = front_end_of(cfg.dataset_conf)
         self.feature_cmvn = trained.feature_cmvn
         self.subsampling = int(model.encoder.subsampling_rate)
         self.min_input_length = int(model.encoder.min_input_length)
@@ -164,9 +168,9 @@ def archive_fbank_options(meta_text: str) -> tuple[bool, float, float]:
 class ScriptBackend(Backend):
     def __init__(self, module, extra: dict, description: str):
         self.module, self.description = module, description
-        self.set_front_end(KaldiFbank(int(module.sample_rate()), int(module.num_mel_bins()),
-                                      float(module.frame_length()), float(module.frame_shift()),
-                                      *archive_fbank_options(extra.get(EXTRA_META, ""))))
+        self.front_end = KaldiFbank(int(module.sample_rate()), int(module.num_mel_bins()),
+                                    float(module.frame_length()), float(module.frame_shift()),
+                                    *archive_fbank_options(extra.get(EXTRA_META, "")))
         self.subsampling = int(module.subsampling_rate())
         self.min_input_length = int(module.min_input_length())
         self.right_context = int(module.right_context())

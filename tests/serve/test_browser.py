@@ -40,24 +40,34 @@ def _driver(wav):
     return webdriver.Chrome(service=Service(executable_path=DRIVER), options=options)
 
 
-SHIFTS = (5, 12, 40, 97, 159)  # samples: where the browser's capture starts is not ours to set
+LEAD_S = 1.2  # seconds of silence before the speech: the capture may start late by much of it
+# The utterance played as the microphone.  Where the browser's capture starts is not ours to set,
+# and under load it started late by a good part of a chunk (10,240 samples at chunk 16): a CI run
+# on a busy machine read "thre" for "three" in the utterance this test used to pick.  This one
+# keeps its text under every start tried (measured on the 12 test utterances with 5-159 samples
+# added and 1,600-11,000 cut: 4 of the 8 the model gets right flip a word under some cut, this
+# one under none); the test checks a few of those starts and the browser's resampling again.
+UTTERANCE = "enusnyc_iven4-test00002"
+SHIFTS = (97, -1600, -5120, -8900)  # samples added (> 0) or cut (< 0) at the start
 
 
-def _robust(model, audio: np.ndarray) -> bool:
-    """Whether the recognizer's text survives what a browser's audio path may do to the samples
-    -- a capture starting a few samples earlier (the chunks then fall elsewhere), resampling to
-    48 kHz and back, a gain, faint noise: only such audio makes a fair test of the page (a word
-    the model hesitates over flips with the least change; measured: 3 of the 12 test utterances
-    flip a word under some shift of under 10 ms)."""
+def _shifted(audio: np.ndarray, shift: int) -> np.ndarray:
+    return np.concatenate([np.zeros(shift, np.int16), audio]) if shift > 0 else audio[-shift:]
+
+
+def _robust(model, audio: np.ndarray, text: list[str]) -> bool:
+    """Whether the recognizer's ``text`` for ``audio`` survives what a browser's audio path may do
+    to the samples -- a capture starting earlier or later (the chunks then fall elsewhere),
+    resampling to 48 kHz and back, faint noise: only such audio makes a fair test of the page (a
+    word the model hesitates over flips with the least change)."""
     import torch
     from asrkit.data.audio import resample
-    text = alone(model, audio)
-    if any(alone(model, np.concatenate([np.zeros(s, np.int16), audio])) != text for s in SHIFTS):
+    if any(alone(model, _shifted(audio, s)) != text for s in SHIFTS):
         return False
     x = torch.from_numpy(audio.astype(np.float32))[None]
     trip = resample(resample(x, 16000, 48000), 48000, 16000)[0].numpy()
     noise = np.random.default_rng(0).normal(0, 30, trip.shape)
-    return all(alone(model, np.clip(trip * g + noise, -32768, 32767).astype(np.int16)) == text for g in (0.7, 1.0))
+    return alone(model, np.clip(trip * 0.7 + noise, -32768, 32767).astype(np.int16)) == text
 
 
 def test_the_page_streams_the_microphone_and_shows_the_recognizers_text(chunk_model, utterances, tiny_corpus,
@@ -66,13 +76,12 @@ def test_the_page_streams_the_microphone_and_shows_the_recognizers_text(chunk_mo
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
     truth = dict(line.split(maxsplit=1) for line in tiny_corpus.splits["test"].text.read_text().splitlines())
-    candidates = sorted(((key, with_silence(audio, before_s=0.8, after_s=1.5)) for key, audio in utterances),
-                        key=lambda kv: -len(truth[kv[0]]))
-    key, pcm = next((key, pcm) for key, pcm in candidates
-                    if [t for t in alone(chunk_model, pcm) if t] == [truth[key]] and _robust(chunk_model, pcm))
+    pcm = with_silence(dict(utterances)[UTTERANCE], before_s=LEAD_S, after_s=1.5)
+    text = alone(chunk_model, pcm)
+    expected = [t for t in text if t]
+    assert expected == [truth[UTTERANCE]] and _robust(chunk_model, pcm, text), "the played utterance is no fair test"
     wav = tmp_path / "mic.wav"
     sf.write(wav, pcm, 16000, subtype="PCM_16")
-    expected = [t for t in alone(chunk_model, pcm) if t]
     server = ServerThread(ServedModel(chunk_model))
     driver = _driver(wav)
     try:

@@ -83,3 +83,16 @@ def test_kaldi_fbank_counts_are_the_pipelines(snip_edges):
         torch.testing.assert_close(front.features(wav), want)
     for frames in (1, 7, 50):
         assert front.frames(front.min_samples(frames)) >= frames > front.frames(front.min_samples(frames) - 1)
+
+
+def test_the_server_decodes_whisper_segments_whole(whisper_experiment):
+    """``asrkit serve`` takes the model as a full-context one (endpointed segments decoded
+    whole) and an uploaded file gets the transcriber's result."""
+    from asrkit.serve.model import ServedModel, ServeSettings
+
+    served = ServedModel(whisper_experiment, ServeSettings(mode="ctc_greedy_search"))
+    assert served.kind == "segments"
+    wav = (WAVS / "f5-test-00026.wav").read_bytes()
+    got = served.transcribe_bytes(wav, "f5.wav")
+    want = whisper_experiment.transcribe_with_options(WAVS / "f5-test-00026.wav", served.file_options)
+    assert got["text"] == want.text and got["path"] == "f5.wav"
