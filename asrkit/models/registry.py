@@ -18,6 +18,7 @@ from asrkit.models.cmvn import GlobalCMVN
 from asrkit.models.branchformer import BranchformerEncoder
 from asrkit.models.ctc import CTC
 from asrkit.models.decoder import BiTransformerDecoder, TransformerDecoder
+from asrkit.models.e_branchformer import EBranchformerEncoder
 from asrkit.models.encoder import ConformerEncoder, TransformerEncoder
 from asrkit.models.schema import whisper_language
 from asrkit.models.transducer.joint import JOINTS, TransducerJoint
@@ -33,6 +34,7 @@ ENCODERS: dict[str, type[nn.Module]] = {
     "conformer": ConformerEncoder,
     "transformer": TransformerEncoder,
     "branchformer": BranchformerEncoder,
+    "e_branchformer": EBranchformerEncoder,
 }
 DECODERS: dict[str, type[nn.Module]] = {
     "transformer": TransformerDecoder,

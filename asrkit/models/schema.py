@@ -70,8 +70,11 @@ class EncoderConf:
     use_cnn_module: bool = True
     cnn_module_kernel: int = checked(15, positive)  # must be odd (checked when the model is built)
     cnn_module_norm: Literal["batch_norm", "layer_norm"] = "batch_norm"
-    causal: bool = False  # causal depthwise convolution (no frame sees later ones; branchformer: the cgMLP's)
-    # branchformer (asrkit.models.branchformer; WeNet's keys, defaults and meanings)
+    # causal depthwise convolutions (no frame sees later ones; branchformer: the cgMLP's; e_branchformer: the
+    # cgMLP's and the merge's)
+    causal: bool = False
+    # branchformer (asrkit.models.branchformer; WeNet's keys, defaults and meanings; the cgmlp_* keys,
+    # use_linear_after_conv and gate_activation are e_branchformer's too)
     use_attn: bool = True    # the self-attention branch
     use_cgmlp: bool = True   # the cgMLP branch
     cgmlp_linear_units: int = checked(2048, positive)  # the cgMLP's hidden size (even: split in two halves)
@@ -83,6 +86,10 @@ class EncoderConf:
     cgmlp_weight: Union[float, list[float]] = 0.5
     # learned_ave: the probability of dropping the attention branch in training; one, or one per block
     attn_branch_drop_rate: Union[float, list[float]] = 0.0
+    # e_branchformer (asrkit.models.e_branchformer): the depthwise convolution of its merge (odd unless
+    # causal), and its feed-forwards (false: none, whatever macaron_style says)
+    merge_conv_kernel: int = checked(3, positive)
+    use_ffn: bool = True
     # streaming (U2/U2++): the attention context of training and CV (asrkit.models.chunks)
     use_dynamic_chunk: bool = False       # a chunk size drawn per training micro-batch
     use_dynamic_left_chunk: bool = False  # with use_dynamic_chunk: a number of left chunks too
@@ -138,10 +145,12 @@ class EncoderConf:
 ENCODER_KEY_READERS: dict[str, tuple[str, ...]] = {
     **{key: ("branchformer",) for key in ("use_attn", "use_cgmlp", "merge_method", "cgmlp_weight",
                                           "attn_branch_drop_rate")},
-    **{key: ("branchformer",) for key in ("cgmlp_linear_units", "cgmlp_conv_kernel",
-                                          "use_linear_after_conv", "gate_activation")},
-    **{key: ("transformer", "conformer") for key in ("linear_units", "normalize_before", "activation_type",
-                                                     "macaron_style", "use_cnn_module", "cnn_module_kernel",
+    **{key: ("branchformer", "e_branchformer") for key in ("cgmlp_linear_units", "cgmlp_conv_kernel",
+                                                            "use_linear_after_conv", "gate_activation")},
+    **{key: ("e_branchformer",) for key in ("merge_conv_kernel", "use_ffn")},
+    **{key: ("transformer", "conformer", "e_branchformer") for key in ("linear_units", "activation_type",
+                                                                       "macaron_style")},
+    **{key: ("transformer", "conformer") for key in ("normalize_before", "use_cnn_module", "cnn_module_kernel",
                                                      "cnn_module_norm")},
 }
 
