@@ -28,6 +28,7 @@ from asrkit.export.onnx_graphs import OfflineCtcGraph, StreamingCtcGraph
 from asrkit.export.runtime_features import runtime_feature_mismatch
 from asrkit.files import atomic_write_bytes, atomic_write_text
 from asrkit.models.branchformer import BranchformerEncoder
+from asrkit.models.e_branchformer import EBranchformerEncoder
 
 OPSET = 17
 OFFLINE_FILE = "model.onnx"
@@ -78,11 +79,14 @@ def int8_name(path: Path) -> Path:
 def check_streaming_encoder(encoder: nn.Module) -> None:
     """ValueError (one line) unless ``encoder`` has the caches sherpa-onnx's streaming layout
     holds -- the transformer's and the conformer's (one ``cnn_module_kernel − 1`` convolution
-    cache of ``output_size`` channels per block).  A Branchformer's cgMLP cache has
-    ``cgmlp_linear_units / 2`` channels: its streaming export is not implemented."""
-    if isinstance(encoder, BranchformerEncoder):
-        raise ValueError("streaming ONNX export of encoder branchformer is not implemented (its cgMLP "
-                         "convolution cache is not the conformer's shape that sherpa-onnx's layout holds)")
+    cache of ``output_size`` channels per block).  A Branchformer's or an E-Branchformer's cgMLP
+    cache has ``cgmlp_linear_units / 2`` channels (and the E-Branchformer's merge convolution
+    streams without a cache, as WeNet's, so its chunks are not the masked forward the export
+    checks against): their streaming export is not implemented."""
+    for kind, name in ((BranchformerEncoder, "branchformer"), (EBranchformerEncoder, "e_branchformer")):
+        if isinstance(encoder, kind):
+            raise ValueError(f"streaming ONNX export of encoder {name} is not implemented (its cgMLP "
+                             "convolution cache is not the conformer's shape that sherpa-onnx's layout holds)")
 
 
 def metadata(model: nn.Module, streaming: bool, fbank: Optional[Dict[str, float]] = None) -> Dict[str, str]:
