@@ -206,6 +206,13 @@ def _finetuning(cfg, exp, tmp_path):
     assert adaptation.lora and any(k.endswith(".lora_A") for k in model.state_dict())
 
 
+def _branchformers(cfg, exp, tmp_path):
+    from asrkit.models.registry import ENCODERS
+    conf = dataclasses.replace(cfg.encoder_conf, num_blocks=1, cgmlp_linear_units=8, cgmlp_conv_kernel=3)
+    for name in ("branchformer", "e_branchformer"):
+        ENCODERS[name](cfg.input_dim, conf)
+
+
 def _whisper(cfg, exp, tmp_path):
     import yaml
     from asrkit.checkpoint.whisper import wenet_config
@@ -269,6 +276,11 @@ TARGETED = {
     **{f"SchedulerConf.{key}": ("asrkit.train.scheduler.build_scheduler (scheduler: NoamHoldAnnealing)",
                                 "the tiny run's scheduler is warmuplr", _noam_hold_annealing)
        for key in ("warmup_ratio", "hold_steps", "hold_ratio", "max_steps", "decay_rate", "min_lr")},
+    **{f"EncoderConf.{key}": ("asrkit.models.branchformer and asrkit.models.e_branchformer (encoder: branchformer, "
+                              "e_branchformer)", "the tiny run's encoder is a conformer", _branchformers)
+       for key in ("use_attn", "use_cgmlp", "cgmlp_linear_units", "cgmlp_conv_kernel", "use_linear_after_conv",
+                   "gate_activation", "merge_method", "cgmlp_weight", "attn_branch_drop_rate", "merge_conv_kernel",
+                   "use_ffn")},
     **{key: ("asrkit.models.registry.build_transducer and build_predictor (model: transducer)",
              "the tiny run trains model: asr_model", _transducer) for key in _TRANSDUCER_KEYS},
 }
