@@ -21,6 +21,7 @@ from asrkit.models.decoder import BiTransformerDecoder, TransformerDecoder
 from asrkit.models.e_branchformer import EBranchformerEncoder
 from asrkit.models.encoder import ConformerEncoder, TransformerEncoder
 from asrkit.models.schema import whisper_language
+from asrkit.models.squeezeformer import SqueezeformerEncoder
 from asrkit.models.transducer.joint import JOINTS, TransducerJoint
 from asrkit.models.transducer.loss import check_rnnt_loss
 from asrkit.models.transducer.model import Transducer
@@ -35,6 +36,7 @@ ENCODERS: dict[str, type[nn.Module]] = {
     "transformer": TransformerEncoder,
     "branchformer": BranchformerEncoder,
     "e_branchformer": EBranchformerEncoder,
+    "squeezeformer": SqueezeformerEncoder,
 }
 DECODERS: dict[str, type[nn.Module]] = {
     "transformer": TransformerDecoder,

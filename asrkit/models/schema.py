@@ -2,7 +2,9 @@
 
 Key names follow WeNet.  Keys whose default depends on the encoder type (activation,
 positional encoding, attention type) default to ``None`` meaning "the encoder's own
-default" (conformer: swish / rel_pos / rel_selfattn; transformer: relu / abs_pos / selfattn).
+default" (conformer: swish / rel_pos / rel_selfattn; transformer: relu / abs_pos / selfattn), as do
+``normalize_before``, ``attention_dropout_rate`` and ``cnn_module_kernel`` of ``encoder_conf``
+(the squeezeformer's WeNet defaults differ: false, 0.1 and 31, against true, 0.0 and 15).
 ``rel_pos`` is WeNet's relative positional encoding; asrkit's Transformer-XL variant is
 ``rel_pos_xl`` (see ``asrkit.models.embedding``).
 """
@@ -54,10 +56,10 @@ class EncoderConf:
     num_blocks: Optional[int] = checked(None, optional(positive))
     dropout_rate: float = checked(0.1, between(0.0, 1.0))
     positional_dropout_rate: float = checked(0.1, between(0.0, 1.0))
-    attention_dropout_rate: float = checked(0.0, between(0.0, 1.0))
+    attention_dropout_rate: Optional[float] = checked(None, optional(between(0.0, 1.0)))  # None: 0 (squeezeformer 0.1)
     # conv1d2: Whisper's two 1-D convolutions, 2x (asrkit.models.subsampling.Conv1dSubsampling2)
     input_layer: Literal["conv2d", "conv2d6", "conv2d8", "conv1d2"] = "conv2d"
-    normalize_before: bool = True
+    normalize_before: Optional[bool] = None  # None: true (squeezeformer: false)
     activation_type: Optional[Literal["relu", "swish", "gelu"]] = None
     # rel_pos: WeNet's relative form; rel_pos_xl: Transformer-XL's (asrkit's before
     # config_version 2, see asrkit.config_versions); both need selfattention rel_selfattn.
@@ -68,7 +70,8 @@ class EncoderConf:
     # conformer only
     macaron_style: bool = True
     use_cnn_module: bool = True
-    cnn_module_kernel: int = checked(15, positive)  # must be odd (checked when the model is built)
+    # odd unless causal (checked when the model is built); None: 15 (squeezeformer: 31)
+    cnn_module_kernel: Optional[int] = checked(None, optional(positive))
     cnn_module_norm: Literal["batch_norm", "layer_norm"] = "batch_norm"
     # causal depthwise convolutions (no frame sees later ones; branchformer: the cgMLP's; e_branchformer: the
     # cgMLP's and the merge's)
@@ -90,6 +93,24 @@ class EncoderConf:
     # causal), and its feed-forwards (false: none, whatever macaron_style says)
     merge_conv_kernel: int = checked(3, positive)
     use_ffn: bool = True
+    # squeezeformer (asrkit.models.squeezeformer; WeNet's keys, defaults and meanings): the blocks' width
+    # (output_size: after a final projection when it differs), the blocks before which the frame rate halves
+    # (an int, a list or null) and doubles back, the reduction layer, the FFNs' width factor, a depthwise
+    # second subsampling convolution, dropouts (input projection, FFN inside, each residual), WeNet's shift of
+    # the position scores, the convolution module's norm, adaptive scales, WeNet's uniform initialisation
+    encoder_dim: int = checked(256, positive)
+    reduce_idx: Optional[Union[int, list[int]]] = 5
+    recover_idx: Optional[Union[int, list[int]]] = 11
+    time_reduction_layer_type: Literal["conv1d", "stream", "conv2d"] = "conv1d"
+    feed_forward_expansion_factor: int = checked(4, positive)
+    dw_stride: bool = False
+    input_dropout_rate: float = checked(0.1, between(0.0, 1.0))
+    feed_forward_dropout_rate: float = checked(0.1, between(0.0, 1.0))
+    dropout: float = checked(0.1, between(0.0, 1.0))
+    do_rel_shift: bool = True
+    cnn_norm_type: Literal["batch_norm", "layer_norm"] = "batch_norm"
+    adaptive_scale: bool = True
+    init_weights: bool = True
     # streaming (U2/U2++): the attention context of training and CV (asrkit.models.chunks)
     use_dynamic_chunk: bool = False       # a chunk size drawn per training micro-batch
     use_dynamic_left_chunk: bool = False  # with use_dynamic_chunk: a number of left chunks too
@@ -142,16 +163,23 @@ class EncoderConf:
 # them): key -> the encoders that read it.  Given at a value other than its default under
 # another encoder, a key is refused (:func:`encoder_key_problems`).  The conformer's keys are
 # not listed for the transformer (asrkit has always accepted them there, unread).
+_NOT_SQUEEZEFORMER = ("transformer", "conformer", "branchformer", "e_branchformer")
 ENCODER_KEY_READERS: dict[str, tuple[str, ...]] = {
     **{key: ("branchformer",) for key in ("use_attn", "use_cgmlp", "merge_method", "cgmlp_weight",
                                           "attn_branch_drop_rate")},
     **{key: ("branchformer", "e_branchformer") for key in ("cgmlp_linear_units", "cgmlp_conv_kernel",
                                                             "use_linear_after_conv", "gate_activation")},
     **{key: ("e_branchformer",) for key in ("merge_conv_kernel", "use_ffn")},
-    **{key: ("transformer", "conformer", "e_branchformer") for key in ("linear_units", "activation_type",
-                                                                       "macaron_style")},
-    **{key: ("transformer", "conformer") for key in ("normalize_before", "use_cnn_module", "cnn_module_kernel",
-                                                     "cnn_module_norm")},
+    **{key: ("transformer", "conformer", "e_branchformer") for key in ("linear_units", "macaron_style")},
+    "activation_type": ("transformer", "conformer", "e_branchformer", "squeezeformer"),
+    **{key: ("transformer", "conformer") for key in ("use_cnn_module", "cnn_module_norm")},
+    **{key: ("transformer", "conformer", "squeezeformer") for key in ("normalize_before", "cnn_module_kernel")},
+    **{key: _NOT_SQUEEZEFORMER for key in ("dropout_rate", "positional_dropout_rate", "input_layer", "key_bias",
+                                           "selfattention_layer_type")},
+    **{key: ("squeezeformer",) for key in ("encoder_dim", "reduce_idx", "recover_idx", "time_reduction_layer_type",
+                                           "feed_forward_expansion_factor", "dw_stride", "input_dropout_rate",
+                                           "feed_forward_dropout_rate", "dropout", "do_rel_shift", "cnn_norm_type",
+                                           "adaptive_scale", "init_weights")},
 }
 
 
@@ -163,6 +191,9 @@ def encoder_key_problems(encoder: str, conf: EncoderConf) -> list[str]:
         return []
     defaults = {f.name: f.default for f in dataclasses.fields(EncoderConf)}
     problems = []
+    if encoder == "squeezeformer" and conf.pos_enc_layer_type not in (None, "rel_pos"):
+        problems.append(f"encoder_conf.pos_enc_layer_type: {conf.pos_enc_layer_type!r}: encoder squeezeformer takes "
+                        f"rel_pos only (WeNet's squeezeformer fails with its plain attention)")
     for key, readers in ENCODER_KEY_READERS.items():
         value = getattr(conf, key)
         if encoder not in readers and value != defaults[key]:
