@@ -213,6 +213,13 @@ def _branchformers(cfg, exp, tmp_path):
         ENCODERS[name](cfg.input_dim, conf)
 
 
+def _squeezeformer(cfg, exp, tmp_path):
+    from asrkit.models.registry import ENCODERS
+    conf = dataclasses.replace(cfg.encoder_conf, num_blocks=2, encoder_dim=16, reduce_idx=0, recover_idx=1)
+    encoder = ENCODERS["squeezeformer"](cfg.input_dim, conf)
+    encoder(torch.randn(1, 20, cfg.input_dim), torch.tensor([20]))
+
+
 def _whisper(cfg, exp, tmp_path):
     import yaml
     from asrkit.checkpoint.whisper import wenet_config
@@ -281,6 +288,11 @@ TARGETED = {
        for key in ("use_attn", "use_cgmlp", "cgmlp_linear_units", "cgmlp_conv_kernel", "use_linear_after_conv",
                    "gate_activation", "merge_method", "cgmlp_weight", "attn_branch_drop_rate", "merge_conv_kernel",
                    "use_ffn")},
+    **{f"EncoderConf.{key}": ("asrkit.models.squeezeformer (encoder: squeezeformer)",
+                              "the tiny run's encoder is a conformer", _squeezeformer)
+       for key in ("encoder_dim", "reduce_idx", "recover_idx", "time_reduction_layer_type",
+                   "feed_forward_expansion_factor", "dw_stride", "input_dropout_rate", "feed_forward_dropout_rate",
+                   "dropout", "do_rel_shift", "cnn_norm_type", "adaptive_scale", "init_weights")},
     **{key: ("asrkit.models.registry.build_transducer and build_predictor (model: transducer)",
              "the tiny run trains model: asr_model", _transducer) for key in _TRANSDUCER_KEYS},
 }
