@@ -225,6 +225,20 @@ def _finetuning(cfg, exp, tmp_path):
     assert adaptation.lora and any(k.endswith(".lora_A") for k in model.state_dict())
 
 
+def _branchformers(cfg, exp, tmp_path):
+    from asrkit.models.registry import ENCODERS
+    conf = dataclasses.replace(cfg.encoder_conf, num_blocks=1, cgmlp_linear_units=8, cgmlp_conv_kernel=3)
+    for name in ("branchformer", "e_branchformer"):
+        ENCODERS[name](cfg.input_dim, conf)
+
+
+def _squeezeformer(cfg, exp, tmp_path):
+    from asrkit.models.registry import ENCODERS
+    conf = dataclasses.replace(cfg.encoder_conf, num_blocks=2, encoder_dim=16, reduce_idx=0, recover_idx=1)
+    encoder = ENCODERS["squeezeformer"](cfg.input_dim, conf)
+    encoder(torch.randn(1, 20, cfg.input_dim), torch.tensor([20]))
+
+
 def _whisper(cfg, exp, tmp_path):
     import yaml
     from asrkit.checkpoint.whisper import wenet_config
@@ -291,6 +305,16 @@ TARGETED = {
     **{f"TrainConfig.{key}": ("asrkit.train.engines.build_engine and FsdpEngine.wrap (train_engine: torch_fsdp)",
                               "the tiny run is one process: torch_fsdp trains it as torch_ddp", _fsdp_wrap)
        for key in ("fsdp_sharding_strategy", "fsdp_sync_module_states")},
+    **{f"EncoderConf.{key}": ("asrkit.models.branchformer and asrkit.models.e_branchformer (encoder: branchformer, "
+                              "e_branchformer)", "the tiny run's encoder is a conformer", _branchformers)
+       for key in ("use_attn", "use_cgmlp", "cgmlp_linear_units", "cgmlp_conv_kernel", "use_linear_after_conv",
+                   "gate_activation", "merge_method", "cgmlp_weight", "attn_branch_drop_rate", "merge_conv_kernel",
+                   "use_ffn")},
+    **{f"EncoderConf.{key}": ("asrkit.models.squeezeformer (encoder: squeezeformer)",
+                              "the tiny run's encoder is a conformer", _squeezeformer)
+       for key in ("encoder_dim", "reduce_idx", "recover_idx", "time_reduction_layer_type",
+                   "feed_forward_expansion_factor", "dw_stride", "input_dropout_rate", "feed_forward_dropout_rate",
+                   "dropout", "do_rel_shift", "cnn_norm_type", "adaptive_scale", "init_weights")},
     **{key: ("asrkit.models.registry.build_transducer and build_predictor (model: transducer)",
              "the tiny run trains model: asr_model", _transducer) for key in _TRANSDUCER_KEYS},
 }

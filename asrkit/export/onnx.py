@@ -27,6 +27,9 @@ from asrkit.export.archive import ExportCheckError, inference_copy
 from asrkit.export.onnx_graphs import OfflineCtcGraph, StreamingCtcGraph
 from asrkit.export.runtime_features import runtime_feature_mismatch
 from asrkit.files import atomic_write_bytes, atomic_write_text
+from asrkit.models.branchformer import BranchformerEncoder
+from asrkit.models.e_branchformer import EBranchformerEncoder
+from asrkit.models.squeezeformer import SqueezeformerEncoder
 
 OPSET = 17
 OFFLINE_FILE = "model.onnx"
@@ -74,6 +77,24 @@ def int8_name(path: Path) -> Path:
     return path.with_name(path.stem + ".int8" + path.suffix)
 
 
+def check_streaming_encoder(encoder: nn.Module) -> None:
+    """ValueError (one line) unless ``encoder`` has the caches sherpa-onnx's streaming layout
+    holds -- the transformer's and the conformer's (one ``cnn_module_kernel − 1`` convolution
+    cache of ``output_size`` channels per block).  A Branchformer's or an E-Branchformer's cgMLP
+    cache has ``cgmlp_linear_units / 2`` channels (and the E-Branchformer's merge convolution
+    streams without a cache, as WeNet's, so its chunks are not the masked forward the export
+    checks against): their streaming export is not implemented.  A Squeezeformer's blocks run at
+    different frame rates (time reduction): its attention caches do not share one shape."""
+    if isinstance(encoder, SqueezeformerEncoder):
+        raise ValueError("streaming ONNX export of encoder squeezeformer is not implemented (its time reduction "
+                         "runs blocks at different frame rates: sherpa-onnx's layout has one cache shape for every "
+                         "block)")
+    for kind, name in ((BranchformerEncoder, "branchformer"), (EBranchformerEncoder, "e_branchformer")):
+        if isinstance(encoder, kind):
+            raise ValueError(f"streaming ONNX export of encoder {name} is not implemented (its cgMLP "
+                             "convolution cache is not the conformer's shape that sherpa-onnx's layout holds)")
+
+
 def metadata(model: nn.Module, streaming: bool, fbank: Optional[Dict[str, float]] = None) -> Dict[str, str]:
     """The metadata sherpa-onnx reads (``vocab_size`` and ``subsampling_factor`` offline;
     also ``head``, ``num_blocks``, ``output_size``, ``cnn_module_kernel`` and
@@ -94,6 +115,7 @@ def metadata(model: nn.Module, streaming: bool, fbank: Optional[Dict[str, float]
     }
     meta.update(fbank_metadata(fbank or {}))
     if streaming:
+        check_streaming_encoder(encoder)
         kernels = [layer.conv_module.depthwise_conv.kernel_size[0] for layer in encoder.encoders
                    if getattr(layer, "conv_module", None) is not None]
         meta.update({

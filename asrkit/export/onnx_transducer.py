@@ -42,7 +42,7 @@ from torch import nn
 
 from asrkit.data.features import INT16_SCALE
 from asrkit.export.archive import ExportCheckError, inference_copy
-from asrkit.export.onnx import (CHECK_TOLERANCE, _trace_to_onnx, keep_checked, ort_session,
+from asrkit.export.onnx import (CHECK_TOLERANCE, _trace_to_onnx, check_streaming_encoder, keep_checked, ort_session,
                                 padded_batch_difference, session_runner, write_tokens)
 from asrkit.export.one_symbol_per_frame import search_mismatch, symbols_per_frame
 from asrkit.export.onnx_transducer_graphs import (OfflineEncoder, StreamingEncoder, graphs,
@@ -154,6 +154,7 @@ def streaming_geometry(model: nn.Module, chunk: int, num_left_chunks: int) -> Di
     """sherpa-onnx's online ``conformer`` numbers for ``chunk`` encoder frames per window and
     ``num_left_chunks`` chunks of attention cache."""
     encoder = model.encoder
+    check_streaming_encoder(encoder)
     rate, context = int(encoder.embed.rate), int(encoder.embed.right_context)
     window = (chunk - 1) * rate + context + 1
     kernels = [layer.conv_module.depthwise_conv.kernel_size[0] for layer in encoder.encoders

@@ -54,6 +54,7 @@ class BaseEncoder(nn.Module):
     default_activation = "relu"
     default_pos_enc = "abs_pos"
     default_attention = "selfattn"
+    default_num_blocks = 6  # WeNet's, when encoder_conf.num_blocks is not given
 
     def __init__(self, input_dim: int, conf: EncoderConf):
         super().__init__()
@@ -65,22 +66,35 @@ class BaseEncoder(nn.Module):
         if self.attention_type == "rel_selfattn" and self.pos_enc_type not in POSITIONAL_ATTENTION:
             raise ValueError("selfattention_layer_type rel_selfattn needs pos_enc_layer_type rel_pos or rel_pos_xl")
         d = conf.output_size
+        self.normalize_before = self.pre_norm(conf)
         pos_enc = POSITIONAL_ENCODINGS[self.pos_enc_type](d, conf.positional_dropout_rate)
         self.embed = build_subsampling(conf.input_layer, input_dim, d, pos_enc)
-        self.encoders = nn.ModuleList([self.build_layer(conf) for _ in range(conf.num_blocks)])
-        self.normalize_before = conf.normalize_before
-        self.after_norm: Optional[nn.LayerNorm] = nn.LayerNorm(d, eps=1e-5) if conf.normalize_before else None
+        self.encoders = nn.ModuleList([self.build_layer(conf, i) for i in range(self.blocks(conf))])
+        self.after_norm: Optional[nn.LayerNorm] = nn.LayerNorm(d, eps=1e-5) if self.normalize_before else None
+
+    @classmethod
+    def blocks(cls, conf: EncoderConf) -> int:
+        """``encoder_conf.num_blocks``, or the encoder's default when not given."""
+        return cls.default_num_blocks if conf.num_blocks is None else conf.num_blocks
+
+    def pre_norm(self, conf: EncoderConf) -> bool:
+        """Whether the blocks are pre-norm and the encoder ends with a LayerNorm
+        (``encoder_conf.normalize_before``, true when not given; an encoder without that key
+        overrides this)."""
+        return True if conf.normalize_before is None else conf.normalize_before
 
     def build_self_attention(self, conf: EncoderConf) -> MultiHeadedAttention:
         cls = (POSITIONAL_ATTENTION[self.pos_enc_type] if self.attention_type == "rel_selfattn"
                else MultiHeadedAttention)
-        return cls(conf.attention_heads, conf.output_size, conf.attention_dropout_rate, conf.key_bias)
+        dropout = 0.0 if conf.attention_dropout_rate is None else conf.attention_dropout_rate
+        return cls(conf.attention_heads, conf.output_size, dropout, conf.key_bias)
 
     def build_feed_forward(self, conf: EncoderConf) -> PositionwiseFeedForward:
         return PositionwiseFeedForward(conf.output_size, conf.linear_units, conf.dropout_rate,
                                        self.activation_type)
 
-    def build_layer(self, conf: EncoderConf) -> nn.Module:
+    def build_layer(self, conf: EncoderConf, index: int) -> nn.Module:
+        """Block ``index`` (0-based) of the stack."""
         raise NotImplementedError(f"{type(self).__name__} must define build_layer")
 
     def output_size(self) -> int:
@@ -274,10 +288,10 @@ class BaseEncoder(nn.Module):
 class TransformerEncoder(BaseEncoder):
     """Transformer encoder (defaults: relu, absolute positions, plain self-attention)."""
 
-    def build_layer(self, conf: EncoderConf) -> nn.Module:
+    def build_layer(self, conf: EncoderConf, index: int) -> nn.Module:
         return TransformerEncoderLayer(conf.output_size, self.build_self_attention(conf),
                                        self.build_feed_forward(conf), conf.dropout_rate,
-                                       conf.normalize_before)
+                                       self.normalize_before)
 
 
 class ConformerEncoder(BaseEncoder):
@@ -288,11 +302,12 @@ class ConformerEncoder(BaseEncoder):
     default_pos_enc = "rel_pos"
     default_attention = "rel_selfattn"
 
-    def build_layer(self, conf: EncoderConf) -> nn.Module:
+    def build_layer(self, conf: EncoderConf, index: int) -> nn.Module:
         macaron = self.build_feed_forward(conf) if conf.macaron_style else None
-        conv = (ConvolutionModule(conf.output_size, conf.cnn_module_kernel, conf.cnn_module_norm,
+        kernel = 15 if conf.cnn_module_kernel is None else conf.cnn_module_kernel
+        conv = (ConvolutionModule(conf.output_size, kernel, conf.cnn_module_norm,
                                   self.activation_type, causal=conf.causal)
                 if conf.use_cnn_module else None)
         return ConformerEncoderLayer(conf.output_size, self.build_self_attention(conf),
                                      self.build_feed_forward(conf), macaron, conv,
-                                     conf.dropout_rate, conf.normalize_before)
+                                     conf.dropout_rate, self.normalize_before)

@@ -15,10 +15,13 @@ from torch import nn
 from asrkit.data.features import CmvnError, load_cmvn
 from asrkit.models.asr_model import AsrModel
 from asrkit.models.cmvn import GlobalCMVN
+from asrkit.models.branchformer import BranchformerEncoder
 from asrkit.models.ctc import CTC
 from asrkit.models.decoder import BiTransformerDecoder, TransformerDecoder
+from asrkit.models.e_branchformer import EBranchformerEncoder
 from asrkit.models.encoder import ConformerEncoder, TransformerEncoder
 from asrkit.models.schema import whisper_language
+from asrkit.models.squeezeformer import SqueezeformerEncoder
 from asrkit.models.transducer.joint import JOINTS, TransducerJoint
 from asrkit.models.transducer.loss import check_rnnt_loss
 from asrkit.models.transducer.model import Transducer
@@ -31,6 +34,9 @@ from asrkit.text.vocabulary import Vocabulary
 ENCODERS: dict[str, type[nn.Module]] = {
     "conformer": ConformerEncoder,
     "transformer": TransformerEncoder,
+    "branchformer": BranchformerEncoder,
+    "e_branchformer": EBranchformerEncoder,
+    "squeezeformer": SqueezeformerEncoder,
 }
 DECODERS: dict[str, type[nn.Module]] = {
     "transformer": TransformerDecoder,

@@ -2,14 +2,16 @@
 
 Key names follow WeNet.  Keys whose default depends on the encoder type (activation,
 positional encoding, attention type) default to ``None`` meaning "the encoder's own
-default" (conformer: swish / rel_pos / rel_selfattn; transformer: relu / abs_pos / selfattn).
+default" (conformer: swish / rel_pos / rel_selfattn; transformer: relu / abs_pos / selfattn), as do
+``normalize_before``, ``attention_dropout_rate`` and ``cnn_module_kernel`` of ``encoder_conf``
+(the squeezeformer's WeNet defaults differ: false, 0.1 and 31, against true, 0.0 and 15).
 ``rel_pos`` is WeNet's relative positional encoding; asrkit's Transformer-XL variant is
 ``rel_pos_xl`` (see ``asrkit.models.embedding``).
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Literal, Optional
+from typing import ClassVar, Literal, Optional, Union
 
 from asrkit.models.transducer.schema import JointConf, PredictorConf, predictor_problems
 from asrkit.schema import WenetKey, between, checked, non_negative, off, only, optional, positive, same_as
@@ -45,13 +47,14 @@ class EncoderConf:
     output_size: int = checked(256, positive)
     attention_heads: int = checked(4, positive)
     linear_units: int = checked(2048, positive)
-    num_blocks: int = checked(6, positive)
+    # None: the encoder's default (WeNet's: 6; branchformer and e_branchformer 12)
+    num_blocks: Optional[int] = checked(None, optional(positive))
     dropout_rate: float = checked(0.1, between(0.0, 1.0))
     positional_dropout_rate: float = checked(0.1, between(0.0, 1.0))
-    attention_dropout_rate: float = checked(0.0, between(0.0, 1.0))
+    attention_dropout_rate: Optional[float] = checked(None, optional(between(0.0, 1.0)))  # None: 0 (squeezeformer 0.1)
     # conv1d2: Whisper's two 1-D convolutions, 2x (asrkit.models.subsampling.Conv1dSubsampling2)
     input_layer: Literal["conv2d", "conv2d6", "conv2d8", "conv1d2"] = "conv2d"
-    normalize_before: bool = True
+    normalize_before: Optional[bool] = None  # None: true (squeezeformer: false)
     activation_type: Optional[Literal["relu", "swish", "gelu"]] = None
     # rel_pos: WeNet's relative form; rel_pos_xl: Transformer-XL's (asrkit's before
     # config_version 2, see asrkit.config_versions); both need selfattention rel_selfattn.
@@ -62,9 +65,47 @@ class EncoderConf:
     # conformer only
     macaron_style: bool = True
     use_cnn_module: bool = True
-    cnn_module_kernel: int = checked(15, positive)  # must be odd (checked when the model is built)
+    # odd unless causal (checked when the model is built); None: 15 (squeezeformer: 31)
+    cnn_module_kernel: Optional[int] = checked(None, optional(positive))
     cnn_module_norm: Literal["batch_norm", "layer_norm"] = "batch_norm"
-    causal: bool = False  # causal depthwise convolution (no frame sees later ones)
+    # causal depthwise convolutions (no frame sees later ones; branchformer: the cgMLP's; e_branchformer: the
+    # cgMLP's and the merge's)
+    causal: bool = False
+    # branchformer (asrkit.models.branchformer; WeNet's keys, defaults and meanings; the cgmlp_* keys,
+    # use_linear_after_conv and gate_activation are e_branchformer's too)
+    use_attn: bool = True    # the self-attention branch
+    use_cgmlp: bool = True   # the cgMLP branch
+    cgmlp_linear_units: int = checked(2048, positive)  # the cgMLP's hidden size (even: split in two halves)
+    cgmlp_conv_kernel: int = checked(31, positive)     # its depthwise convolution (odd unless causal)
+    use_linear_after_conv: bool = False                # a linear after that convolution
+    gate_activation: Literal["identity", "hardtanh", "tanh", "relu", "selu", "swish", "gelu"] = "identity"
+    merge_method: Literal["concat", "learned_ave", "fixed_ave"] = "concat"
+    # fixed_ave: the cgMLP branch's weight (the attention's is 1 - it); one, or one per block
+    cgmlp_weight: Union[float, list[float]] = 0.5
+    # learned_ave: the probability of dropping the attention branch in training; one, or one per block
+    attn_branch_drop_rate: Union[float, list[float]] = 0.0
+    # e_branchformer (asrkit.models.e_branchformer): the depthwise convolution of its merge (odd unless
+    # causal), and its feed-forwards (false: none, whatever macaron_style says)
+    merge_conv_kernel: int = checked(3, positive)
+    use_ffn: bool = True
+    # squeezeformer (asrkit.models.squeezeformer; WeNet's keys, defaults and meanings): the blocks' width
+    # (output_size: after a final projection when it differs), the blocks before which the frame rate halves
+    # (an int, a list or null) and doubles back, the reduction layer, the FFNs' width factor, a depthwise
+    # second subsampling convolution, dropouts (input projection, FFN inside, each residual), WeNet's shift of
+    # the position scores, the convolution module's norm, adaptive scales, WeNet's uniform initialisation
+    encoder_dim: int = checked(256, positive)
+    reduce_idx: Optional[Union[int, list[int]]] = 5
+    recover_idx: Optional[Union[int, list[int]]] = 11
+    time_reduction_layer_type: Literal["conv1d", "stream", "conv2d"] = "conv1d"
+    feed_forward_expansion_factor: int = checked(4, positive)
+    dw_stride: bool = False
+    input_dropout_rate: float = checked(0.1, between(0.0, 1.0))
+    feed_forward_dropout_rate: float = checked(0.1, between(0.0, 1.0))
+    dropout: float = checked(0.1, between(0.0, 1.0))
+    do_rel_shift: bool = True
+    cnn_norm_type: Literal["batch_norm", "layer_norm"] = "batch_norm"
+    adaptive_scale: bool = True
+    init_weights: bool = True
     # streaming (U2/U2++): the attention context of training and CV (asrkit.models.chunks)
     use_dynamic_chunk: bool = False       # a chunk size drawn per training micro-batch
     use_dynamic_left_chunk: bool = False  # with use_dynamic_chunk: a number of left chunks too
@@ -95,6 +136,11 @@ class EncoderConf:
                                                                                            "abs_pos_whisper"):
             errors.append("selfattention_layer_type rel_selfattn needs pos_enc_layer_type rel_pos or rel_pos_xl")
         errors += self._chunk_errors()
+        for key in ("cgmlp_weight", "attn_branch_drop_rate"):
+            values = getattr(self, key)
+            values = values if isinstance(values, list) else [values]
+            if any(not 0.0 <= v <= 1.0 for v in values):
+                errors.append(f"{key}: must be in [0, 1], got {getattr(self, key)!r}")
         return errors
 
     def _chunk_errors(self) -> list[str]:
@@ -109,6 +155,49 @@ class EncoderConf:
             errors.append(f"static_chunk_size: {self.static_chunk_size} with use_dynamic_chunk: true "
                           "(WeNet ignores the static chunk then); set one of them")
         return errors
+
+
+# encoder_conf keys read by some encoders only (WeNet's constructors take no others, and fail on
+# them): key -> the encoders that read it.  Given at a value other than its default under
+# another encoder, a key is refused (:func:`encoder_key_problems`).  The conformer's keys are
+# not listed for the transformer (asrkit has always accepted them there, unread).
+_NOT_SQUEEZEFORMER = ("transformer", "conformer", "branchformer", "e_branchformer")
+ENCODER_KEY_READERS: dict[str, tuple[str, ...]] = {
+    **{key: ("branchformer",) for key in ("use_attn", "use_cgmlp", "merge_method", "cgmlp_weight",
+                                          "attn_branch_drop_rate")},
+    **{key: ("branchformer", "e_branchformer") for key in ("cgmlp_linear_units", "cgmlp_conv_kernel",
+                                                            "use_linear_after_conv", "gate_activation")},
+    **{key: ("e_branchformer",) for key in ("merge_conv_kernel", "use_ffn")},
+    **{key: ("transformer", "conformer", "e_branchformer") for key in ("linear_units", "macaron_style")},
+    "activation_type": ("transformer", "conformer", "e_branchformer", "squeezeformer"),
+    **{key: ("transformer", "conformer") for key in ("use_cnn_module", "cnn_module_norm")},
+    **{key: ("transformer", "conformer", "squeezeformer") for key in ("normalize_before", "cnn_module_kernel")},
+    **{key: _NOT_SQUEEZEFORMER for key in ("dropout_rate", "positional_dropout_rate", "input_layer", "key_bias",
+                                           "selfattention_layer_type")},
+    **{key: ("squeezeformer",) for key in ("encoder_dim", "reduce_idx", "recover_idx", "time_reduction_layer_type",
+                                           "feed_forward_expansion_factor", "dw_stride", "input_dropout_rate",
+                                           "feed_forward_dropout_rate", "dropout", "do_rel_shift", "cnn_norm_type",
+                                           "adaptive_scale", "init_weights")},
+}
+
+
+def encoder_key_problems(encoder: str, conf: EncoderConf) -> list[str]:
+    """One message per key of ``conf`` (``encoder_conf``) given at a value other than its
+    default that ``encoder`` does not read (:data:`ENCODER_KEY_READERS`); none for an encoder
+    the table does not name (one registered at run time reads what it likes)."""
+    if not any(encoder in readers for readers in ENCODER_KEY_READERS.values()):
+        return []
+    defaults = {f.name: f.default for f in dataclasses.fields(EncoderConf)}
+    problems = []
+    if encoder == "squeezeformer" and conf.pos_enc_layer_type not in (None, "rel_pos"):
+        problems.append(f"encoder_conf.pos_enc_layer_type: {conf.pos_enc_layer_type!r}: encoder squeezeformer takes "
+                        f"rel_pos only (WeNet's squeezeformer fails with its plain attention)")
+    for key, readers in ENCODER_KEY_READERS.items():
+        value = getattr(conf, key)
+        if encoder not in readers and value != defaults[key]:
+            problems.append(f"encoder_conf.{key}: {value!r} is read only by encoder {' / '.join(readers)} "
+                            f"(encoder is {encoder}; WeNet's {encoder} takes no such key)")
+    return problems
 
 
 @dataclasses.dataclass
@@ -275,7 +364,7 @@ class ModelSections:
         ``model: whisper`` needs ``tokenizer: whisper`` and at most one language in
         ``dataset_conf.language_conf.limited_langs`` (the root config's keys, read here when
         ``self`` is the root: :func:`whisper_language`)."""
-        errors = []
+        errors = encoder_key_problems(self.encoder, self.encoder_conf)
         if self.model == "whisper" and getattr(self, "tokenizer", "whisper") != "whisper":
             errors.append(f"model: whisper needs tokenizer: whisper (Whisper's ids), got {self.tokenizer}")
         if self.model == "whisper" and hasattr(self, "dataset_conf"):
@@ -292,9 +381,9 @@ class ModelSections:
                              for key, value in given.items() if value is not None]
         missing = [key for key in ("predictor_conf", "joint_conf") if getattr(self, key) is None]
         if missing:
-            return [f"model: transducer needs a predictor (predictor: rnn | embedding | conv, with its "
+            return errors + [f"model: transducer needs a predictor (predictor: rnn | embedding | conv, with its "
                     f"predictor_conf) and a joint (joint_conf); missing: {', '.join(missing)}"]
-        errors = predictor_problems(self.predictor or "rnn", self.predictor_conf)
+        errors += predictor_problems(self.predictor or "rnn", self.predictor_conf)
         if self.joint_conf.join_dim is None:
             errors.append("joint_conf.join_dim: required by joint transducer_joint")
         mc = self.model_conf

@@ -79,7 +79,8 @@ def check_whisper_shape(encoder_conf: EncoderConf, decoder_conf: DecoderConf) ->
             "encoder_conf.pos_enc_layer_type": (encoder_conf.pos_enc_layer_type, "abs_pos_whisper"),
             "decoder_conf.input_layer": (decoder_conf.input_layer, "embed_learnable_pe"),
             "decoder_conf.tie_word_embedding": (decoder_conf.tie_word_embedding, True),
-            "encoder_conf.normalize_before": (encoder_conf.normalize_before, True),
+            "encoder_conf.normalize_before": (True if encoder_conf.normalize_before is None
+                                              else encoder_conf.normalize_before, True),
             "decoder_conf.normalize_before": (decoder_conf.normalize_before, True)}
     for key, (given, wanted) in want.items():
         if given != wanted:

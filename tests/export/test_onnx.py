@@ -259,3 +259,26 @@ def test_a_model_without_ctc_head_or_with_a_centred_convolution_is_refused(tmp_p
     with pytest.raises(ValueError, match="not causal"):
         export_onnx(tiny_model(80, 12).eval(), units, tmp_path, num_mel_bins=80, streaming=True)
     assert not list(Path(tmp_path).iterdir())  # refused before anything is written
+
+
+@pytest.mark.parametrize("encoder", ["branchformer", "e_branchformer"])
+def test_streaming_export_of_a_branchformer_is_refused(encoder):
+    """A Branchformer's or an E-Branchformer's cgMLP cache is not the conformer's shape
+    sherpa-onnx's streaming layout holds: refused in one line, for the CTC layout and the
+    transducer's (offline metadata is unaffected)."""
+    from asrkit.config import TrainConfig
+    from asrkit.export.onnx import metadata
+    from asrkit.export.onnx_transducer import streaming_geometry
+    from asrkit.models import build_model
+    from asrkit.schema import build
+    from asrkit.text.vocabulary import Vocabulary
+    cfg = build(TrainConfig, {"encoder": encoder, "encoder_conf": {
+        "output_size": 16, "attention_heads": 2, "cgmlp_linear_units": 16, "cgmlp_conv_kernel": 3, "num_blocks": 1,
+        "causal": True, "use_dynamic_chunk": True}, "decoder_conf": {"num_blocks": 1, "linear_units": 16}})
+    model = build_model(cfg, 20, Vocabulary.of_size(8))
+    assert metadata(model, streaming=False)["subsampling_factor"] == "4"
+    refused = f"streaming ONNX export of encoder {encoder} is not implemented"
+    with pytest.raises(ValueError, match=refused):
+        metadata(model, streaming=True)
+    with pytest.raises(ValueError, match=refused):
+        streaming_geometry(model, 16, 4)
