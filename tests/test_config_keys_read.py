@@ -239,6 +239,14 @@ def _squeezeformer(cfg, exp, tmp_path):
     encoder(torch.randn(1, 20, cfg.input_dim), torch.tensor([20]))
 
 
+def _efficient_conformer(cfg, exp, tmp_path):
+    from asrkit.models.encoder_schema import EfficientConf
+    from asrkit.models.registry import ENCODERS
+    conf = dataclasses.replace(cfg.encoder_conf, num_blocks=4, stride_layer_idx=0, efficient_conf=EfficientConf())
+    encoder = ENCODERS["efficientConformer"](cfg.input_dim, conf)
+    encoder(torch.randn(1, 20, cfg.input_dim), torch.tensor([20]))
+
+
 def _whisper(cfg, exp, tmp_path):
     import yaml
     from asrkit.checkpoint.whisper import wenet_config
@@ -315,6 +323,12 @@ TARGETED = {
        for key in ("encoder_dim", "reduce_idx", "recover_idx", "time_reduction_layer_type",
                    "feed_forward_expansion_factor", "dw_stride", "input_dropout_rate", "feed_forward_dropout_rate",
                    "dropout", "do_rel_shift", "cnn_norm_type", "adaptive_scale", "init_weights")},
+    **{key: ("asrkit.models.efficient_conformer (encoder: efficientConformer)",
+             "the tiny run's encoder is a conformer", _efficient_conformer)
+       for key in [*(f"EncoderConf.{k}" for k in ("stride_layer_idx", "stride", "group_layer_idx", "group_size",
+                                                   "stride_kernel", "efficient_conf")),
+                   *(f"EfficientConf.{k}" for k in ("stride_layer_idx", "stride", "group_layer_idx", "group_size",
+                                                     "stride_kernel"))]},
     **{key: ("asrkit.models.registry.build_transducer and build_predictor (model: transducer)",
              "the tiny run trains model: asr_model", _transducer) for key in _TRANSDUCER_KEYS},
 }

@@ -29,6 +29,7 @@ from asrkit.export.runtime_features import runtime_feature_mismatch
 from asrkit.files import atomic_write_bytes, atomic_write_text
 from asrkit.models.branchformer import BranchformerEncoder
 from asrkit.models.e_branchformer import EBranchformerEncoder
+from asrkit.models.efficient_conformer import EfficientConformerEncoder
 from asrkit.models.squeezeformer import SqueezeformerEncoder
 
 OPSET = 17
@@ -84,7 +85,12 @@ def check_streaming_encoder(encoder: nn.Module) -> None:
     cache has ``cgmlp_linear_units / 2`` channels (and the E-Branchformer's merge convolution
     streams without a cache, as WeNet's, so its chunks are not the masked forward the export
     checks against): their streaming export is not implemented.  A Squeezeformer's blocks run at
-    different frame rates (time reduction): its attention caches do not share one shape."""
+    different frame rates (time reduction): its attention caches do not share one shape; so do an
+    Efficient Conformer's after its strided blocks (and their convolution kernels differ)."""
+    if isinstance(encoder, EfficientConformerEncoder):
+        raise ValueError("streaming ONNX export of encoder efficientConformer is not implemented (its strided blocks "
+                         "run the later blocks at lower frame rates, with smaller kernels: sherpa-onnx's layout has "
+                         "one cache shape for every block)")
     if isinstance(encoder, SqueezeformerEncoder):
         raise ValueError("streaming ONNX export of encoder squeezeformer is not implemented (its time reduction "
                          "runs blocks at different frame rates: sherpa-onnx's layout has one cache shape for every "

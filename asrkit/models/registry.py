@@ -19,6 +19,7 @@ from asrkit.models.branchformer import BranchformerEncoder
 from asrkit.models.ctc import CTC
 from asrkit.models.decoder import BiTransformerDecoder, TransformerDecoder
 from asrkit.models.e_branchformer import EBranchformerEncoder
+from asrkit.models.efficient_conformer import EfficientConformerEncoder
 from asrkit.models.encoder import ConformerEncoder, TransformerEncoder
 from asrkit.models.schema import whisper_language
 from asrkit.models.squeezeformer import SqueezeformerEncoder
@@ -37,6 +38,7 @@ ENCODERS: dict[str, type[nn.Module]] = {
     "branchformer": BranchformerEncoder,
     "e_branchformer": EBranchformerEncoder,
     "squeezeformer": SqueezeformerEncoder,
+    "efficientConformer": EfficientConformerEncoder,
 }
 DECODERS: dict[str, type[nn.Module]] = {
     "transformer": TransformerDecoder,

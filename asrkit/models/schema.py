@@ -4,15 +4,17 @@ Key names follow WeNet.  Keys whose default depends on the encoder type (activat
 positional encoding, attention type) default to ``None`` meaning "the encoder's own
 default" (conformer: swish / rel_pos / rel_selfattn; transformer: relu / abs_pos / selfattn), as do
 ``normalize_before``, ``attention_dropout_rate`` and ``cnn_module_kernel`` of ``encoder_conf``
-(the squeezeformer's WeNet defaults differ: false, 0.1 and 31, against true, 0.0 and 15).
+(the squeezeformer's WeNet defaults differ: false, 0.1 and 31, against true, 0.0 and 15).  The keys
+of one encoder family each, and which encoder reads which key, are :mod:`asrkit.models.encoder_schema`'s.
 ``rel_pos`` is WeNet's relative positional encoding; asrkit's Transformer-XL variant is
 ``rel_pos_xl`` (see ``asrkit.models.embedding``).
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Literal, Optional, Union
+from typing import ClassVar, Literal, Optional
 
+from asrkit.models.encoder_schema import EncoderVariantKeys, encoder_key_problems, variant_value_problems
 from asrkit.models.transducer.schema import JointConf, PredictorConf, predictor_problems
 from asrkit.schema import WenetKey, between, checked, non_negative, off, only, optional, positive, same_as
 from asrkit.text.whisper import LANGUAGES
@@ -41,8 +43,9 @@ _COMMON_WENET_KEYS: dict[str, WenetKey] = {
 
 
 @dataclasses.dataclass
-class EncoderConf:
-    """``encoder_conf`` (WeNet names)."""
+class EncoderConf(EncoderVariantKeys):
+    """``encoder_conf`` (WeNet names): the keys every encoder shares, and those of one encoder
+    family each (:class:`~asrkit.models.encoder_schema.EncoderVariantKeys`)."""
 
     output_size: int = checked(256, positive)
     attention_heads: int = checked(4, positive)
@@ -52,8 +55,9 @@ class EncoderConf:
     dropout_rate: float = checked(0.1, between(0.0, 1.0))
     positional_dropout_rate: float = checked(0.1, between(0.0, 1.0))
     attention_dropout_rate: Optional[float] = checked(None, optional(between(0.0, 1.0)))  # None: 0 (squeezeformer 0.1)
-    # conv1d2: Whisper's two 1-D convolutions, 2x (asrkit.models.subsampling.Conv1dSubsampling2)
-    input_layer: Literal["conv2d", "conv2d6", "conv2d8", "conv1d2"] = "conv2d"
+    # conv1d2: Whisper's two 1-D convolutions, 2x (asrkit.models.subsampling.Conv1dSubsampling2); conv2d2:
+    # one 2-D convolution, 2x (efficientConformer only, asrkit.models.efficient_conformer)
+    input_layer: Literal["conv2d", "conv2d2", "conv2d6", "conv2d8", "conv1d2"] = "conv2d"
     normalize_before: Optional[bool] = None  # None: true (squeezeformer: false)
     activation_type: Optional[Literal["relu", "swish", "gelu"]] = None
     # rel_pos: WeNet's relative form; rel_pos_xl: Transformer-XL's (asrkit's before
@@ -62,7 +66,7 @@ class EncoderConf:
     pos_enc_layer_type: Optional[Literal["abs_pos", "rel_pos", "rel_pos_xl", "abs_pos_whisper"]] = None
     key_bias: bool = True  # false: self-attention key projections without bias (Whisper's)
     selfattention_layer_type: Optional[Literal["selfattn", "rel_selfattn"]] = None
-    # conformer only
+    # conformer and efficientConformer only
     macaron_style: bool = True
     use_cnn_module: bool = True
     # odd unless causal (checked when the model is built); None: 15 (squeezeformer: 31)
@@ -71,41 +75,6 @@ class EncoderConf:
     # causal depthwise convolutions (no frame sees later ones; branchformer: the cgMLP's; e_branchformer: the
     # cgMLP's and the merge's)
     causal: bool = False
-    # branchformer (asrkit.models.branchformer; WeNet's keys, defaults and meanings; the cgmlp_* keys,
-    # use_linear_after_conv and gate_activation are e_branchformer's too)
-    use_attn: bool = True    # the self-attention branch
-    use_cgmlp: bool = True   # the cgMLP branch
-    cgmlp_linear_units: int = checked(2048, positive)  # the cgMLP's hidden size (even: split in two halves)
-    cgmlp_conv_kernel: int = checked(31, positive)     # its depthwise convolution (odd unless causal)
-    use_linear_after_conv: bool = False                # a linear after that convolution
-    gate_activation: Literal["identity", "hardtanh", "tanh", "relu", "selu", "swish", "gelu"] = "identity"
-    merge_method: Literal["concat", "learned_ave", "fixed_ave"] = "concat"
-    # fixed_ave: the cgMLP branch's weight (the attention's is 1 - it); one, or one per block
-    cgmlp_weight: Union[float, list[float]] = 0.5
-    # learned_ave: the probability of dropping the attention branch in training; one, or one per block
-    attn_branch_drop_rate: Union[float, list[float]] = 0.0
-    # e_branchformer (asrkit.models.e_branchformer): the depthwise convolution of its merge (odd unless
-    # causal), and its feed-forwards (false: none, whatever macaron_style says)
-    merge_conv_kernel: int = checked(3, positive)
-    use_ffn: bool = True
-    # squeezeformer (asrkit.models.squeezeformer; WeNet's keys, defaults and meanings): the blocks' width
-    # (output_size: after a final projection when it differs), the blocks before which the frame rate halves
-    # (an int, a list or null) and doubles back, the reduction layer, the FFNs' width factor, a depthwise
-    # second subsampling convolution, dropouts (input projection, FFN inside, each residual), WeNet's shift of
-    # the position scores, the convolution module's norm, adaptive scales, WeNet's uniform initialisation
-    encoder_dim: int = checked(256, positive)
-    reduce_idx: Optional[Union[int, list[int]]] = 5
-    recover_idx: Optional[Union[int, list[int]]] = 11
-    time_reduction_layer_type: Literal["conv1d", "stream", "conv2d"] = "conv1d"
-    feed_forward_expansion_factor: int = checked(4, positive)
-    dw_stride: bool = False
-    input_dropout_rate: float = checked(0.1, between(0.0, 1.0))
-    feed_forward_dropout_rate: float = checked(0.1, between(0.0, 1.0))
-    dropout: float = checked(0.1, between(0.0, 1.0))
-    do_rel_shift: bool = True
-    cnn_norm_type: Literal["batch_norm", "layer_norm"] = "batch_norm"
-    adaptive_scale: bool = True
-    init_weights: bool = True
     # streaming (U2/U2++): the attention context of training and CV (asrkit.models.chunks)
     use_dynamic_chunk: bool = False       # a chunk size drawn per training micro-batch
     use_dynamic_left_chunk: bool = False  # with use_dynamic_chunk: a number of left chunks too
@@ -136,12 +105,7 @@ class EncoderConf:
                                                                                            "abs_pos_whisper"):
             errors.append("selfattention_layer_type rel_selfattn needs pos_enc_layer_type rel_pos or rel_pos_xl")
         errors += self._chunk_errors()
-        for key in ("cgmlp_weight", "attn_branch_drop_rate"):
-            values = getattr(self, key)
-            values = values if isinstance(values, list) else [values]
-            if any(not 0.0 <= v <= 1.0 for v in values):
-                errors.append(f"{key}: must be in [0, 1], got {getattr(self, key)!r}")
-        return errors
+        return errors + variant_value_problems(self)
 
     def _chunk_errors(self) -> list[str]:
         """The streaming keys: the combinations WeNet silently ignores are refused.  (Every
@@ -155,49 +119,6 @@ class EncoderConf:
             errors.append(f"static_chunk_size: {self.static_chunk_size} with use_dynamic_chunk: true "
                           "(WeNet ignores the static chunk then); set one of them")
         return errors
-
-
-# encoder_conf keys read by some encoders only (WeNet's constructors take no others, and fail on
-# them): key -> the encoders that read it.  Given at a value other than its default under
-# another encoder, a key is refused (:func:`encoder_key_problems`).  The conformer's keys are
-# not listed for the transformer (asrkit has always accepted them there, unread).
-_NOT_SQUEEZEFORMER = ("transformer", "conformer", "branchformer", "e_branchformer")
-ENCODER_KEY_READERS: dict[str, tuple[str, ...]] = {
-    **{key: ("branchformer",) for key in ("use_attn", "use_cgmlp", "merge_method", "cgmlp_weight",
-                                          "attn_branch_drop_rate")},
-    **{key: ("branchformer", "e_branchformer") for key in ("cgmlp_linear_units", "cgmlp_conv_kernel",
-                                                            "use_linear_after_conv", "gate_activation")},
-    **{key: ("e_branchformer",) for key in ("merge_conv_kernel", "use_ffn")},
-    **{key: ("transformer", "conformer", "e_branchformer") for key in ("linear_units", "macaron_style")},
-    "activation_type": ("transformer", "conformer", "e_branchformer", "squeezeformer"),
-    **{key: ("transformer", "conformer") for key in ("use_cnn_module", "cnn_module_norm")},
-    **{key: ("transformer", "conformer", "squeezeformer") for key in ("normalize_before", "cnn_module_kernel")},
-    **{key: _NOT_SQUEEZEFORMER for key in ("dropout_rate", "positional_dropout_rate", "input_layer", "key_bias",
-                                           "selfattention_layer_type")},
-    **{key: ("squeezeformer",) for key in ("encoder_dim", "reduce_idx", "recover_idx", "time_reduction_layer_type",
-                                           "feed_forward_expansion_factor", "dw_stride", "input_dropout_rate",
-                                           "feed_forward_dropout_rate", "dropout", "do_rel_shift", "cnn_norm_type",
-                                           "adaptive_scale", "init_weights")},
-}
-
-
-def encoder_key_problems(encoder: str, conf: EncoderConf) -> list[str]:
-    """One message per key of ``conf`` (``encoder_conf``) given at a value other than its
-    default that ``encoder`` does not read (:data:`ENCODER_KEY_READERS`); none for an encoder
-    the table does not name (one registered at run time reads what it likes)."""
-    if not any(encoder in readers for readers in ENCODER_KEY_READERS.values()):
-        return []
-    defaults = {f.name: f.default for f in dataclasses.fields(EncoderConf)}
-    problems = []
-    if encoder == "squeezeformer" and conf.pos_enc_layer_type not in (None, "rel_pos"):
-        problems.append(f"encoder_conf.pos_enc_layer_type: {conf.pos_enc_layer_type!r}: encoder squeezeformer takes "
-                        f"rel_pos only (WeNet's squeezeformer fails with its plain attention)")
-    for key, readers in ENCODER_KEY_READERS.items():
-        value = getattr(conf, key)
-        if encoder not in readers and value != defaults[key]:
-            problems.append(f"encoder_conf.{key}: {value!r} is read only by encoder {' / '.join(readers)} "
-                            f"(encoder is {encoder}; WeNet's {encoder} takes no such key)")
-    return problems
 
 
 @dataclasses.dataclass

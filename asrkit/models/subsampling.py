@@ -1,5 +1,6 @@
-"""Convolutional front ends: 2-D convolutions that subsample time by 4, 6 or 8, and
-Whisper's two 1-D convolutions that subsample by 2 (``conv1d2``)."""
+"""Convolutional front ends: 2-D convolutions that subsample time by 2 (``conv2d2``, WeNet's
+Efficient Conformer's), 4, 6 or 8, and Whisper's two 1-D convolutions that subsample by 2
+(``conv1d2``)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -11,11 +12,12 @@ from asrkit.models.mask import valid_mask
 
 # (kernel, stride) of each Conv2d layer, per subsampling rate
 _CONV_PLANS: dict[int, list[tuple[int, int]]] = {
+    2: [(3, 2)],
     4: [(3, 2), (3, 2)],
     6: [(3, 2), (5, 3)],
     8: [(3, 2), (3, 2), (3, 2)],
 }
-INPUT_LAYERS: dict[str, int] = {"conv2d": 4, "conv2d6": 6, "conv2d8": 8}
+INPUT_LAYERS: dict[str, int] = {"conv2d2": 2, "conv2d": 4, "conv2d6": 6, "conv2d8": 8}
 
 
 class _ConvWeightGradByOffsets(torch.autograd.Function):
@@ -68,7 +70,7 @@ class Conv2dSubsampling(nn.Module):
 
     Output frame ``t'`` depends only on input frames inside the utterance when
     ``t' < out_lengths`` (no padding is read), with
-    ``T' = ((T − 1) // 2 − 1) // 2`` for rate 4, ``((T − 1) // 2 − 2) // 3`` for 6 and
+    ``T' = (T − 1) // 2`` for rate 2, ``((T − 1) // 2 − 1) // 2`` for rate 4, ``((T − 1) // 2 − 2) // 3`` for 6 and
     ``(((T − 1) // 2 − 1) // 2 − 1) // 2`` for 8.  Each output frame sees
     ``right_context + 1`` input frames.
     """
@@ -215,7 +217,7 @@ class Conv1dSubsampling2(nn.Module):
 
 
 def build_subsampling(input_layer: str, idim: int, odim: int, pos_enc: nn.Module) -> nn.Module:
-    """The front end ``encoder_conf.input_layer`` names: ``conv2d`` / ``conv2d6`` /
+    """The front end ``encoder_conf.input_layer`` names: ``conv2d2`` / ``conv2d`` / ``conv2d6`` /
     ``conv2d8`` (:class:`Conv2dSubsampling`) or ``conv1d2`` (:class:`Conv1dSubsampling2`)."""
     if input_layer == "conv1d2":
         return Conv1dSubsampling2(idim, odim, pos_enc)
