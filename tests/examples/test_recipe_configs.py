@@ -39,14 +39,15 @@ def test_every_shipped_config_computes_the_features_of_the_recipes_cmvn(recipe):
 
 def test_the_digits_fine_tuning_phase_overrides_fit_every_model_config():
     """run.sh's finetune_overrides (the second phase, with real speakers) load over each of the
-    four model configs -- the keys exist, the values pass the schemas -- and keep the features
+    model configs -- the keys exist, the values pass the schemas -- and keep the features
     of the first phase, whose CMVN the second phase takes over."""
     recipe = REPO / "examples" / "digits" / "s0"
     script = (recipe / "run.sh").read_text(encoding="utf-8")
     overrides = re.search(r'^finetune_overrides="([^"]*)"', script, re.M).group(1).split()
     assert "dataset_conf.band_limit=true" in overrides and "dataset_conf.volume_perturb=true" in overrides
     for name in ("train_conformer_cpu", "train_u2pp_conformer_cpu", "train_transducer_cpu",
-                 "train_u2pp_transducer_cpu"):
+                 "train_u2pp_transducer_cpu", "train_branchformer_cpu", "train_e_branchformer_cpu",
+                 "train_squeezeformer_cpu", "train_efficient_conformer_cpu"):
         first = load_config(recipe / "conf" / f"{name}.yaml")
         second = load_config(recipe / "conf" / f"{name}.yaml", overrides)
         assert second.dataset_conf.band_limit and second.dataset_conf.volume_perturb and not first.dataset_conf.band_limit
