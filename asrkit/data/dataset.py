@@ -39,7 +39,7 @@ import logging
 import os
 import signal
 import sys
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
@@ -58,6 +58,7 @@ class BatchTask:
     epoch: int
     position: int
     indices: tuple[int, ...]
+    pad_to: Optional[tuple[int, int]] = None  # (frames, target length): a bucket_frames batch's edges
 
 
 class PlannedBatchDataset(Dataset):
@@ -74,7 +75,9 @@ class PlannedBatchDataset(Dataset):
         if not isinstance(task, BatchTask):
             raise TypeError(f"PlannedBatchDataset is indexed by BatchTask, got {type(task).__name__}")
         samples = [self.sample_processor(self.entries[i], task.epoch) for i in task.indices]
-        return {"position": task.position, "epoch": task.epoch, "batch": self.sample_processor.collate(samples)}
+        batch = (self.sample_processor.collate(samples, pad_to=task.pad_to) if task.pad_to is not None
+                 else self.sample_processor.collate(samples))
+        return {"position": task.position, "epoch": task.epoch, "batch": batch}
 
 
 class _PassTasks(Sampler):
@@ -165,7 +168,9 @@ class AsrDataLoader:
         epoch = self.sampler.epoch
         planned = self.sampler.start_pass()
         self.skip_stats.reset()
-        self._pass_tasks.tasks = [BatchTask(epoch, position, tuple(int(i) for i in indices))
+        planner = self.sampler.planner
+        self._pass_tasks.tasks = [BatchTask(epoch, position, tuple(int(i) for i in indices),
+                                            planner.pad_to(indices, epoch))
                                   for position, indices in planned]
         if not planned:
             return

@@ -57,21 +57,35 @@ class BatchConf:
       go to bucket i; a bucket becomes a batch when it holds ``bucket_batch_sizes[i]``
       utterances; ``bucket_batch_sizes`` has one more entry than ``bucket_boundaries``
       (the last bucket takes everything longer).
+    * ``bucket_frames`` (asrkit's, for GPUs: a bounded set of batch shapes): buckets by
+      planned length over the whole shuffled epoch, every batch padded to its bucket's
+      frame edge and target-length edge; ``bucket_boundaries`` as for ``bucket`` or, when
+      empty, ``num_buckets`` edges chosen to minimise the padding; batch sizes
+      ``bucket_batch_sizes`` or, when empty, the frame budget
+      ``max_frames_in_batch // bucket edge`` (see ``asrkit.data.buckets``).
     Lengths are planned frames: 100 per second of listed duration (see
     ``asrkit.data.batch_plan.planned_frames``).
     """
 
-    batch_type: Literal["static", "dynamic", "bucket"] = "static"
+    batch_type: Literal["static", "dynamic", "bucket", "bucket_frames"] = "static"
     batch_size: int = checked(16, positive)
     max_frames_in_batch: int = checked(12000, positive)
     bucket_boundaries: list[int] = dataclasses.field(default_factory=list)
     bucket_batch_sizes: list[int] = dataclasses.field(default_factory=list)
+    num_buckets: int = checked(16, positive)
 
     def validate(self) -> list[str]:
-        if self.batch_type != "bucket":
+        if self.batch_type not in ("bucket", "bucket_frames"):
             return []
         errors = []
         bounds, sizes = self.bucket_boundaries, self.bucket_batch_sizes
+        if self.batch_type == "bucket_frames" and not bounds:
+            if sizes and len(sizes) != self.num_buckets:
+                errors.append(f"bucket_batch_sizes: needs num_buckets = {self.num_buckets} entries "
+                              f"(or none: from max_frames_in_batch), got {len(sizes)}")
+            return errors
+        if self.batch_type == "bucket_frames" and not sizes:
+            sizes = [1] * (len(bounds) + 1)  # from the frame budget
         if not bounds:
             errors.append("bucket_boundaries: batch_type bucket needs at least one boundary")
         if any(b <= 0 for b in bounds) or any(a >= b for a, b in zip(bounds, bounds[1:])):

@@ -39,6 +39,7 @@ import torch
 
 from asrkit.data import audio, augment, bandwidth, features, noise, quantization, reverb
 from asrkit.data.audio import DataFault
+from asrkit.data.buckets import padded_length
 from asrkit.data.feature_steps import feature_step
 from asrkit.data.lists import ListEntry
 from asrkit.data.noise_lists import AudioCache, read_audio_list
@@ -273,9 +274,9 @@ class SampleProcessor:
             return Skip(entry.key, fault.reason, fault.detail)
         return sample
 
-    def collate(self, samples: Sequence[Union[Sample, Skip]]) -> dict:
+    def collate(self, samples: Sequence[Union[Sample, Skip]], pad_to: tuple[int, int] | None = None) -> dict:
         """:func:`collate` with this chain's feature dimension (for empty batches)."""
-        return collate(samples, feat_dim=self.feat_dim)
+        return collate(samples, feat_dim=self.feat_dim, pad_to=pad_to)
 
 
 def build_sample_processor(dataset_conf, tokenizer, *, train: bool, seed: int,
@@ -354,7 +355,7 @@ def waveform_augmentation(conf, seed: int) -> list[Step]:
 # ----------------------------------------------------------------------------- collate
 
 
-def collate(samples: Sequence[Union[Sample, Skip]], feat_dim: int = 80) -> dict:
+def collate(samples: Sequence[Union[Sample, Skip]], feat_dim: int = 80, pad_to: tuple[int, int] | None = None) -> dict:
     """Pad samples into the batch dict, keeping their order:
 
     ``keys: list[str]``, ``feats: [B, T, F]`` float32 (zero-padded), ``feats_lengths: [B]``
@@ -365,6 +366,9 @@ def collate(samples: Sequence[Union[Sample, Skip]], feat_dim: int = 80) -> dict:
     An empty input (or only skips) gives a B=0 batch: ``feats`` ``[0, 0, feat_dim]``,
     ``target`` ``[0, 0]``.  ``feat_dim`` is only used then; otherwise F comes from the
     samples, which must agree.
+
+    ``pad_to``: (frames, target length) the batch is padded to (a ``bucket_frames``
+    batch's bucket edges; a longer batch gets ``asrkit.data.buckets.padded_length``).
     """
     skipped = [s for s in samples if isinstance(s, Skip)]
     kept = [s for s in samples if not isinstance(s, Skip)]
@@ -377,6 +381,8 @@ def collate(samples: Sequence[Union[Sample, Skip]], feat_dim: int = 80) -> dict:
     target_lengths = torch.tensor([len(s["tokens"]) for s in kept], dtype=torch.int64)
     max_t = int(feats_lengths.max()) if kept else 0
     max_l = int(target_lengths.max()) if kept else 0
+    if pad_to is not None and kept:
+        max_t, max_l = padded_length(max_t, pad_to[0]), padded_length(max_l, pad_to[1])
     feats = torch.zeros(len(kept), max_t, feat_dim, dtype=torch.float32)
     target = torch.full((len(kept), max_l), -1, dtype=torch.int64)
     for i, s in enumerate(kept):

@@ -14,7 +14,8 @@ Plan of epoch ``e`` (training loader)
     3. ``sort``: utterances are sorted by planned frames within consecutive windows of
        ``sort_conf.sort_size`` (WeNet's sort buffer as a plan step).
     4. Batching per ``batch_conf`` (static / dynamic / bucket, see
-       ``asrkit.data.batch_plan``).
+       ``asrkit.data.batch_plan``; bucket_frames: shape-bounded buckets over the whole
+       shuffled epoch, each batch padded to its bucket's edges, see ``asrkit.data.buckets``).
     5. If the loader shuffles (``list_shuffle`` or ``shuffle``), the batch order is
        permuted, so sorted windows do not give the epoch a length trend.
     Randomness of step ``k`` comes from ``numpy.random.default_rng([seed, e, k])``: the
@@ -67,6 +68,7 @@ import numpy as np
 
 from asrkit.data.batch_plan import (bucket_batches, dynamic_batches, permute_groups, permute_within_windows,
                                   planned_frames, sort_within_windows, split_to_multiple, static_batches)
+from asrkit.data.buckets import BucketLayout, bucket_frames_batches, plan_stats, planned_tokens
 from asrkit.data.mixing import epoch_selection
 from asrkit.data.processors import draw_speed
 
@@ -103,11 +105,14 @@ class EpochPlanner:
     perturbation factors of a training loader (None: no perturbation); each utterance is
     then planned at the length it really gets in that epoch,
     ``duration / asrkit.data.processors.draw_speed(seed, epoch, key, speeds)``, so sorting
-    and ``max_frames_in_batch`` see the perturbed lengths (see ``asrkit.data.batch_plan``)."""
+    and ``max_frames_in_batch`` see the perturbed lengths (see ``asrkit.data.batch_plan``).
+    ``tokens``: planned target lengths (``asrkit.data.buckets.planned_tokens``; None: 0),
+    for the padded target length of ``bucket_frames`` and the plan statistics."""
 
     def __init__(self, keys: Sequence[str], durations: Sequence[float], tars: Sequence[str | None],
                  conf: Any, *, train: bool, seed: int, speeds: Sequence[float] | None = None,
-                 mix: tuple[Sequence[tuple[int, int]], Sequence[float]] | None = None):
+                 mix: tuple[Sequence[tuple[int, int]], Sequence[float]] | None = None,
+                 tokens: Sequence[int] | None = None):
         if not (len(keys) == len(durations) == len(tars)):
             raise ValueError("keys, durations and tars must have one item per utterance")
         if len(keys) == 0:
@@ -121,6 +126,7 @@ class EpochPlanner:
         self.speeds = tuple(float(v) for v in speeds) if speeds and self.train else None
         self.frames = planned_frames(durations)
         self.groups = group_ids(tars)
+        self.tokens = np.zeros(len(keys), dtype=np.int64) if tokens is None else np.asarray(tokens, dtype=np.int64)
         self._frames_cache: tuple[int, np.ndarray] | None = None
         # weighted lists: (the lists' index ranges, their weights); a CV loader never mixes
         self.mix = (tuple((int(a), int(b)) for a, b in mix[0]), tuple(float(w) for w in mix[1])) \
@@ -139,16 +145,22 @@ class EpochPlanner:
             "max_frames_in_batch": batch_conf.max_frames_in_batch,
             "bucket_boundaries": list(batch_conf.bucket_boundaries),
             "bucket_batch_sizes": list(batch_conf.bucket_batch_sizes),
+            "num_buckets": batch_conf.num_buckets,
             "mix": [list(map(list, self.mix[0])), list(self.mix[1])] if self.mix else None,
         }
         self.fingerprint = self._fingerprint(keys)
+        self.layout = BucketLayout.build(
+            self.durations, self.tokens, self.speeds, boundaries=batch_conf.bucket_boundaries,
+            batch_sizes=batch_conf.bucket_batch_sizes, num_buckets=batch_conf.num_buckets,
+            max_frames_in_batch=batch_conf.max_frames_in_batch) if batch_conf.batch_type == "bucket_frames" else None
 
     @classmethod
     def from_entries(cls, entries: Sequence[Any], conf: Any, *, train: bool, seed: int,
                      speeds: Sequence[float] | None = None, mix=None) -> "EpochPlanner":
         """Planner for ``asrkit.data.lists.ListEntry`` items (uses ``key``, ``duration``, ``tar``)."""
         return cls([e.key for e in entries], [e.duration for e in entries], [e.tar for e in entries],
-                   conf, train=train, seed=seed, speeds=speeds, mix=mix)
+                   conf, train=train, seed=seed, speeds=speeds, mix=mix,
+                   tokens=planned_tokens([e.txt for e in entries]))
 
     def frames_of(self, epoch: int) -> np.ndarray:
         """Planned frames of every utterance in ``epoch`` (speed-perturbed when configured)."""
@@ -212,12 +224,25 @@ class EpochPlanner:
             batches = [b for w in windows for b in dynamic_batches(w, frames, s["max_frames_in_batch"])]
         elif s["batch_type"] == "bucket":
             batches = bucket_batches(order, frames, s["bucket_boundaries"], s["bucket_batch_sizes"])
+        elif s["batch_type"] == "bucket_frames":
+            batches = bucket_frames_batches(order, frames, self.layout)
         else:
             raise ValueError(f"unknown batch_type {s['batch_type']!r}")
         if s["list_shuffle"] or s["shuffle"]:
             perm = self._rng(epoch, _STAGE_BATCH_ORDER).permutation(len(batches))
             batches = [batches[i] for i in perm]
         return batches
+
+    def pad_to(self, indices: np.ndarray, epoch: int) -> tuple[int, int] | None:
+        """(padded frames, padded target length) the collate pads a batch to: its
+        bucket's edges with ``bucket_frames``, else None (each batch to its longest)."""
+        return None if self.layout is None else self.layout.pad_to(self.frames_of(epoch)[np.asarray(indices)])
+
+    def plan_stats(self, epoch: int, world_size: int = 1) -> dict:
+        """Batches, distinct shapes and padding shares of ``epoch`` dealt to ``world_size``
+        ranks, from planned lengths (``asrkit.data.buckets.plan_stats``)."""
+        dealt = split_to_multiple([b for b in self.batches(epoch) if len(b)], world_size)
+        return plan_stats(dealt, self.frames_of(epoch), self.tokens, self.layout)
 
 
 def deal_segments(batches: list[np.ndarray], segments: Sequence[tuple[int, int]],
@@ -273,8 +298,21 @@ class RankBatchSampler:
     def _schedule(self) -> tuple[int, list[np.ndarray]]:
         key = (self.epoch, tuple(self._segments))
         if self._cache is None or self._cache[0] != key:
+            if self._cache is None or self._cache[0][0] != self.epoch:
+                self._log_plan()
             self._cache = (key, deal_segments(self.planner.batches(self.epoch), self._segments, self.rank))
         return self._cache[1]
+
+    def _log_plan(self) -> None:
+        if self.rank != 0 or not logger.isEnabledFor(logging.INFO):
+            return
+        st = self.planner.plan_stats(self.epoch, self.world_size)
+        layout = self.planner.layout
+        logger.info("epoch %d plan: %d batches (%s), %d distinct shapes (batch size, frames, target length), "
+                    "padding %.1f %% of frames, %.1f %% of target units%s", self.epoch, st["batches"],
+                    self.planner.settings["batch_type"], st["shapes"], 100 * st["frame_padding"],
+                    100 * st["token_padding"], f"; buckets (size x frames x units): {layout.describe()}"
+                    if layout is not None else "")
 
     def __len__(self) -> int:
         first, batches = self._schedule()
