@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from asrkit.models.cmvn import GlobalCMVN
-from asrkit.models.ctc import CTC
+from asrkit.models.ctc import CTC, ctc_host_lengths
 from asrkit.models.losses import IGNORE_ID, label_smoothing_loss, token_accuracy_counts
 from asrkit.models.mask import valid_mask
 from asrkit.text.vocabulary import Vocabulary
@@ -156,7 +156,8 @@ class AsrModel(nn.Module):
         ``acc_total`` (the class docstring); a term whose weight is 0 is not computed."""
         loss: Optional[torch.Tensor] = None
         if self.ctc is not None and self.ctc_weight > 0.0:
-            loss_ctc = self.per_utterance(self.ctc.loss(enc_out, enc_lengths, target, target_lengths).sum(), out)
+            host = ctc_host_lengths(self.encoder, enc_lengths, target_lengths)  # (no host sync on a GPU)
+            loss_ctc = self.per_utterance(self.ctc.loss(enc_out, enc_lengths, target, target_lengths, host).sum(), out)
             out["loss_ctc"] = loss_ctc
             loss = self.ctc_weight * loss_ctc
         if self.decoder is not None and self.attention_weight > 0.0:

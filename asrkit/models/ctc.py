@@ -1,9 +1,53 @@
-"""CTC head: a linear projection to the vocabulary; the loss is computed in fp32."""
+"""CTC head: a linear projection to the vocabulary; the loss is computed in fp32.
+
+Host lengths (GPU training): torch's CUDA CTC reads the utterance and target lengths on
+the host.  Given as CUDA tensors, ``F.ctc_loss`` copies them to the host -- a host sync
+each, in the forward and again in the backward (the GPU check counted 10 syncs a step
+in CTC).  The executor knows the lengths on the host already (the batch's CPU tensors):
+inside :func:`host_lengths` it hands them over, the model derives the encoder's output
+lengths from them (``BaseEncoder.host_output_lengths``, the same integer arithmetic) and
+:meth:`CTC.loss` passes CPU lengths to ``F.ctc_loss``.  The values are the same, so the
+loss is the same; on a CPU nothing changes (the executor sets no host lengths there).
+"""
 from __future__ import annotations
+
+import contextlib
+import contextvars
+from typing import Iterator, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+_HOST_LENGTHS: contextvars.ContextVar = contextvars.ContextVar("asrkit_ctc_host_lengths", default=None)
+
+
+@contextlib.contextmanager
+def host_lengths(feats_lengths: torch.Tensor, target_lengths: torch.Tensor) -> Iterator[None]:
+    """Within: the micro-batch's ``feats_lengths`` and ``target_lengths`` on the host (CPU
+    tensors), for :func:`ctc_host_lengths`."""
+    token = _HOST_LENGTHS.set((feats_lengths, target_lengths))
+    try:
+        yield
+    finally:
+        _HOST_LENGTHS.reset(token)
+
+
+def ctc_host_lengths(encoder: nn.Module, enc_lengths: torch.Tensor, target_lengths: torch.Tensor
+                     ) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+    """``(encoder output lengths, target lengths)`` on the host for a batch whose lengths are
+    on a device, inside :func:`host_lengths`; None elsewhere, on a CPU, for an encoder that
+    cannot derive its output lengths on the host, or when the sizes do not match the batch."""
+    given = _HOST_LENGTHS.get()
+    if given is None or enc_lengths.device.type == "cpu":
+        return None
+    feats, targets = given
+    derive = getattr(encoder, "host_output_lengths", None)
+    if derive is None or feats.shape != enc_lengths.shape or targets.shape != target_lengths.shape:
+        return None
+    enc = derive(feats)
+    return None if enc is None else (enc, targets)
+
 
 class CTC(nn.Module):
     """``forward(enc_out [B, T, D]) -> log-probabilities [B, T, V]`` in fp32."""
@@ -19,11 +63,16 @@ class CTC(nn.Module):
         return torch.log_softmax(self.ctc_lo(enc_out).float(), dim=-1)
 
     def loss(self, enc_out: torch.Tensor, enc_lengths: torch.Tensor, target: torch.Tensor,
-             target_lengths: torch.Tensor) -> torch.Tensor:
+             target_lengths: torch.Tensor, host: Optional[tuple[torch.Tensor, torch.Tensor]] = None
+             ) -> torch.Tensor:
         """Per-utterance negative log-likelihood ``[B]`` (fp32, also under autocast).
         ``target [B, L]`` is padded with −1 beyond ``target_lengths``.  An utterance whose
         target cannot be aligned (too long for its frames) gets loss 0
-        (``zero_infinity``); the data filter is expected to drop such utterances."""
+        (``zero_infinity``); the data filter is expected to drop such utterances.  ``host``:
+        the same ``(enc_lengths, target_lengths)`` as CPU tensors (:func:`ctc_host_lengths`),
+        used instead, so that torch's CUDA CTC need not copy them to the host."""
+        if host is not None:
+            enc_lengths, target_lengths = host
         logits = self.ctc_lo(enc_out)
         with torch.autocast(device_type=enc_out.device.type, enabled=False):
             log_probs = torch.log_softmax(logits.float(), dim=-1).transpose(0, 1)

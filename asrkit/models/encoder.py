@@ -109,6 +109,14 @@ class BaseEncoder(nn.Module):
         """Shortest input (frames) that yields at least one output frame."""
         return self.embed.min_input_length
 
+    def host_output_lengths(self, feats_lengths: torch.Tensor) -> Optional[torch.Tensor]:
+        """The output lengths :meth:`forward` gives for ``feats_lengths``, computed where
+        ``feats_lengths`` is (the host's copy: ``asrkit.models.ctc.host_lengths``); None for
+        an encoder whose own ``forward`` changes the lengths otherwise (a subclass's)."""
+        if type(self).forward is not BaseEncoder.forward or not hasattr(self.embed, "output_lengths"):
+            return None
+        return self.embed.output_lengths(feats_lengths)
+
     def check_input_lengths(self, feats_lengths: torch.Tensor) -> None:
         """ValueError when an utterance of ``feats_lengths`` is shorter than the subsampling
         needs (``min_input_length`` frames)."""

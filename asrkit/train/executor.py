@@ -80,6 +80,7 @@ from typing import Callable, Iterator, Optional
 
 import torch
 
+from asrkit.models.ctc import host_lengths as ctc_host_lengths_given
 from asrkit.models.chunks import ChunkTraining, micro_batch_index
 from asrkit.progress import ProgressReport, clock
 from asrkit.train.counters import TrainState
@@ -155,9 +156,13 @@ class Executor:
         frames = int(batch["feats_lengths"].sum())
         return utts, tokens, frames
 
-    def _forward(self, model: torch.nn.Module, batch: dict, chunk: tuple[int, int]) -> dict:
-        """``model``'s loss dict for ``batch`` with the chunk choice ``(chunk_size, num_left_chunks)``."""
-        with self._autocast():
+    def _forward(self, model: torch.nn.Module, batch: dict, chunk: tuple[int, int], host: Optional[dict] = None) -> dict:
+        """``model``'s loss dict for ``batch`` with the chunk choice ``(chunk_size, num_left_chunks)``;
+        ``host``: the same batch on the host, whose lengths CTC reads there (``asrkit.models.ctc``:
+        no host sync for them on a GPU)."""
+        lengths = (ctc_host_lengths_given(host["feats_lengths"], host["target_lengths"])
+                   if host is not None and self.ctx.device.type != "cpu" else contextlib.nullcontext())
+        with self._autocast(), lengths:
             return model(batch["feats"], batch["feats_lengths"], batch["target"], batch["target_lengths"], *chunk)
 
     # ------------------------------------------------------------------ training
@@ -210,7 +215,7 @@ class Executor:
                 chunk = self.chunks.for_training(
                     state.step, micro_batch_index(position, accum, self.ctx.rank, self.ctx.world_size))
                 with self.engine.gradient_sync(self.model, sync=last_in_group):
-                    out = self._forward(self.model, dev_batch, chunk)
+                    out = self._forward(self.model, dev_batch, chunk, host=batch)
                     loss = out["loss"]
                     (self.scaler.scale(loss) if self.scaler else loss).backward()
                 group_nonfinite += ~torch.isfinite(loss.detach())  # stays on the device: no sync here
@@ -383,7 +388,7 @@ class Executor:
             b_utts, b_tokens, _ = self._counts(batch)
             if b_utts == 0:
                 continue
-            out = self._forward(model, self._to_device(batch), self.chunks.for_evaluation())
+            out = self._forward(model, self._to_device(batch), self.chunks.for_evaluation(), host=batch)
             for k in summed_names(out):
                 sums[k] = sums.get(k, 0.0) + float(out[k])
             utts += b_utts
