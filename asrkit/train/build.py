@@ -26,6 +26,7 @@ from asrkit.data.processors import build_sample_processor
 from asrkit.finetune.setup import AdaptError, Adaptation, adapt
 from asrkit.config_files import ModelInputs, load_model_inputs
 from asrkit.models import build_model
+from asrkit.train.compile import compile_blocks
 from asrkit.train.dist import MonitoredLoader, count_batchnorm
 from asrkit.train.dist.context import DistContext
 from asrkit.train.engines import TrainingEngine, build_engine
@@ -193,6 +194,8 @@ def build_training(cfg: TrainConfig, ctx: DistContext, *, train_data: str | Sequ
                  "nothing to convert", getattr(cfg.encoder_conf, "cnn_module_norm", "?"))
     elif cfg.sync_batchnorm and not ctx.distributed:
         log.info("sync_batchnorm: one process, nothing to synchronise; BatchNorm left as it is")
+    if cfg.compile_blocks:  # (asrkit's regional torch.compile: asrkit.train.compile)
+        compile_blocks(bare_model)
     engine = build_engine(cfg, ctx) if ddp else None  # (the caller that wraps the model itself also chooses its hook)
     model = engine.wrap(bare_model) if engine is not None else bare_model
     comm_hook = getattr(engine, "comm_hook", None)

@@ -148,6 +148,10 @@ class TrainerSections:
     fsdp_cpu_offload: bool = False        # sharded parameters and optimizer state on the host (CUDA only)
     fsdp_sync_module_states: bool = False  # broadcast rank 0's weights before sharding
     launch: LaunchConf = dataclasses.field(default_factory=LaunchConf)
+    # asrkit's own (WeNet has no such key): regional torch.compile -- each encoder and decoder
+    # block compiled in place (asrkit.train.compile), the rest eager; off by default, kept only
+    # where the GPU check measures it faster end to end, compile warm-up included.
+    compile_blocks: bool = False
 
     def validate(self) -> list[str]:
         """The keys of ``scheduler_conf`` against the scheduler that reads them."""
