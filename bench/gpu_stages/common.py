@@ -122,7 +122,7 @@ class MeasuredLoader:
     loader's (the executor reads ``sampler`` through it)."""
 
     def __init__(self, loader):
-        self.__dict__.update(_loader=loader, batches=0, utts=0, frames=0, padded=0, wait=0.0)
+        self.__dict__.update(_loader=loader, batches=0, utts=0, frames=0, padded=0, wait=0.0, shapes=[], sizes=[])
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.__dict__["_loader"], name)
@@ -143,6 +143,9 @@ class MeasuredLoader:
             self.utts += int(batch["feats_lengths"].numel())
             self.frames += int(batch["feats_lengths"].sum())
             self.padded += int(batch["feats"].shape[0] * batch["feats"].shape[1])
+            # (batch size, padded frames, padded target length): what the kernels see, in order
+            self.shapes.append((*map(int, batch["feats"].shape[:2]), int(batch["target"].shape[1])))
+            self.sizes.append((int(batch["feats_lengths"].sum()), int(batch["feats"].shape[0] * batch["feats"].shape[1])))
             yield batch
 
     def counters(self) -> dict:
