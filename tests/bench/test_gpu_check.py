@@ -170,7 +170,7 @@ def test_cpu_dry_run_of_the_test_and_aishell_stages(carried, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.heavy  # (~35 s on 2 cores before the first_epoch stage, ~110 s more with it; last output: docs/experiments/heavy_tests.md)
+@pytest.mark.heavy  # (~35 s on 2 cores before the first_epoch stage, 69 s with it; last output: docs/experiments/heavy_tests.md)
 def test_cpu_dry_run_runs_every_stage(carried, tmp_path):
     records, work, stdout = dry_run(carried, tmp_path, STAGE_FILES)
     check_first_epoch(records["first_epoch"], stdout)
