@@ -7,6 +7,8 @@ model-level checks: a model with ``encoder: e_branchformer`` builds, trains a st
 the schema takes WeNet's recipe keys and refuses those WeNet's e_branchformer does not read."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -19,9 +21,8 @@ FIXTURES = parity.WENET_FIXTURES / "e_branchformer"
 NAMES = ("defaults", "causal", "no_macaron", "no_ffn")
 
 
-def wenet_encoder(name: str):
-    """(asrkit's encoder loaded with WeNet's weights of fixture ``name``, the fixture)."""
-    return parity.wenet_encoder(FIXTURES, "e_branchformer", name)
+# (asrkit's encoder loaded with WeNet's weights of fixture ``name``, the fixture)
+wenet_encoder = functools.partial(parity.wenet_encoder, FIXTURES, "e_branchformer")
 
 
 @pytest.mark.parametrize("name", NAMES)

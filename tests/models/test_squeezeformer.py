@@ -8,6 +8,8 @@ squeezeformer`` builds, trains a step and decodes; the schema takes WeNet's reci
 refuses those WeNet's squeezeformer does not read."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 import yaml
@@ -21,9 +23,8 @@ FIXTURES = parity.WENET_FIXTURES / "squeezeformer"
 NAMES = ("conv1d", "conv2d", "stream", "no_reduction")
 
 
-def wenet_encoder(name: str):
-    """(asrkit's encoder loaded with WeNet's weights of fixture ``name``, the fixture)."""
-    return parity.wenet_encoder(FIXTURES, "squeezeformer", name)
+# (asrkit's encoder loaded with WeNet's weights of fixture ``name``, the fixture)
+wenet_encoder = functools.partial(parity.wenet_encoder, FIXTURES, "squeezeformer")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -66,13 +67,7 @@ TINY = {"encoder": "squeezeformer",
 
 def test_model_builds_trains_and_decodes():
     model, feats, lengths = parity.trained_tiny_model(TINY, SqueezeformerEncoder)
-    model.eval()
-    with torch.no_grad():
-        enc, enc_lengths = model.encoder(feats, lengths)
-        masked, _ = model.encoder(feats[:1, :50], lengths[:1], 4, 1)
-        by_chunk, _ = model.encoder.forward_chunk_by_chunk(feats[:1, :50], 4, 1)
-    torch.testing.assert_close(by_chunk, masked[:, :by_chunk.size(1)], atol=1e-5, rtol=0)
-    assert enc.shape[:2] == (2, int(enc_lengths.max()))
+    parity.chunked_decode_matches(model, feats, lengths, 1)
 
 
 RECIPE = FIXTURES.parent / "librispeech_train_u2++_squeezeformer.yaml"  # WeNet's, as it is

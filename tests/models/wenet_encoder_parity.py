@@ -92,6 +92,20 @@ def trained_tiny_model(config: dict, encoder_type: type, check_grads: bool = Tru
     return model, feats, lengths
 
 
+def chunked_decode_matches(model, feats, lengths, left: int):
+    """The trained tiny model in eval mode: utterance 0 (50 frames) chunk by chunk (chunks of 4,
+    ``left`` left chunks) equals its masked chunk forward (1e-5); the full forward of the batch has
+    one row per utterance.  Returns ``(enc, enc_lengths, masked, by_chunk)``."""
+    model.eval()
+    with torch.no_grad():
+        enc, enc_lengths = model.encoder(feats, lengths)
+        masked, _ = model.encoder(feats[:1, :50], lengths[:1], 4, left)
+        by_chunk, _ = model.encoder.forward_chunk_by_chunk(feats[:1, :50], 4, left)
+    torch.testing.assert_close(by_chunk, masked[:, :by_chunk.size(1)], atol=1e-5, rtol=0)
+    assert enc.shape[:2] == (2, int(enc_lengths.max()))
+    return enc, enc_lengths, masked, by_chunk
+
+
 def assert_key_of_another_encoder_refused(encoder: str, key: str, value) -> None:
     with pytest.raises(ConfigError, match=f"encoder_conf.{key}: .* read only by encoder"):
         build(TrainConfig, {"encoder": encoder, "encoder_conf": {key: value}})
