@@ -35,7 +35,7 @@ from typing import Optional
 if __package__ in (None, ""):  # run by its path: the repository root importable, as under `python -m`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tools.score_decodes import mode_key
-from tools.seed_summary import read_total
+from tools.seed_summary import mean_sd, read_total
 
 SEED = re.compile(r"^(?P<name>.+)_seed(?P<seed>\d+)$")
 STAMP = r"^(\d\d):(\d\d):(\d\d) "
@@ -146,8 +146,7 @@ def table(runs: list[Path], test_set: str = "test") -> str:
             if not values:
                 cells.append("-")
                 continue
-            sd = statistics.stdev(values) if len(values) > 1 else 0.0
-            cells.append(f"{statistics.fmean(values):.2f} ± {sd:.2f}")
+            cells.append("{:.2f} ± {:.2f}".format(*mean_sd(values)))
         seeds = max(sum(mode in cers for _, cers, _ in rows) for mode in modes)
         lines.append(f"| {label} | {_mean([t['params_m'] for t in trains], '{:.2f} M')} | "
                      f"{_mean([t['epoch_s'] for t in trains], '{:.0f}')} | "

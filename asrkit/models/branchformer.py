@@ -40,7 +40,7 @@ from torch import nn
 
 from asrkit.models.attention import MultiHeadedAttention
 from asrkit.models.encoder import BaseEncoder
-from asrkit.models.layers import Dropout
+from asrkit.models.layers import Dropout, conv_padding
 from asrkit.models.schema import EncoderConf
 
 # gate_activation -> module (WeNet's WENET_ACTIVATION_CLASSES, and identity)
@@ -70,12 +70,7 @@ class ConvolutionalSpatialGatingUnit(nn.Module):
         super().__init__()
         channels = size // 2
         self.norm = nn.LayerNorm(channels, eps=1e-5)
-        if causal:
-            padding, self.lorder = 0, kernel_size - 1
-        else:
-            if kernel_size % 2 == 0:
-                raise ValueError(f"encoder_conf.cgmlp_conv_kernel must be odd without causal, got {kernel_size}")
-            padding, self.lorder = (kernel_size - 1) // 2, 0
+        padding, self.lorder = conv_padding(kernel_size, causal, "cgmlp_conv_kernel")
         self.conv = nn.Conv1d(channels, channels, kernel_size, 1, padding, groups=channels)
         self.linear: Optional[nn.Linear] = nn.Linear(channels, channels) if use_linear_after_conv else None
         self.act = GATE_ACTIVATIONS[gate_activation]()

@@ -41,7 +41,7 @@ from torch import nn
 from asrkit.models.attention import MultiHeadedAttention
 from asrkit.models.branchformer import ConvolutionalGatingMLP
 from asrkit.models.encoder import BaseEncoder
-from asrkit.models.layers import Dropout, PositionwiseFeedForward
+from asrkit.models.layers import Dropout, PositionwiseFeedForward, conv_padding
 from asrkit.models.schema import EncoderConf
 
 
@@ -68,12 +68,7 @@ class EBranchformerEncoderLayer(nn.Module):
         self.norm_mlp = nn.LayerNorm(size, eps=1e-5)
         self.norm_final = nn.LayerNorm(size, eps=1e-5)
         self.dropout = Dropout(dropout_rate)
-        if causal:
-            padding, self.lorder = 0, merge_conv_kernel - 1
-        else:
-            if merge_conv_kernel % 2 == 0:
-                raise ValueError(f"encoder_conf.merge_conv_kernel must be odd without causal, got {merge_conv_kernel}")
-            padding, self.lorder = (merge_conv_kernel - 1) // 2, 0
+        padding, self.lorder = conv_padding(merge_conv_kernel, causal, "merge_conv_kernel")
         self.depthwise_conv_fusion = nn.Conv1d(2 * size, 2 * size, merge_conv_kernel, 1, padding, groups=2 * size)
         self.merge_proj = nn.Linear(2 * size, size)
 

@@ -44,7 +44,7 @@ from torch import nn
 from asrkit.models.attention import RelPositionMultiHeadedAttention
 from asrkit.models.efficient_conformer_layers import (EfficientConformerLayer, GroupedRelPositionMultiHeadedAttention,
                                                      StrideConvolutionModule)
-from asrkit.models.encoder import BaseEncoder
+from asrkit.models.encoder import MultiRateEncoder, cache_keep_from
 from asrkit.models.encoder_schema import EFFICIENT_DEFAULTS
 from asrkit.models.mask import chunk_attention_mask, valid_mask
 from asrkit.models.schema import EncoderConf
@@ -104,12 +104,13 @@ def efficient_plan(conf: EncoderConf, blocks: int) -> tuple[List[int], List[int]
     return strides, kernels, groups
 
 
-class EfficientConformerEncoder(BaseEncoder):
+class EfficientConformerEncoder(MultiRateEncoder):
     """WeNet's ``encoder: efficientConformer`` (module docstring).  Defaults (WeNet's): 6 blocks,
     swish, pre-norm, macaron FFN, ``cnn_module_kernel`` 15, one stride of 2 at block 3, grouped
     attention (3 frames) in blocks 0-3.  ``pos_enc_layer_type`` must be ``rel_pos``.  Post-norm
     (``normalize_before: false``) keeps WeNet's unused ``after_norm``, frozen."""
 
+    wenet_name = "efficientConformer"
     default_activation = "swish"
     default_pos_enc = "rel_pos"
     default_attention = "rel_selfattn"
@@ -187,12 +188,7 @@ class EfficientConformerEncoder(BaseEncoder):
         cache_frames = att_cache.size(2) if cached else 0
         keys = cache_frames + x.size(1)
         pos_emb = self.embed.pos_enc.chunk_table(offset, cache_frames, x.size(1)).to(x.dtype)
-        if required_cache_size < 0:
-            keep_from = 0
-        elif required_cache_size == 0:
-            keep_from = keys
-        else:
-            keep_from = max(keys - required_cache_size, 0)
+        keep_from = cache_keep_from(keys, required_cache_size)
         none = x.new_zeros([0, 0, 0, 0])
         new_att: List[torch.Tensor] = []
         new_cnn: List[torch.Tensor] = []
@@ -220,11 +216,3 @@ class EfficientConformerEncoder(BaseEncoder):
         if self.normalize_before and self.after_norm is not None:
             x = self.after_norm(x)
         return x, torch.cat(new_att, dim=0), torch.cat(new_cnn, dim=0)
-
-    @torch.jit.unused
-    def forward_chunks(self, xs: torch.Tensor, starts: torch.Tensor, att_cache: torch.Tensor,
-                       cnn_cache: torch.Tensor, att_mask: torch.Tensor
-                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Not implemented: several streams in one forward need one fixed cache shape per block."""
-        raise ValueError("encoder efficientConformer does not run several streams in one forward (fixed-size "
-                         "caches are not implemented: its blocks run at different frame rates)")

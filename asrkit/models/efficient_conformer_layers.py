@@ -31,7 +31,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from asrkit.models.attention import MultiHeadedAttention, RelPositionMultiHeadedAttention, allow_rows_without_keys
-from asrkit.models.layers import Dropout, PositionwiseFeedForward, activation
+from asrkit.models.encoder_layer import ConformerEncoderLayer
+from asrkit.models.layers import ChannelsFirstConvolution, PositionwiseFeedForward, activation
 
 
 class GroupedRelPositionMultiHeadedAttention(RelPositionMultiHeadedAttention):
@@ -97,7 +98,7 @@ class GroupedRelPositionMultiHeadedAttention(RelPositionMultiHeadedAttention):
         return self.attend_heads(q, k, v, None, pos_emb), torch.cat([k, v], dim=-1)
 
 
-class StrideConvolutionModule(nn.Module):
+class StrideConvolutionModule(ChannelsFirstConvolution):
     """WeNet's Efficient Conformer convolution module (module docstring): pointwise conv to
     ``2·d`` -> GLU -> depthwise conv (``kernel``, ``stride``; centred, or causal: the ``kernel − 1``
     frames before) -> BatchNorm / LayerNorm -> activation -> pointwise conv.  ``ceil(T / stride)``
@@ -120,13 +121,7 @@ class StrideConvolutionModule(nn.Module):
 
     def convolve(self, x: torch.Tensor) -> torch.Tensor:
         """``[B, C, T_in]`` (a causal module's left context included) -> ``[B, C, T_out]``."""
-        x = F.glu(self.pointwise_conv1(x), dim=1)
-        x = self.depthwise_conv(x)
-        if self.use_layer_norm:
-            x = self.norm(x.transpose(1, 2)).transpose(1, 2)
-        else:
-            x = self.norm(x)
-        return self.pointwise_conv2(self.activation(x))
+        return self.pointwise_conv2(self.activation(self.glu_depthwise_norm(x)))
 
     def forward(self, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """``x [B, T, C]``, ``valid [B, 1, T]`` -> ``[B, ceil(T / stride), C]``, zero on the
@@ -152,28 +147,19 @@ class StrideConvolutionModule(nn.Module):
         return self.convolve(x).transpose(1, 2), x[:, :, x.size(2) - self.lorder:]
 
 
-class EfficientConformerLayer(nn.Module):
+class EfficientConformerLayer(ConformerEncoderLayer):
     """One Efficient Conformer block (module docstring); ``stride`` > 1: WeNet's
     ``StrideConformerEncoderLayer`` (its ``concat_linear``, which WeNet never calls, is kept frozen
-    so that a WeNet checkpoint loads as it is)."""
+    so that a WeNet checkpoint loads as it is).  The branches are the conformer block's
+    (:class:`~asrkit.models.encoder_layer.ConformerEncoderLayer`, ``forward_chunk`` included); the
+    convolution's residual is :meth:`conv_shortcut`, pooled in a strided block."""
 
     def __init__(self, size: int, self_attn: MultiHeadedAttention, feed_forward: PositionwiseFeedForward,
                  feed_forward_macaron: Optional[PositionwiseFeedForward],
                  conv_module: Optional[StrideConvolutionModule], dropout_rate: float, normalize_before: bool,
                  stride: int = 1):
-        super().__init__()
-        self.self_attn = self_attn
-        self.feed_forward = feed_forward
-        self.feed_forward_macaron = feed_forward_macaron
-        self.conv_module = conv_module
-        self.norm_ff = nn.LayerNorm(size, eps=1e-5)
-        self.norm_mha = nn.LayerNorm(size, eps=1e-5)
-        self.norm_ff_macaron = nn.LayerNorm(size, eps=1e-5) if feed_forward_macaron is not None else None
-        self.norm_conv = nn.LayerNorm(size, eps=1e-5) if conv_module is not None else None
-        self.norm_final = nn.LayerNorm(size, eps=1e-5) if conv_module is not None else None
-        self.ff_scale = 0.5 if feed_forward_macaron is not None else 1.0
-        self.dropout = Dropout(dropout_rate)
-        self.normalize_before = normalize_before
+        super().__init__(size, self_attn, feed_forward, feed_forward_macaron, conv_module, dropout_rate,
+                         normalize_before)
         self.stride = stride
         self.concat_linear: Optional[nn.Linear] = None
         if stride > 1:
@@ -192,55 +178,12 @@ class EfficientConformerLayer(nn.Module):
                 h = self.norm_conv(x)
             else:  # (WeNet's module zeroes its input's padding in place: post-norm, that is the residual)
                 x = h = x.masked_fill(~frames.transpose(1, 2), 0.0)
-            x = self.conv_residual(self.pooled(x), self.conv_module(h, frames))
+            x = self.conv_residual(x, self.conv_module(h, frames))
         return self.feed_forward_branch(x)
 
-    def forward_chunk(self, x: torch.Tensor, mask: Optional[torch.Tensor], pos_emb: torch.Tensor,
-                      att_cache: torch.Tensor, cnn_cache: torch.Tensor
-                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One chunk ``x [1, T, D]`` -> ``(out [1, ceil(T / stride), D], new_att_cache
-        [1, H, C + T, 2·d_k], new_cnn_cache [1, D, kernel − 1]`` (``[1, D, 0]`` unless causal)``)``."""
-        x = self.macaron_branch(x)
-        h = self.norm_mha(x) if self.normalize_before else x
-        att, new_att_cache = self.self_attn.forward_chunk(h, mask, pos_emb, att_cache)
-        x = self.attention_residual(x, att)
-        new_cnn_cache = x.new_zeros([x.size(0), x.size(2), 0])
-        if self.conv_module is not None and self.norm_conv is not None:
-            h = self.norm_conv(x) if self.normalize_before else x
-            conv, new_cnn_cache = self.conv_module.forward_chunk(h, cnn_cache)
-            x = self.conv_residual(self.pooled(x), conv)
-        return self.feed_forward_branch(x), new_att_cache, new_cnn_cache
-
-    def pooled(self, x: torch.Tensor) -> torch.Tensor:
+    def conv_shortcut(self, x: torch.Tensor) -> torch.Tensor:
         """The strided block's residual: the mean of each ``stride`` frames (the last window's
         frames only), ``[B, ceil(T / stride), D]``; ``x`` itself without a stride."""
         if self.stride == 1:
             return x
         return F.avg_pool1d(x.transpose(1, 2), [self.stride], [self.stride], [0], True, False).transpose(1, 2)
-
-    def attention_residual(self, x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
-        x = x + self.dropout(att)
-        return x if self.normalize_before else self.norm_mha(x)
-
-    def conv_residual(self, x: torch.Tensor, conv: torch.Tensor) -> torch.Tensor:
-        x = x + self.dropout(conv)
-        if not self.normalize_before and self.norm_conv is not None:
-            x = self.norm_conv(x)
-        return x
-
-    def macaron_branch(self, x: torch.Tensor) -> torch.Tensor:
-        if self.feed_forward_macaron is not None and self.norm_ff_macaron is not None:
-            h = self.norm_ff_macaron(x) if self.normalize_before else x
-            x = x + self.ff_scale * self.dropout(self.feed_forward_macaron(h))
-            if not self.normalize_before:
-                x = self.norm_ff_macaron(x)
-        return x
-
-    def feed_forward_branch(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.norm_ff(x) if self.normalize_before else x
-        x = x + self.ff_scale * self.dropout(self.feed_forward(h))
-        if not self.normalize_before:
-            x = self.norm_ff(x)
-        if self.norm_final is not None:
-            x = self.norm_final(x)
-        return x

@@ -47,6 +47,14 @@ POSITIONAL_ATTENTION: dict[str, type[MultiHeadedAttention]] = {
 }
 
 
+def cache_keep_from(keys: int, required_cache_size: int) -> int:
+    """The first of a chunk's ``keys`` attention rows (cache then chunk) kept as the new cache:
+    ``required_cache_size`` < 0 all, 0 none, else the last ``required_cache_size``."""
+    if required_cache_size < 0:
+        return 0
+    return max(keys - required_cache_size, 0)
+
+
 class BaseEncoder(nn.Module):
     """Shared front end, block loop and final LayerNorm (pre-norm only)."""
 
@@ -180,10 +188,7 @@ class BaseEncoder(nn.Module):
         cache_frames = att_cache.size(2) if att_cache.size(0) > 0 else 0
         keys = cache_frames + x.size(1)
         pos_emb = self.embed.pos_enc.chunk_table(offset, cache_frames, x.size(1)).to(x.dtype)
-        if required_cache_size < 0:
-            keep_from = 0
-        else:
-            keep_from = max(keys - required_cache_size, 0)
+        keep_from = cache_keep_from(keys, required_cache_size)
         x, new_att, new_cnn = self.chunk_layers(x, att_mask, pos_emb, att_cache.unsqueeze(1), cnn_cache)
         return x, new_att.squeeze(1)[:, :, keep_from:], new_cnn
 
@@ -319,3 +324,19 @@ class ConformerEncoder(BaseEncoder):
         return ConformerEncoderLayer(conf.output_size, self.build_self_attention(conf),
                                      self.build_feed_forward(conf), macaron, conv,
                                      conf.dropout_rate, self.normalize_before)
+
+
+class MultiRateEncoder(BaseEncoder):
+    """Base of the encoders whose blocks run at different frame rates (``squeezeformer``,
+    ``efficientConformer``): they stream with a growing attention cache only (their own
+    ``forward_chunk``); ``wenet_name`` names them in errors."""
+
+    wenet_name = ""
+
+    @torch.jit.unused
+    def forward_chunks(self, xs: torch.Tensor, starts: torch.Tensor, att_cache: torch.Tensor,
+                       cnn_cache: torch.Tensor, att_mask: torch.Tensor
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Not implemented: several streams in one forward need one fixed cache shape per block."""
+        raise ValueError(f"encoder {self.wenet_name} does not run several streams in one forward (fixed-size "
+                         f"caches are not implemented: its blocks run at different frame rates)")

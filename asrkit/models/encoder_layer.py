@@ -139,8 +139,12 @@ class ConformerEncoderLayer(nn.Module):
         x = x + self.dropout(att)
         return x if self.normalize_before else self.norm_mha(x)
 
+    def conv_shortcut(self, x: torch.Tensor) -> torch.Tensor:
+        """The convolution branch's residual input: ``x`` itself (a strided block pools it)."""
+        return x
+
     def conv_residual(self, x: torch.Tensor, conv: torch.Tensor) -> torch.Tensor:
-        x = x + self.dropout(conv)
+        x = self.conv_shortcut(x) + self.dropout(conv)
         if not self.normalize_before and self.norm_conv is not None:
             x = self.norm_conv(x)
         return x

@@ -14,6 +14,17 @@ def activation(name: str) -> nn.Module:
     return ACTIVATIONS[name]()
 
 
+def conv_padding(kernel_size: int, causal: bool, key: str) -> tuple[int, int]:
+    """``(padding, lorder)`` of a depthwise convolution over time: centred (``(kernel − 1) / 2``
+    frames each side, no left order; an even kernel is an error naming ``encoder_conf.<key>``) or,
+    ``causal``, none (the caller pads the ``lorder = kernel − 1`` frames before)."""
+    if causal:
+        return 0, kernel_size - 1
+    if kernel_size % 2 == 0:
+        raise ValueError(f"encoder_conf.{key} must be odd without causal, got {kernel_size}")
+    return (kernel_size - 1) // 2, 0
+
+
 class Dropout(nn.Module):
     """Inverted dropout whose mask costs a quarter of torch's.
 
@@ -60,6 +71,21 @@ class PositionwiseFeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.w_2(self.dropout(self.activation(self.w_1(x))))
+
+
+class ChannelsFirstConvolution(nn.Module):
+    """Base of the WeNet-layout convolution modules that run in ``[B, C, T]`` (the Squeezeformer's,
+    the Efficient Conformer's): the subclass sets ``pointwise_conv1``, ``depthwise_conv``, ``norm``
+    and ``use_layer_norm``."""
+
+    def glu_depthwise_norm(self, x: torch.Tensor) -> torch.Tensor:
+        """Pointwise convolution to ``2·C`` and GLU, depthwise convolution, then the LayerNorm
+        (over channels) or BatchNorm: ``[B, C, T_in] -> [B, C, T_out]``."""
+        x = nn.functional.glu(self.pointwise_conv1(x), dim=1)
+        x = self.depthwise_conv(x)
+        if self.use_layer_norm:
+            return self.norm(x.transpose(1, 2)).transpose(1, 2)
+        return self.norm(x)
 
 
 class ConvolutionModule(nn.Module):

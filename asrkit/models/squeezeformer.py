@@ -38,7 +38,7 @@ from typing import List, Optional, Union
 import torch
 from torch import nn
 
-from asrkit.models.encoder import BaseEncoder
+from asrkit.models.encoder import MultiRateEncoder, cache_keep_from
 from asrkit.models.mask import chunk_attention_mask, valid_mask
 from asrkit.models.schema import EncoderConf
 from asrkit.models.squeezeformer_layers import (SqueezeformerAttention, SqueezeformerConvolution,
@@ -84,13 +84,14 @@ def reduction_plan(conf: EncoderConf, blocks: int) -> tuple[List[int], List[int]
     return reduce, recover, factors
 
 
-class SqueezeformerEncoder(BaseEncoder):
+class SqueezeformerEncoder(MultiRateEncoder):
     """WeNet's ``encoder: squeezeformer`` (module docstring).  Defaults (WeNet's): 12 blocks,
     ``encoder_dim`` 256, ``reduce_idx`` 5, ``recover_idx`` 11, ``conv1d`` reduction, swish,
     post-norm (``normalize_before: false``), ``cnn_module_kernel`` 31, ``attention_dropout_rate``
     0.1, adaptive scales, WeNet's initialisation.  ``pos_enc_layer_type`` must be ``rel_pos``
     (WeNet's other choice, its plain attention, fails inside WeNet's squeezeformer)."""
 
+    wenet_name = "squeezeformer"
     default_num_blocks = 12
 
     def __init__(self, input_dim: int, conf: EncoderConf):
@@ -189,12 +190,7 @@ class SqueezeformerEncoder(BaseEncoder):
         cache_frames = att_cache.size(2) if layers_cached > 0 else 0
         keys = cache_frames + x.size(1)
         pos_emb = self.embed.pos_enc.chunk_table(offset, cache_frames, x.size(1)).to(x.dtype)
-        if required_cache_size < 0:
-            keep_from = 0
-        elif required_cache_size == 0:
-            keep_from = keys
-        else:
-            keep_from = max(keys - required_cache_size, 0)
+        keep_from = cache_keep_from(keys, required_cache_size)
         valid = torch.ones(1, 1, x.size(1), dtype=torch.bool, device=x.device)
         none = x.new_zeros([0, 0, 0, 0])
         x = self.preln(x)
@@ -225,11 +221,3 @@ class SqueezeformerEncoder(BaseEncoder):
         if self.final_proj is not None:
             x = self.final_proj(x)
         return x, torch.cat(new_att, dim=0), torch.cat(new_cnn, dim=0)
-
-    @torch.jit.unused
-    def forward_chunks(self, xs: torch.Tensor, starts: torch.Tensor, att_cache: torch.Tensor,
-                       cnn_cache: torch.Tensor, att_mask: torch.Tensor
-                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Not implemented: several streams in one forward need one fixed cache shape per block."""
-        raise ValueError("encoder squeezeformer does not run several streams in one forward (fixed-size caches "
-                         "are not implemented: its blocks run at different frame rates)")

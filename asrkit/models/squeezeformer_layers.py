@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from asrkit.models.attention import RelPositionMultiHeadedAttention
-from asrkit.models.layers import Dropout, activation
+from asrkit.models.layers import ChannelsFirstConvolution, Dropout, activation, conv_padding
 
 
 def _uniform(bound: float, *tensors: Optional[torch.Tensor]) -> None:
@@ -121,7 +121,7 @@ class SqueezeformerFeedForward(nn.Module):
         return self.w_2(self.dropout(self.activation(self.w_1(x))))
 
 
-class SqueezeformerConvolution(nn.Module):
+class SqueezeformerConvolution(ChannelsFirstConvolution):
     """The Squeezeformer's convolution module: ``scale(x)``, padding frames zeroed, pointwise
     convolution to ``2·D`` and GLU, depthwise convolution (``cnn_module_kernel``: centred, odd;
     or ``causal``: the ``kernel − 1`` frames before, zeros before the first), ``cnn_norm_type``
@@ -132,12 +132,7 @@ class SqueezeformerConvolution(nn.Module):
     def __init__(self, channels: int, kernel_size: int, act: str, norm: str, causal: bool,
                  adaptive_scale: bool, init_weights: bool):
         super().__init__()
-        if causal:
-            padding, self.lorder = 0, kernel_size - 1
-        else:
-            if kernel_size % 2 == 0:
-                raise ValueError(f"encoder_conf.cnn_module_kernel must be odd without causal, got {kernel_size}")
-            padding, self.lorder = (kernel_size - 1) // 2, 0
+        padding, self.lorder = conv_padding(kernel_size, causal, "cnn_module_kernel")
         self.channels = channels
         self.causal = causal
         self.adaptive_scale = adaptive_scale
@@ -185,13 +180,7 @@ class SqueezeformerConvolution(nn.Module):
 
     def convolve(self, x: torch.Tensor, valid: Optional[torch.Tensor]) -> torch.Tensor:
         """The convolutions of ``x [B, D, T (+ left padding)]`` -> ``[B, T, D]``."""
-        x = F.glu(self.pointwise_conv1(x), dim=1)
-        x = self.depthwise_conv(x)
-        if self.use_layer_norm:
-            x = self.norm(x.transpose(1, 2)).transpose(1, 2)
-        else:
-            x = self.norm(x)
-        x = self.pointwise_conv2(self.activation(x))
+        x = self.pointwise_conv2(self.activation(self.glu_depthwise_norm(x)))
         if valid is not None:
             x = x.masked_fill(~valid, 0.0)
         return x.transpose(1, 2)

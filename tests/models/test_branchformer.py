@@ -6,65 +6,35 @@ Then the model-level checks: a model with ``encoder: branchformer`` builds, trai
 and decodes; the schema refuses the keys WeNet's branchformer does not read."""
 from __future__ import annotations
 
-from pathlib import Path
+import functools
 
 import pytest
 import torch
 
-from asrkit.checkpoint.wenet import from_wenet_state, is_wenet_state
 from asrkit.config import TrainConfig
-from asrkit.models import build_model
 from asrkit.models.branchformer import BranchformerEncoder
 from asrkit.models.registry import ENCODERS
 from asrkit.schema import ConfigError, build
-from asrkit.text.vocabulary import Vocabulary
-from tests.models.tiny import random_batch
+from tests.models import wenet_encoder_parity as parity
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "wenet" / "branchformer"
+FIXTURES = parity.WENET_FIXTURES / "branchformer"
 NAMES = ("concat", "causal_fixed_ave", "learned_ave")
 
 
-def wenet_encoder(name: str):
-    """(asrkit's encoder loaded with WeNet's weights of fixture ``name``, the fixture)."""
-    record = torch.load(FIXTURES / f"{name}.pt", weights_only=True)
-    cfg = build(TrainConfig, {"encoder": "branchformer", "encoder_conf": record["config"]})
-    encoder = ENCODERS["branchformer"](record["input_dim"], cfg.encoder_conf).eval()
-    assert is_wenet_state(record["state"])
-    state = from_wenet_state(record["state"], name, ["encoder." + k for k in encoder.state_dict()])
-    encoder.load_state_dict({k.removeprefix("encoder."): v for k, v in state.items()}, strict=True)
-    return encoder, record
-
-
-def assert_valid_close(out, lengths, want) -> None:
-    assert out.shape == want.shape
-    for b, n in enumerate(lengths.tolist()):
-        torch.testing.assert_close(out[b, :n], want[b, :n], atol=1e-4, rtol=0)
+# (asrkit's encoder loaded with WeNet's weights of fixture ``name``, the fixture)
+wenet_encoder = functools.partial(parity.wenet_encoder, FIXTURES, "branchformer")
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_full_context_equals_wenet(name):
-    encoder, record = wenet_encoder(name)
-    with torch.no_grad():
-        out, lengths = encoder(record["feats"], record["lengths"])
-    assert lengths.tolist() == record["out_lengths"].tolist()
-    assert_valid_close(out, lengths, record["out"])
+    parity.full_context_equals_wenet(*wenet_encoder(name))
 
 
 def test_chunks_equal_wenet():
     """The causal model: the masked forward of the batch and the chunk-by-chunk forward with
     caches (growing and fixed-size) of one utterance, WeNet's numbers for each."""
-    encoder, record = wenet_encoder("causal_fixed_ave")
-    assert record["chunks"]
-    first = record["feats"][:1, :int(record["lengths"][0])]
-    with torch.no_grad():
-        for case in record["chunks"]:
-            out, lengths = encoder(record["feats"], record["lengths"], case["chunk"], case["left"])
-            assert_valid_close(out, lengths, case["out"])
-            by_chunk, _ = encoder.forward_chunk_by_chunk(first, case["chunk"], case["left"])
-            torch.testing.assert_close(by_chunk, case["by_chunk"], atol=1e-4, rtol=0)
-            if case["left"] >= 0:
-                fixed, _ = encoder.forward_chunk_by_chunk(first, case["chunk"], case["left"], fixed_cache=True)
-                torch.testing.assert_close(fixed, case["by_chunk"], atol=1e-4, rtol=0)
+    for _ in parity.chunks_equal_wenet(*wenet_encoder("causal_fixed_ave"), fixed_cache=True):
+        pass
 
 
 def test_learned_ave_does_not_stream():
@@ -81,23 +51,10 @@ TINY = {"encoder": "branchformer",
 
 
 def test_model_builds_trains_and_decodes():
-    torch.manual_seed(0)
-    model = build_model(build(TrainConfig, TINY), 20, Vocabulary.of_size(12))
-    assert isinstance(model.encoder, BranchformerEncoder)
-    feats, lengths, target, target_lengths = random_batch([50, 37])
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    out = model(feats, lengths, target, target_lengths)
-    loss = out["loss"] if isinstance(out, dict) else out[0]
-    loss.backward()
-    optimizer.step()
-    assert torch.isfinite(loss)
-    model.eval()
-    with torch.no_grad():
-        enc, enc_lengths = model.encoder(feats, lengths)
-        chunked, _ = model.encoder(feats[:1, :50], lengths[:1], 4, -1)
-        by_chunk, _ = model.encoder.forward_chunk_by_chunk(feats[:1, :50], 4, -1)
-    torch.testing.assert_close(by_chunk, chunked, atol=1e-5, rtol=0)
-    assert enc.shape[:2] == (2, int(enc_lengths.max()))
+    model, feats, lengths = parity.trained_tiny_model(TINY, BranchformerEncoder, check_grads=False)
+    torch.optim.SGD(model.parameters(), lr=0.1).step()
+    _, _, chunked, by_chunk = parity.chunked_decode_matches(model, feats, lengths, -1)
+    assert by_chunk.shape == chunked.shape
 
 
 def test_wenet_defaults():
@@ -116,8 +73,7 @@ def test_wenet_defaults():
     ("branchformer", "activation_type", "relu"), ("conformer", "merge_method", "fixed_ave"),
     ("conformer", "cgmlp_linear_units", 512)])
 def test_keys_of_another_encoder_refused(encoder, key, value):
-    with pytest.raises(ConfigError, match=f"encoder_conf.{key}: .* read only by encoder"):
-        build(TrainConfig, {"encoder": encoder, "encoder_conf": {key: value}})
+    parity.assert_key_of_another_encoder_refused(encoder, key, value)
 
 
 def test_per_block_lists_checked():

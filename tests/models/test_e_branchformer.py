@@ -7,67 +7,35 @@ model-level checks: a model with ``encoder: e_branchformer`` builds, trains a st
 the schema takes WeNet's recipe keys and refuses those WeNet's e_branchformer does not read."""
 from __future__ import annotations
 
-from pathlib import Path
+import functools
 
 import pytest
 import torch
 
-from asrkit.checkpoint.wenet import from_wenet_state, is_wenet_state
 from asrkit.config import TrainConfig
-from asrkit.models import build_model
 from asrkit.models.e_branchformer import EBranchformerEncoder
-from asrkit.models.registry import ENCODERS
 from asrkit.schema import ConfigError, build
-from asrkit.text.vocabulary import Vocabulary
-from tests.models.tiny import random_batch
+from tests.models import wenet_encoder_parity as parity
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "wenet" / "e_branchformer"
+FIXTURES = parity.WENET_FIXTURES / "e_branchformer"
 NAMES = ("defaults", "causal", "no_macaron", "no_ffn")
 
 
-def wenet_encoder(name: str):
-    """(asrkit's encoder loaded with WeNet's weights of fixture ``name``, the fixture)."""
-    record = torch.load(FIXTURES / f"{name}.pt", weights_only=True)
-    cfg = build(TrainConfig, {"encoder": "e_branchformer", "encoder_conf": record["config"]})
-    encoder = ENCODERS["e_branchformer"](record["input_dim"], cfg.encoder_conf).eval()
-    assert is_wenet_state(record["state"])
-    state = from_wenet_state(record["state"], name, ["encoder." + k for k in encoder.state_dict()])
-    encoder.load_state_dict({k.removeprefix("encoder."): v for k, v in state.items()}, strict=True)
-    return encoder, record
-
-
-def assert_valid_close(out, lengths, want) -> None:
-    assert out.shape == want.shape
-    for b, n in enumerate(lengths.tolist()):
-        torch.testing.assert_close(out[b, :n], want[b, :n], atol=1e-4, rtol=0)
+# (asrkit's encoder loaded with WeNet's weights of fixture ``name``, the fixture)
+wenet_encoder = functools.partial(parity.wenet_encoder, FIXTURES, "e_branchformer")
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_full_context_equals_wenet(name):
-    encoder, record = wenet_encoder(name)
-    with torch.no_grad():
-        out, lengths = encoder(record["feats"], record["lengths"])
-    assert lengths.tolist() == record["out_lengths"].tolist()
-    assert_valid_close(out, lengths, record["out"])
+    parity.full_context_equals_wenet(*wenet_encoder(name))
 
 
 def test_chunks_equal_wenet():
     """The causal model: the masked forward of the batch, and the chunk-by-chunk forward of
     one utterance with caches (growing and fixed-size), WeNet's numbers for each -- which
     differ from each other: WeNet's merge convolution keeps no cache between chunks."""
-    encoder, record = wenet_encoder("causal")
-    assert record["chunks"]
-    first = record["feats"][:1, :int(record["lengths"][0])]
-    with torch.no_grad():
-        for case in record["chunks"]:
-            out, lengths = encoder(record["feats"], record["lengths"], case["chunk"], case["left"])
-            assert_valid_close(out, lengths, case["out"])
-            by_chunk, _ = encoder.forward_chunk_by_chunk(first, case["chunk"], case["left"])
-            torch.testing.assert_close(by_chunk, case["by_chunk"], atol=1e-4, rtol=0)
-            assert (by_chunk - out[:1, :by_chunk.size(1)]).abs().max() > 1e-2
-            if case["left"] >= 0:
-                fixed, _ = encoder.forward_chunk_by_chunk(first, case["chunk"], case["left"], fixed_cache=True)
-                torch.testing.assert_close(fixed, case["by_chunk"], atol=1e-4, rtol=0)
+    for out, by_chunk in parity.chunks_equal_wenet(*wenet_encoder("causal"), fixed_cache=True):
+        assert (by_chunk - out[:1, :by_chunk.size(1)]).abs().max() > 1e-2
 
 
 TINY = {"encoder": "e_branchformer",
@@ -78,16 +46,9 @@ TINY = {"encoder": "e_branchformer",
 
 
 def test_model_builds_trains_and_decodes():
-    torch.manual_seed(0)
-    model = build_model(build(TrainConfig, TINY), 20, Vocabulary.of_size(12))
-    assert isinstance(model.encoder, EBranchformerEncoder)
-    feats, lengths, target, target_lengths = random_batch([50, 37])
-    out = model(feats, lengths, target, target_lengths)
-    loss = out["loss"] if isinstance(out, dict) else out[0]
-    loss.backward()  # (no optimizer step: torch.optim's first step costs 2 s of imports)
-    assert torch.isfinite(loss)
-    for name, p in model.encoder.named_parameters():
-        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+    # (no optimizer step: torch.optim's first step costs 2 s of imports)
+    model, feats, lengths = parity.trained_tiny_model(TINY, EBranchformerEncoder)
+    assert all(p.requires_grad for p in model.encoder.parameters())
     model.eval()
     with torch.no_grad():
         enc, enc_lengths = model.encoder(feats, lengths)
@@ -126,8 +87,7 @@ def test_wenet_recipe_and_defaults():
     ("e_branchformer", "use_attn", False), ("conformer", "merge_conv_kernel", 5), ("branchformer", "use_ffn", False),
     ("branchformer", "macaron_style", False)])
 def test_keys_of_another_encoder_refused(encoder, key, value):
-    with pytest.raises(ConfigError, match=f"encoder_conf.{key}: .* read only by encoder"):
-        build(TrainConfig, {"encoder": encoder, "encoder_conf": {key: value}})
+    parity.assert_key_of_another_encoder_refused(encoder, key, value)
 
 
 def test_unsupported_values_refused():

@@ -7,68 +7,38 @@ WeNet's caches).  Then the model-level checks, WeNet's two LibriSpeech recipes, 
 WeNet's keys (flat or under ``efficient_conf``) load, the keys of other encoders are refused."""
 from __future__ import annotations
 
-from pathlib import Path
+import functools
 
 import pytest
 import torch
 import yaml
 
-from asrkit.checkpoint.wenet import from_wenet_state, is_wenet_state
 from asrkit.config import TrainConfig
-from asrkit.models import build_model
 from asrkit.models.efficient_conformer import EfficientConformerEncoder
 from asrkit.models.efficient_conformer_layers import GroupedRelPositionMultiHeadedAttention
-from asrkit.models.registry import ENCODERS
 from asrkit.schema import ConfigError, build, check_all
-from asrkit.text.vocabulary import Vocabulary
-from tests.models.tiny import random_batch
+from tests.models import wenet_encoder_parity as parity
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "wenet" / "efficient_conformer"
+FIXTURES = parity.WENET_FIXTURES / "efficient_conformer"
 # (90, 67, 41 input frames) -> WeNet's output lengths
 LENGTHS = {"v1": [11, 8, 5], "v2": [8, 6, 4], "causal": [11, 8, 5]}
 
 
-def wenet_encoder(name: str):
-    """(asrkit's encoder loaded with WeNet's weights of fixture ``name``, the fixture)."""
-    record = torch.load(FIXTURES / f"{name}.pt", weights_only=True)
-    cfg = build(TrainConfig, {"encoder": "efficientConformer", "encoder_conf": record["config"]})
-    encoder = ENCODERS["efficientConformer"](record["input_dim"], cfg.encoder_conf).eval()
-    assert is_wenet_state(record["state"])
-    state = from_wenet_state(record["state"], name, ["encoder." + k for k in encoder.state_dict()])
-    encoder.load_state_dict({k.removeprefix("encoder."): v for k, v in state.items()}, strict=True)
-    return encoder, record
-
-
-def assert_valid_close(out, lengths, want) -> None:
-    assert out.shape == want.shape
-    for b, n in enumerate(lengths.tolist()):
-        torch.testing.assert_close(out[b, :n], want[b, :n], atol=1e-4, rtol=0)
+# (asrkit's encoder loaded with WeNet's weights of fixture ``name``, the fixture)
+wenet_encoder = functools.partial(parity.wenet_encoder, FIXTURES, "efficientConformer")
 
 
 @pytest.mark.parametrize("name", sorted(LENGTHS))
 def test_full_context_equals_wenet(name):
-    encoder, record = wenet_encoder(name)
-    with torch.no_grad():
-        out, lengths = encoder(record["feats"], record["lengths"])
-    assert lengths.tolist() == record["out_lengths"].tolist() == LENGTHS[name]
-    assert_valid_close(out, lengths, record["out"])
+    assert parity.full_context_equals_wenet(*wenet_encoder(name)) == LENGTHS[name]
 
 
 def test_chunks_equal_wenet():
     """The causal model: the masked forward of the batch and the chunk-by-chunk forward of one
     utterance with WeNet's caches (chunks 4 and 8 front-end frames, all or one left chunk)."""
     encoder, record = wenet_encoder("causal")
-    assert len(record["chunks"]) == 3
-    first = record["feats"][:1, :int(record["lengths"][0])]
-    with torch.no_grad():
-        for case in record["chunks"]:
-            out, lengths = encoder(record["feats"], record["lengths"], case["chunk"], case["left"])
-            assert lengths.tolist() == case["out_lengths"].tolist()
-            assert_valid_close(out, lengths, case["out"])
-            by_chunk, _ = encoder.forward_chunk_by_chunk(first, case["chunk"], case["left"])
-            torch.testing.assert_close(by_chunk, case["by_chunk"], atol=1e-4, rtol=0)
-        with pytest.raises(ValueError, match="growing attention cache only"):
-            encoder.forward_chunk_by_chunk(first, 4, 1, fixed_cache=True)
+    assert all("out_lengths" in case for case in record["chunks"])
+    assert len(list(parity.chunks_equal_wenet(encoder, record, fixed_cache=False))) == 3
 
 
 def test_chunk_caches_have_wenets_shapes():
@@ -113,26 +83,12 @@ TINY = {"encoder": "efficientConformer",
 
 
 def test_model_builds_trains_and_decodes():
-    torch.manual_seed(0)
-    model = build_model(build(TrainConfig, TINY), 20, Vocabulary.of_size(12))
-    assert isinstance(model.encoder, EfficientConformerEncoder)
-    feats, lengths, target, target_lengths = random_batch([50, 37])
-    out = model(feats, lengths, target, target_lengths)
-    loss = out["loss"] if isinstance(out, dict) else out[0]
-    loss.backward()
-    assert torch.isfinite(loss)
+    model, feats, lengths = parity.trained_tiny_model(TINY, EfficientConformerEncoder)
     for name, p in model.encoder.named_parameters():
-        if p.requires_grad:
-            assert p.grad is not None and torch.isfinite(p.grad).all(), name
-        else:  # WeNet's unused concat_linear of a strided block
+        if not p.requires_grad:  # WeNet's unused concat_linear of a strided block
             assert ".concat_linear." in name, name
-    model.eval()
-    with torch.no_grad():
-        enc, enc_lengths = model.encoder(feats, lengths)
-        masked, _ = model.encoder(feats[:1, :50], lengths[:1], 4, 1)
-        by_chunk, _ = model.encoder.forward_chunk_by_chunk(feats[:1, :50], 4, 1)
-    torch.testing.assert_close(by_chunk, masked[:, :by_chunk.size(1)], atol=1e-5, rtol=0)
-    assert enc.shape[:2] == (2, int(enc_lengths.max())) and enc_lengths.tolist() == [6, 4]
+    _, enc_lengths, _, _ = parity.chunked_decode_matches(model, feats, lengths, 1)
+    assert enc_lengths.tolist() == [6, 4]
 
 
 @pytest.mark.parametrize("version, params, kernels", [("v1", 33_583_872, [15] * 4 + [7] * 8),
@@ -168,8 +124,7 @@ def test_wenet_defaults():
     ("conformer", "stride_layer_idx", [2]), ("conformer", "group_size", 2), ("squeezeformer", "stride_kernel", False),
     ("e_branchformer", "efficient_conf", {"stride": 2})])
 def test_keys_of_another_encoder_refused(encoder, key, value):
-    with pytest.raises(ConfigError, match=f"encoder_conf.{key}: .* read only by encoder"):
-        build(TrainConfig, {"encoder": encoder, "encoder_conf": {key: value}})
+    parity.assert_key_of_another_encoder_refused(encoder, key, value)
 
 
 @pytest.mark.parametrize("conf, message", [

@@ -8,68 +8,39 @@ squeezeformer`` builds, trains a step and decodes; the schema takes WeNet's reci
 refuses those WeNet's squeezeformer does not read."""
 from __future__ import annotations
 
-from pathlib import Path
+import functools
 
 import pytest
 import torch
 import yaml
 
-from asrkit.checkpoint.wenet import from_wenet_state, is_wenet_state
 from asrkit.config import TrainConfig
-from asrkit.models import build_model
-from asrkit.models.registry import ENCODERS
 from asrkit.models.squeezeformer import SqueezeformerEncoder
 from asrkit.schema import ConfigError, build, check_all
-from asrkit.text.vocabulary import Vocabulary
-from tests.models.tiny import random_batch
+from tests.models import wenet_encoder_parity as parity
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "wenet" / "squeezeformer"
+FIXTURES = parity.WENET_FIXTURES / "squeezeformer"
 NAMES = ("conv1d", "conv2d", "stream", "no_reduction")
 
 
-def wenet_encoder(name: str):
-    """(asrkit's encoder loaded with WeNet's weights of fixture ``name``, the fixture)."""
-    record = torch.load(FIXTURES / f"{name}.pt", weights_only=True)
-    cfg = build(TrainConfig, {"encoder": "squeezeformer", "encoder_conf": record["config"]})
-    encoder = ENCODERS["squeezeformer"](record["input_dim"], cfg.encoder_conf).eval()
-    assert is_wenet_state(record["state"])
-    state = from_wenet_state(record["state"], name, ["encoder." + k for k in encoder.state_dict()])
-    encoder.load_state_dict({k.removeprefix("encoder."): v for k, v in state.items()}, strict=True)
-    return encoder, record
-
-
-def assert_valid_close(out, lengths, want) -> None:
-    assert out.shape == want.shape
-    for b, n in enumerate(lengths.tolist()):
-        torch.testing.assert_close(out[b, :n], want[b, :n], atol=1e-4, rtol=0)
+# (asrkit's encoder loaded with WeNet's weights of fixture ``name``, the fixture)
+wenet_encoder = functools.partial(parity.wenet_encoder, FIXTURES, "squeezeformer")
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_full_context_equals_wenet(name):
     encoder, record = wenet_encoder(name)
-    with torch.no_grad():
-        out, lengths = encoder(record["feats"], record["lengths"])
     # WeNet's lengths: its [:-2:2] mask cuts keep one or two frames more than the convolutions for
     # an utterance shorter than the batch (90, 67, 41 input frames -> 21, 17, 11; alone 21, 16, 9)
-    assert lengths.tolist() == record["out_lengths"].tolist() == [21, 17, 11]
+    assert parity.full_context_equals_wenet(encoder, record) == [21, 17, 11]
     assert encoder.embed.output_lengths(record["lengths"]).tolist() == [21, 16, 9]
-    assert_valid_close(out, lengths, record["out"])
 
 
 def test_chunks_equal_wenet():
     """The streaming model (stream time reduction, causal convolutions): the masked forward
     of the batch and the chunk-by-chunk forward of one utterance with WeNet's caches."""
     encoder, record = wenet_encoder("stream")
-    assert len(record["chunks"]) == 3
-    first = record["feats"][:1, :int(record["lengths"][0])]
-    with torch.no_grad():
-        for case in record["chunks"]:
-            out, lengths = encoder(record["feats"], record["lengths"], case["chunk"], case["left"])
-            assert_valid_close(out, lengths, case["out"])
-            by_chunk, _ = encoder.forward_chunk_by_chunk(first, case["chunk"], case["left"])
-            torch.testing.assert_close(by_chunk, case["by_chunk"], atol=1e-4, rtol=0)
-        with pytest.raises(ValueError, match="growing attention cache only"):
-            encoder.forward_chunk_by_chunk(first, 4, 1, fixed_cache=True)
+    assert len(list(parity.chunks_equal_wenet(encoder, record, fixed_cache=False))) == 3
 
 
 def test_chunk_caches_have_wenets_shapes():
@@ -95,24 +66,8 @@ TINY = {"encoder": "squeezeformer",
 
 
 def test_model_builds_trains_and_decodes():
-    torch.manual_seed(0)
-    model = build_model(build(TrainConfig, TINY), 20, Vocabulary.of_size(12))
-    assert isinstance(model.encoder, SqueezeformerEncoder)
-    feats, lengths, target, target_lengths = random_batch([50, 37])
-    out = model(feats, lengths, target, target_lengths)
-    loss = out["loss"] if isinstance(out, dict) else out[0]
-    loss.backward()
-    assert torch.isfinite(loss)
-    for name, p in model.encoder.named_parameters():
-        if p.requires_grad:
-            assert p.grad is not None and torch.isfinite(p.grad).all(), name
-    model.eval()
-    with torch.no_grad():
-        enc, enc_lengths = model.encoder(feats, lengths)
-        masked, _ = model.encoder(feats[:1, :50], lengths[:1], 4, 1)
-        by_chunk, _ = model.encoder.forward_chunk_by_chunk(feats[:1, :50], 4, 1)
-    torch.testing.assert_close(by_chunk, masked[:, :by_chunk.size(1)], atol=1e-5, rtol=0)
-    assert enc.shape[:2] == (2, int(enc_lengths.max()))
+    model, feats, lengths = parity.trained_tiny_model(TINY, SqueezeformerEncoder)
+    parity.chunked_decode_matches(model, feats, lengths, 1)
 
 
 RECIPE = FIXTURES.parent / "librispeech_train_u2++_squeezeformer.yaml"  # WeNet's, as it is
@@ -148,8 +103,7 @@ def test_wenet_recipe_and_defaults():
     ("conformer", "reduce_idx", 3), ("conformer", "adaptive_scale", False), ("e_branchformer", "encoder_dim", 128),
     ("transformer", "cnn_norm_type", "layer_norm")])
 def test_keys_of_another_encoder_refused(encoder, key, value):
-    with pytest.raises(ConfigError, match=f"encoder_conf.{key}: .* read only by encoder"):
-        build(TrainConfig, {"encoder": encoder, "encoder_conf": {key: value}})
+    parity.assert_key_of_another_encoder_refused(encoder, key, value)
 
 
 @pytest.mark.parametrize("conf, message", [

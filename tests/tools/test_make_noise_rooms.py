@@ -58,7 +58,7 @@ def test_the_hard_test_shares_no_setting_with_training():
     run_sh = (REPO / "examples/digits/s0/run.sh").read_text()
     low, high = map(float, re.search(r'^noisy_test_snr="(\S+) (\S+)"', run_sh, re.M).groups())
     configs = sorted((REPO / "examples/digits/s0/conf").glob("train_*cpu.yaml"))
-    assert len(configs) == 5
+    assert "train_conformer_cpu.yaml" in {c.name for c in configs}  # (every digits config, the default among them)
     for config in configs:
         dataset_conf = yaml.safe_load(config.read_text())["dataset_conf"]
         if "noise_conf" not in dataset_conf:  # (the Whisper config: no noise augmentation at all)
