@@ -47,13 +47,13 @@ class Recorder:
         self.first_keys, self.seen, self.overflow, self.overflowed = [], [], set(overflow), []
         original = Executor._forward
 
-        def forward(executor, model, batch, chunk):
+        def forward(executor, model, batch, chunk, **options):
             inside = []
             hook = getattr(model, "module", model).encoder.register_forward_hook(  # (inside the forward)
                 lambda module, args, output: inside.append((torch.is_autocast_enabled("cpu"),
                                                             torch.get_autocast_dtype("cpu"))))
             try:
-                out = original(executor, model, batch, chunk)
+                out = original(executor, model, batch, chunk, **options)
             finally:
                 hook.remove()
             if model.training:
