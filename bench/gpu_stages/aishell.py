@@ -73,9 +73,9 @@ def plan(max_frames: int, recipe_frames: int, workers: int, sweep: list[int], dr
     return out
 
 
-def config_overrides(data, v: Variant, dry_run: bool) -> list[str]:
+def config_overrides(data, v: Variant, dry_run: bool, batch_type: str = "dynamic") -> list[str]:
     return [f"tokenizer_conf.symbol_table_path={data.units}", f"cmvn_conf.cmvn_file={data.cmvn}",
-            "dataset_conf.batch_conf.batch_type=dynamic", f"dataset_conf.batch_conf.max_frames_in_batch={v.max_frames}",
+            f"dataset_conf.batch_conf.batch_type={batch_type}", f"dataset_conf.batch_conf.max_frames_in_batch={v.max_frames}",
             f"dataset_conf.num_workers={v.workers}", "log_interval=1000",
             *(DRY_RUN_OVERRIDES if dry_run else [f"accum_grad={v.accum}"])]
 

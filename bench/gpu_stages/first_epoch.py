@@ -76,8 +76,7 @@ DRY_RUN_VARIANTS = ("bf16_bucket", "bf16_dynamic")
 
 def overrides(data, v: Variant, max_frames: int, workers: int, dry: bool) -> list[str]:
     base = aishell.Variant(v.name, v.precision, max_frames, 1, workers)
-    out = [o for o in aishell.config_overrides(data, base, dry) if not o.startswith("dataset_conf.batch_conf.batch_type=")]
-    out += [f"dataset_conf.batch_conf.batch_type={v.batch_type}", "accum_grad=1"]
+    out = aishell.config_overrides(data, base, dry, batch_type=v.batch_type) + ["accum_grad=1"]
     if dry:  # (the dry run's 24 utterances: two buckets give full batches)
         out.append("dataset_conf.batch_conf.num_buckets=2")
     return out + (["compile_blocks=true"] if v.compile_blocks and not dry else [])
