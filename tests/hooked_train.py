@@ -9,6 +9,9 @@ torchrun too), and this module patches the library before calling
     rank R SIGKILLs itself right after optimizer step S (after ``Trainer._after_step`` would
     start, before anything of step S is saved), in the first attempt of a torchrun job only
     (``TORCHELASTIC_RESTART_COUNT`` unset or 0).
+``--pause_rank R --pause_step S --pause_file PATH``
+    rank R writes ``PATH.reached`` right after optimizer step S and waits until ``PATH``
+    exists (``install_pause``), in the first attempt only.
 ``--stall_rank R [--stall_batch K]``
     rank R's train loader hangs forever before the K-th (0-based, default 0) batch of
     every pass, while the rank's monitor says it waits for the data loader.
@@ -154,12 +157,17 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="tests.hooked_train")
     p.add_argument("--kill_rank", type=int)
     p.add_argument("--kill_step", type=int)
+    p.add_argument("--pause_rank", type=int)
+    p.add_argument("--pause_step", type=int)
+    p.add_argument("--pause_file")
     p.add_argument("--stall_rank", type=int)
     p.add_argument("--stall_batch", type=int, default=0)
     p.add_argument("--count_collectives")
     hooks = p.parse_args(argv[:split])
     if hooks.kill_rank is not None:
         install_kill(hooks.kill_rank, hooks.kill_step)
+    if hooks.pause_rank is not None:
+        install_pause(hooks.pause_rank, hooks.pause_step, hooks.pause_file)
     if hooks.stall_rank is not None:
         install_stall(hooks.stall_rank, hooks.stall_batch)
     if hooks.count_collectives:

@@ -1,5 +1,5 @@
-"""Fixtures of the reliability tests: one uninterrupted two-rank run per training engine that
-the killed-rank and preemption tests (parametrised by engine) compare their final weights with."""
+"""Fixtures of the reliability tests: one uninterrupted two-rank DDP run that the killed-rank
+and preemption tests (parametrised by training engine) compare their final weights with."""
 from __future__ import annotations
 
 import pytest
@@ -13,28 +13,22 @@ def reliability_root(tmp_path_factory):
     return tmp_path_factory.mktemp("reliability")
 
 
-def _uninterrupted(exp, root, engine: str):
-    config = two_rank_config(exp, root / f"two_rank_{engine}.yaml", train_engine=engine)
-    model_dir = root / f"uninterrupted_{engine}"
-    run_checked(torchrun(exp, model_dir, config), timeout=240)
-    return config, model_dir
-
-
 @pytest.fixture(scope="session")
 def uninterrupted(tiny_experiment, reliability_root):
     """Two ranks under torchrun (torch_ddp), 2 epochs of 6 optimizer steps, never interrupted:
     ``(config path, model_dir)``."""
-    return _uninterrupted(tiny_experiment, reliability_root, "torch_ddp")
-
-
-@pytest.fixture(scope="session")
-def uninterrupted_fsdp(tiny_experiment, reliability_root):
-    """The same with ``train_engine: torch_fsdp`` (zero2)."""
-    return _uninterrupted(tiny_experiment, reliability_root, "torch_fsdp")
+    config = two_rank_config(tiny_experiment, reliability_root / "two_rank_torch_ddp.yaml")
+    model_dir = reliability_root / "uninterrupted_torch_ddp"
+    run_checked(torchrun(tiny_experiment, model_dir, config), timeout=240)
+    return config, model_dir
 
 
 @pytest.fixture(params=["torch_ddp", "torch_fsdp"])
-def engine_run(request):
-    """``(train_engine, its uninterrupted run)``: a fault test parametrised by engine."""
-    name = {"torch_ddp": "uninterrupted", "torch_fsdp": "uninterrupted_fsdp"}[request.param]
-    return request.param, request.getfixturevalue(name)
+def engine_run(request, tiny_experiment, reliability_root, uninterrupted):
+    """``(train_engine, its config, the uninterrupted DDP run's model_dir)``: a fault test
+    parametrised by engine.  Its torch_fsdp run is held to the DDP run's weights within
+    ``common.assert_engine_weights``'s tolerance (``tests/train/engines/test_fsdp.py`` shows
+    FSDP equal to DDP), which saves a second uninterrupted run."""
+    engine = request.param
+    config = two_rank_config(tiny_experiment, reliability_root / f"two_rank_{engine}.yaml", train_engine=engine)
+    return engine, config, uninterrupted[1]

@@ -28,7 +28,8 @@ reduce-scatters of the last optimizer step.
 ``fsdp_cpu_offload`` keeps the shards on the host (``CPUOffloadPolicy``; CUDA only: refused
 on a CPU run).  ``fsdp_sync_module_states`` broadcasts rank 0's weights before sharding
 (every rank builds the same weights from the seed anyway).  Checkpoints are sharded
-(``asrkit.train.engines.state``), with the consolidated model gathered on rank 0."""
+(``asrkit.train.engines.state``), with the consolidated model gathered on rank 0
+(``asrkit.train.engines.consolidate``)."""
 from __future__ import annotations
 
 import contextlib
@@ -43,6 +44,7 @@ from asrkit.checkpoint.load import SHARDS
 from asrkit.checkpoint.weights import check_keys, model_state
 from asrkit.train.engines.activations import blocks
 from asrkit.train.engines.base import TrainingEngine
+from asrkit.train.engines.consolidate import full_model_state
 from asrkit.train.engines.state import by_name, read_sharded_state, write_sharded_state
 from asrkit.train.grads import gradient_norm
 
@@ -145,10 +147,9 @@ class FsdpEngine(TrainingEngine):
     # ------------------------------------------------------------------ checkpoints
 
     def checkpoint_entries(self, model: nn.Module, optimizer: torch.optim.Optimizer, path: Path):
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
         self.after_evaluation(model)  # (the registered parameters must be the shards)
         entries = write_sharded_state(model, optimizer, path, self.ctx.is_main)
-        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        full = full_model_state(model, self.ctx.is_main)
         return {"model": full, **entries} if self.ctx.is_main else None
 
     def restore(self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict, path: Path) -> None:

@@ -11,13 +11,12 @@ FSDP equal to DDP too."""
 from __future__ import annotations
 
 import re
-import sys
 
 import pytest
 import torch
 
 from asrkit import checkpoint as ckpt
-from tests.helpers import distinct_utterance_list, free_port, run_checked, train_args, train_here
+from tests.helpers import distinct_utterance_list, launch_ranks, train_args, train_here
 from tests.train.dist.test_ddp import PLAN_IN_LIST_ORDER, assert_same_grad_norms, assert_same_weights, grad_norms
 
 pytestmark = pytest.mark.slow
@@ -41,10 +40,12 @@ def args(setup, model_dir, config):
     return train_args(setup["exp"], model_dir, config, train_list=setup["list"])
 
 
-def torchrun(setup, model_dir, config, *extra, nproc=2):
-    return run_checked([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-                        "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-                        "-m", "asrkit.bin.train", *args(setup, model_dir, config), *map(str, extra)], timeout=120)
+def launch(setup, model_dir, config, *extra, nproc=2):
+    """``nproc`` ranks of ``asrkit.bin.train`` started directly (the legacy launch flags), not
+    under torchrun: its agent would add ~3 s of importing torch before every run, and the
+    FSDP runs under torchrun are the fault tests' (``tests/reliability``, parametrised by engine)."""
+    results = launch_ranks([[*args(setup, model_dir, config), *map(str, extra)]] * nproc, timeout=120)
+    assert all(code == 0 for code, _, _ in results), "\n".join(err[-3000:] for _, _, err in results)
 
 
 def weights(path):
@@ -79,7 +80,7 @@ def collectives_per_step(log: str) -> list[tuple[int, int]]:
 def zero2(setup):
     """FSDP zero2 on 2 ranks x B (a sharded checkpoint every 2 steps): its model_dir."""
     out = setup["root"] / "zero2"
-    torchrun(setup, out, setup["cfg"]("zero2.yaml", B, 1, save_interval=2), "--train_engine", "torch_fsdp")
+    launch(setup, out, setup["cfg"]("zero2.yaml", B, 1, save_interval=2), "--train_engine", "torch_fsdp")
     return out
 
 
@@ -106,7 +107,7 @@ def test_fsdp_zero3_with_accumulation_and_activation_checkpointing_equal_one_ran
     out = setup["root"] / "zero3"
     config = setup["cfg"]("zero3.yaml", B // 2, 2, encoder_conf={"gradient_checkpointing": True},
                           decoder_conf={"gradient_checkpointing": True})
-    torchrun(setup, out, config, "--train_engine", "torch_fsdp", "--fsdp_sharding_strategy", "zero3",
+    launch(setup, out, config, "--train_engine", "torch_fsdp", "--fsdp_sharding_strategy", "zero3",
              "--fsdp_sync_module_states")
     log0 = logs(out)[0]
     assert "fsdp_sync_module_states: rank 0's weights broadcast to every rank before sharding" in log0
@@ -145,7 +146,7 @@ def test_fsdp_checkpoint_resumes_on_one_rank_and_back_on_two(setup, reference, z
     assert "was written by torch_fsdp: its optimizer state read whole from its shards" in one.stderr
     state = ckpt.load_checkpoint(out / "step_3.pt")
     assert "shards" not in state and state["world"] == {"world_size": 1, "accum_grad": 2}
-    torchrun(setup, out, setup["cfg"]("chain.yaml", B, 1), "--checkpoint", "auto", "--train_engine", "torch_fsdp")
+    launch(setup, out, setup["cfg"]("chain.yaml", B, 1), "--checkpoint", "auto", "--train_engine", "torch_fsdp")
     log0 = logs(out)[0]
     assert "is a plain checkpoint (torch_ddp's): its model and optimizer sharded over 2 ranks" in log0
     assert "global batch kept" in log0 and "epoch 0 data (part of the epoch run by this process): 8 utterances" in log0
@@ -161,7 +162,7 @@ def test_fsdp_checkpoint_resumes_sharded_on_four_ranks(setup, zero2):
     batch doubles and how to keep it (accum_grad cannot go below 1)."""
     out = setup["root"] / "four"
     copy_checkpoint(zero2, "step_2", out)
-    torchrun(setup, out, setup["cfg"]("four.yaml", B, 1), "--checkpoint", "auto", "--train_engine", "torch_fsdp",
+    launch(setup, out, setup["cfg"]("four.yaml", B, 1), "--checkpoint", "auto", "--train_engine", "torch_fsdp",
              "--fsdp_sharding_strategy", "model", nproc=4)
     log0 = (out / "log" / "rank0.log").read_text()
     assert "fsdp_sharding_strategy model: 3 units (encoder, decoder, root)" in log0
