@@ -1,5 +1,7 @@
-"""The digits recipe end to end at toy scale: stages 0-6 and idempotent reruns, in a recipe
-directory whose path contains spaces (the README's multi-node commands: test_multinode_guide.py)."""
+"""The digits recipe end to end at toy scale, in a recipe directory whose path contains spaces:
+stages 0-5 and idempotent reruns of the data stages; stage 6 (export) on the streaming and
+transducer paths below, a rerun of stage 4 resuming by itself in test_multinode_guide.py (the
+README's multi-node commands).  Each stage left out here costs ~4-9 s of python start-ups."""
 from __future__ import annotations
 
 import hashlib
@@ -37,8 +39,8 @@ def digest(paths) -> str:
     return h.hexdigest()
 
 
-def test_stages_0_to_6_then_idempotent_reruns(recipe):
-    proc = run_recipe(recipe, *TOY, *PORT)
+def test_stages_0_to_5_then_idempotent_reruns(recipe):
+    proc = run_recipe(recipe, *TOY, *PORT, "--stop_stage", "5")
     exp = recipe / "exp" / "toy run"
     for mode in MODES:
         assert (exp / "decode_test" / mode / "text").is_file()
@@ -63,18 +65,14 @@ def test_stages_0_to_6_then_idempotent_reruns(recipe):
     for name, count in (("real_test", 20), ("real_test_connected", 2)):
         assert len((recipe / "data" / name / "text").read_text().splitlines()) == count
         assert all(f"| {m} |" in (exp / f"decode_{name}" / "results.md").read_text() for m in MODES)
-    assert (exp / "final.zip").is_file() and (exp / "avg_2.pt").is_file()
-    onnx = sorted(p.name for p in (exp / "onnx").iterdir())
-    assert onnx == ["model.int8.onnx", "model.onnx", "tokens.txt"]  # full-context model: no streaming one
+    assert (exp / "avg_2.pt").is_file() and not (exp / "final.zip").exists()
 
     prepared = [*(recipe / "data").rglob("*.list"), recipe / "data" / "dict" / "units.txt",
                 recipe / "data" / "train" / "global_cmvn"]
     before = digest(prepared)
-    rerun = run_recipe(recipe, *TOY, *PORT, "--stop_stage", "4")
+    rerun = run_recipe(recipe, *TOY, *PORT, "--stop_stage", "3")
     assert digest(prepared) == before
     assert "already synthesized" in rerun.stderr and "global_cmvn exists, statistics of these features: kept" in rerun.stderr
-    assert "resumed from" in rerun.stderr  # stage 4 resumes (and finds nothing left to train)
-    assert "epoch 2:" not in rerun.stderr
 
 
 
