@@ -7,5 +7,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 bash tools/setup_browser.sh   # Chromium + driver for tests/serve/test_browser.py (or one line saying what to install)
 workers=${ASRKIT_TEST_WORKERS:-2}
 parallel=()
-[ "$workers" -gt 0 ] && parallel=(-n "$workers" --dist loadfile)
+# (--no-loadscope-reorder: xdist would hand out the files with the most tests first; the
+# collection order, files with slow tests first (tests/conftest.py), balances the workers)
+[ "$workers" -gt 0 ] && parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 exec python -m pytest "${parallel[@]}" "$@"
