@@ -18,6 +18,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
+from asrkit.allocator import memory_allocator
 from asrkit.config import TrainConfig
 from asrkit.data.dataset import build_dataloader
 from asrkit.data.lists import ListError, read_list
@@ -183,8 +184,8 @@ def build_training(cfg: TrainConfig, ctx: DistContext, *, train_data: str | Sequ
     bare_model = build_model(cfg, input_dim, tokenizer.vocabulary, cmvn_stats=inputs.model_cmvn).to(ctx.device)
     n_params = sum(p.numel() for p in bare_model.parameters())
     log.info("model: %s encoder + %s decoder, %.2f M parameters; %d train / %d CV utterances; "
-             "%d threads", cfg.encoder, cfg.decoder, n_params / 1e6, len(train_entries), len(cv_entries),
-             torch.get_num_threads())
+             "%d threads; memory allocator: %s", cfg.encoder, cfg.decoder, n_params / 1e6, len(train_entries),
+             len(cv_entries), torch.get_num_threads(), memory_allocator())
     try:  # --enc_init, LoRA, frozen modules
         adaptation = adapt(bare_model, cfg, init)
     except AdaptError as e:
