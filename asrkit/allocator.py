@@ -18,7 +18,7 @@ def memory_allocator(maps: str | Path = "/proc/self/maps") -> str:
     except OSError:
         return "the C library's malloc"
     for line in text.splitlines():
-        path = line.split()[-1] if line.split() else ""
+        path = (line.split() or [""])[-1]
         for name in _KNOWN:
             if f"lib{name}" in Path(path).name:
                 return f"{name} ({path})"

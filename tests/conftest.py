@@ -32,7 +32,6 @@ from tests.helpers import run_tool
 # with another test's, and take up to ~1.7x as long as alone)
 _SIDE_BY_SIDE = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1
 ALONE_LIMIT_S, SIDE_BY_SIDE_LIMIT_S = 20.0, 35.0
-TEST_LIMIT_S = float(os.environ.get("ASRKIT_TEST_LIMIT_S", SIDE_BY_SIDE_LIMIT_S if _SIDE_BY_SIDE else ALONE_LIMIT_S))
 PACE_ENV = "ASRKIT_TEST_PACE"
 # Seconds a fresh interpreter took to import torch on the machines the limits were set on
 # (2-core AMD EPYC and Intel Xeon, 2.0-2.9 s); the same step took 5-12 s on the Xeon on an
@@ -55,9 +54,13 @@ def machine_pace() -> float:
     return float(os.environ[PACE_ENV])
 
 
-def time_limit_s() -> float:
-    """The time guard's limit: ``ASRKIT_TEST_LIMIT_S`` as given, else the default x the pace."""
-    return TEST_LIMIT_S if "ASRKIT_TEST_LIMIT_S" in os.environ else TEST_LIMIT_S * machine_pace()
+def time_limit_s(side_by_side: bool = _SIDE_BY_SIDE) -> float:
+    """The time guard's limit: ``ASRKIT_TEST_LIMIT_S`` as given, else the default (workers side
+    by side or not) x the pace."""
+    given = os.environ.get("ASRKIT_TEST_LIMIT_S")
+    if given:
+        return float(given)
+    return (SIDE_BY_SIDE_LIMIT_S if side_by_side else ALONE_LIMIT_S) * machine_pace()
 
 
 def pytest_configure(config):
@@ -65,11 +68,8 @@ def pytest_configure(config):
 
 
 def pytest_report_header(config):
-    if "ASRKIT_TEST_LIMIT_S" in os.environ:
-        limit = TEST_LIMIT_S
-    else:  # (printed by the controller: under xdist its workers' limit, not its own)
-        workers = getattr(config.option, "numprocesses", None)
-        limit = (SIDE_BY_SIDE_LIMIT_S if workers else ALONE_LIMIT_S) * machine_pace()
+    # (printed by the controller: under xdist its workers' limit, not its own)
+    limit = time_limit_s(side_by_side=bool(getattr(config.option, "numprocesses", None)))
     return f"asrkit time guard: {limit:.0f} s per unmarked test (machine pace {machine_pace():.2f})"
 
 
@@ -184,10 +184,11 @@ def pytest_collection_modifyitems(config, items):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if (report.when == "call" and report.passed and call.duration > time_limit_s()
+    limit = time_limit_s()
+    if (report.when == "call" and report.passed and call.duration > limit
             and item.get_closest_marker("slow") is None):
         report.outcome = "failed"
-        report.longrepr = (f"time guard: this test took {call.duration:.1f} s > {time_limit_s():.0f} s "
+        report.longrepr = (f"time guard: this test took {call.duration:.1f} s > {limit:.0f} s "
                            f"(machine pace {machine_pace():.2f}); make it faster or mark it @pytest.mark.slow")
 
 

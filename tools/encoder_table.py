@@ -35,7 +35,7 @@ from typing import Optional
 if __package__ in (None, ""):  # run by its path: the repository root importable, as under `python -m`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tools.score_decodes import mode_key
-from tools.seed_summary import mean_sd, read_total
+from tools.seed_summary import emit, mean_sd, read_total
 
 SEED = re.compile(r"^(?P<name>.+)_seed(?P<seed>\d+)$")
 STAMP = r"^(\d\d):(\d\d):(\d\d) "
@@ -165,10 +165,7 @@ def main(argv=None) -> int:
     if not text:
         print(f"error: no decode_{args.test_set}/<mode>/cer under {', '.join(map(str, args.runs))}", file=sys.stderr)
         return 1
-    print(text, end="")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text, encoding="utf-8")
+    emit(text, args.out)
     return 0
 
 

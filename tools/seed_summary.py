@@ -67,6 +67,14 @@ def table(runs: list[Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def emit(text: str, out: Optional[Path]) -> None:
+    """Print a table, and write it to ``out`` too when given (its folder made)."""
+    print(text, end="")
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", type=Path, help="run directories (one per seed)")
@@ -76,10 +84,7 @@ def main(argv=None) -> int:
     if not text:
         print(f"error: no decode_*/<mode>/cer under {', '.join(map(str, args.runs))}", file=sys.stderr)
         return 1
-    print(text, end="")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text, encoding="utf-8")
+    emit(text, args.out)
     return 0
 
 

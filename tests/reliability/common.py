@@ -12,6 +12,7 @@ import torch
 from asrkit.bin import average_model, export, recognize, train
 from asrkit import checkpoint as ckpt
 from tests.helpers import free_port, train_args
+from tests.train.dist.test_ddp import assert_same_weights
 
 # A "step" line of the training log: "epoch 0 step 3 batch 3/6 | loss ..."
 STEP_LINE = re.compile(r"epoch (\d+) step (\d+) batch (\d+)/(\d+) \|")
@@ -67,8 +68,7 @@ def assert_engine_weights(engine: str, got: dict, ddp_reference: dict) -> None:
         assert_equal_weights(got, ddp_reference)
         return
     assert got.keys() == ddp_reference.keys()
-    for k in got:
-        torch.testing.assert_close(got[k], ddp_reference[k], rtol=1e-4, atol=2e-5, msg=k)
+    assert_same_weights(got, ddp_reference)
 
 
 def run_main(tool: str, args: dict, tmp_path, config=None, checkpoint=None) -> list[str]:

@@ -38,33 +38,29 @@ def _is_dim0_sharded(value) -> bool:
 def _gather_bucket(entries: list, world: int, rank: int, is_main: bool, out: dict) -> None:
     """One all-gather of ``entries`` (``(name, DTensor)``): their full tensors into ``out`` on rank 0."""
     import torch.distributed as dist
-    row_bytes = [v.numel() // v.shape[0] * v.element_size() if v.shape[0] else 0 for _, v in entries]
-    per_rank = [sum(_rows(v.shape[0], world, r) * b for (_, v), b in zip(entries, row_bytes)) for r in range(world)]
+    # bytes of each entry each rank holds: shares[i][r] (rows x bytes per row)
+    shares = [[_rows(v.shape[0], world, r) * (v.numel() // v.shape[0] * v.element_size() if v.shape[0] else 0)
+               for r in range(world)] for _, v in entries]
     device = entries[0][1].to_local().device
-    mine = torch.zeros(max(per_rank), dtype=torch.uint8, device=device)
+    mine = torch.zeros(max(sum(s[r] for s in shares) for r in range(world)), dtype=torch.uint8, device=device)
     offset = 0
-    for (name, value), b in zip(entries, row_bytes):
-        local = value.to_local()
-        expected = _rows(value.shape[0], world, rank)
+    for (name, value), share in zip(entries, shares):
+        local, expected = value.to_local(), _rows(value.shape[0], world, rank)
         if local.shape[0] != expected:
             raise RuntimeError(f"{name}: rank {rank} holds {local.shape[0]} rows of {value.shape[0]}, "
                                f"not the {expected} of dim-0 sharding over {world} ranks")
-        size = expected * b
-        if size:
-            mine[offset:offset + size] = local.contiguous().reshape(-1).view(torch.uint8)
-        offset += size
+        if share[rank]:
+            mine[offset:offset + share[rank]] = local.contiguous().reshape(-1).view(torch.uint8)
+        offset += share[rank]
     gathered = [torch.empty_like(mine) for _ in range(world)]
     dist.all_gather(gathered, mine)
     if not is_main:
         return
     gathered = [g.cpu() for g in gathered]
     offsets = [0] * world
-    for (name, value), b in zip(entries, row_bytes):
-        parts = []
-        for r in range(world):
-            size = _rows(value.shape[0], world, r) * b
-            parts.append(gathered[r][offsets[r]:offsets[r] + size])
-            offsets[r] += size
+    for (name, value), share in zip(entries, shares):
+        parts = [gathered[r][offsets[r]:offsets[r] + share[r]] for r in range(world)]
+        offsets = [o + b for o, b in zip(offsets, share)]
         out[name] = torch.cat(parts).view(value.dtype).reshape(value.shape).clone()
 
 
