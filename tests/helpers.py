@@ -168,25 +168,116 @@ def plain_env() -> dict:
     return dict(env, PYTHONPATH=str(REPO))
 
 
-def launch_ranks(rank_argvs: list[list[str]], timeout: float = 240) -> list[tuple[int, str, str]]:
-    """Start ``asrkit.bin.train`` once per argument list as ranks 0..N-1 of one gloo job
-    (legacy ``--rank/--world_size/--init_method tcp://`` flags are appended) and wait;
-    returns (returncode, stdout, stderr) per rank.  No rank is left running."""
-    port = free_port()
-    world = len(rank_argvs)
-    procs = []
-    for rank, argv in enumerate(rank_argvs):
-        argv = [*argv, "--rank", str(rank), "--world_size", str(world), "--dist_backend", "gloo",
-                "--init_method", f"tcp://127.0.0.1:{port}"]
-        procs.append(subprocess.Popen([sys.executable, "-m", "asrkit.bin.train", *argv], cwd=REPO,
-                                      env=plain_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+# What a torch_fsdp rank imports on its first use of FSDP: fully_shard's DTensors import
+# torch._dynamo (~1.4 s on these machines), FSDP itself ~0.8 s.
+FSDP_MODULES = ("torch._dynamo", "torch.distributed.fsdp", "torch.distributed.checkpoint.state_dict")
+
+
+def forked_torchrun(entry: list[str], args: list[str], nproc: int = 2, max_restarts: int = 0,
+                    fsdp: bool = False) -> list[str]:
+    """The command of ``tests.forked_torchrun`` (torchrun's agent, workers forked from it):
+    ``nproc`` workers of ``entry`` (``["-m", "asrkit.bin.train"]``, or ``tests.hooked_train``
+    with its hook options and ``--``) with ``args``, on a free port of 127.0.0.1, with
+    ``--max_restarts``; ``fsdp`` preloads what FSDP imports on its first use."""
+    preload = ["--preload", ",".join(FSDP_MODULES)] if fsdp else []
+    return [sys.executable, "-m", "tests.forked_torchrun", *preload, "--nproc_per_node", str(nproc),
+            "--max_restarts", str(max_restarts), "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+            *entry, *map(str, args)]
+
+
+def fork_ranks(rank_argvs: list[list[str]], timeout: float = 240,
+               preload: tuple[str, ...] = ()) -> list[tuple[int, str, str]]:
+    """Ranks 0..N-1 of one gloo job, rank r running ``asrkit.bin.train``'s ``main`` with
+    ``rank_argvs[r]`` and the legacy launch flags appended (``--rank/--world_size/--dist_backend
+    gloo/--init_method tcp://``); waits for all and returns ``(exit status, stdout, stderr)``
+    per rank.  No rank is left running (after ``timeout`` s they are killed).
+
+    Each rank is a process forked from this one and ends with ``main``'s status without the
+    interpreter's finalization, as ``asrkit.bin.train`` does
+    (:func:`asrkit.train.entry.exit_process`): it starts with torch and asrkit -- and the
+    modules named in ``preload``, imported here first (:data:`FSDP_MODULES`: ~2 s a process)
+    -- already imported, instead of ~3-5 s each importing them again.  Its stdout and stderr
+    go to files of its own, its environment is :func:`plain_env`'s and its working directory
+    the repository.  This process must hold no process group (a forked one would be the
+    rank's too)."""
+    import importlib
+    import tempfile
+    import time
+
+    import torch.distributed as dist
+    assert not (dist.is_available() and dist.is_initialized()), "fork_ranks from a process in a process group"
+    for module in preload:
+        importlib.import_module(module)
+    port, world = free_port(), len(rank_argvs)
+    ranks = []  # (pid, stdout file, stderr file)
     try:
-        outs = [p.communicate(timeout=timeout) for p in procs]
+        for rank, argv in enumerate(rank_argvs):
+            argv = [*map(str, argv), "--rank", str(rank), "--world_size", str(world), "--dist_backend", "gloo",
+                    "--init_method", f"tcp://127.0.0.1:{port}"]
+            out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:  # the rank: never returns
+                _forked_rank(argv, out, err)
+            ranks.append((pid, out, err))
+        deadline, status = time.monotonic() + timeout, {}
+        while len(status) < len(ranks) and time.monotonic() < deadline:
+            for pid, _, _ in ranks:
+                if pid not in status:
+                    done, code = os.waitpid(pid, os.WNOHANG)
+                    if done:
+                        status[pid] = os.waitstatus_to_exitcode(code)
+            time.sleep(0.02)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    return [(p.returncode, o, e) for p, (o, e) in zip(procs, outs)]
+        for pid, _, _ in ranks:
+            if pid not in status:
+                os.kill(pid, 9)
+                status[pid] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    results = []
+    for pid, out, err in ranks:
+        texts = []
+        for f in (out, err):
+            f.seek(0)
+            texts.append(f.read().decode(errors="replace"))
+            f.close()
+        results.append((status[pid], *texts))
+    return results
+
+
+def _forked_rank(argv: list[str], out, err) -> None:
+    """The body of a :func:`fork_ranks` rank: ``main(argv)`` with stdout/stderr on ``out``/``err``."""
+    import traceback
+
+    import multiprocessing
+
+    code = 70
+    inherited = {c.pid for c in multiprocessing.active_children()}  # (this process's parent's, not ours)
+    try:
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        sys.stdout = open(1, "w", closefd=False, buffering=1)
+        sys.stderr = open(2, "w", closefd=False, buffering=1)
+        os.environ.clear()
+        os.environ.update(plain_env())
+        os.chdir(REPO)
+        import torch
+        torch.set_num_threads(1)  # (as a forked DataLoader worker does: no OpenMP pool after fork)
+        from asrkit.bin.train import main
+        code = main(argv)
+    except SystemExit as e:  # (argparse)
+        code = e.code if isinstance(e.code, int) else 2
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        try:  # (data-loader workers, normally gone already, as exit_process does)
+            for child in [c for c in multiprocessing.active_children() if c.pid not in inherited]:
+                child.terminate()
+                child.join(timeout=5)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
 
 
 def cpuinfo_flags() -> set[str]:

@@ -9,9 +9,10 @@ torchrun too), and this module patches the library before calling
     rank R SIGKILLs itself right after optimizer step S (after ``Trainer._after_step`` would
     start, before anything of step S is saved), in the first attempt of a torchrun job only
     (``TORCHELASTIC_RESTART_COUNT`` unset or 0).
-``--pause_rank R --pause_step S --pause_file PATH``
+``--pause_rank R --pause_step S --pause_file PATH [--pause_attempt A]``
     rank R writes ``PATH.reached`` right after optimizer step S and waits until ``PATH``
-    exists (``install_pause``), in the first attempt only.
+    exists (``install_pause``), in attempt A of a torchrun job only (``TORCHELASTIC_RESTART_COUNT``
+    A; default 0, the first).
 ``--stall_rank R [--stall_batch K]``
     rank R's train loader hangs forever before the K-th (0-based, default 0) batch of
     every pass, while the rank's monitor says it waits for the data loader.
@@ -57,16 +58,17 @@ def install_kill(rank: int, step: int) -> None:
     Trainer._after_step = after_step
 
 
-def install_pause(rank: int, step: int, path: str) -> None:
+def install_pause(rank: int, step: int, path: str, attempt: int = 0) -> None:
     """Rank ``rank`` writes ``path + ".reached"`` right after optimizer step ``step`` (before
-    anything of the step is saved) and then waits until ``path`` exists, in the first
-    torchrun attempt only: a test changes the world (takes a link down) at a known step."""
+    anything of the step is saved) and then waits until ``path`` exists, in torchrun attempt
+    ``attempt`` only (0: the first, or a run outside torchrun): a test changes the world (takes
+    a link down, sends a signal) at a known step."""
     from asrkit.train.trainer import Trainer
     original = Trainer._after_step
 
     def after_step(self, result):
-        first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") in ("", "0")
-        if self.ctx.rank == rank and self.state.step == step and first_attempt:
+        this_attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0) == attempt
+        if self.ctx.rank == rank and self.state.step == step and this_attempt:
             log.warning("fault injection (pause rank %d after step %d): waiting for %s", rank, step, path)
             _flush_logs()
             with open(path + ".reached", "w") as f:
@@ -160,6 +162,7 @@ def main(argv=None) -> int:
     p.add_argument("--pause_rank", type=int)
     p.add_argument("--pause_step", type=int)
     p.add_argument("--pause_file")
+    p.add_argument("--pause_attempt", type=int, default=0)
     p.add_argument("--stall_rank", type=int)
     p.add_argument("--stall_batch", type=int, default=0)
     p.add_argument("--count_collectives")
@@ -167,7 +170,7 @@ def main(argv=None) -> int:
     if hooks.kill_rank is not None:
         install_kill(hooks.kill_rank, hooks.kill_step)
     if hooks.pause_rank is not None:
-        install_pause(hooks.pause_rank, hooks.pause_step, hooks.pause_file)
+        install_pause(hooks.pause_rank, hooks.pause_step, hooks.pause_file, hooks.pause_attempt)
     if hooks.stall_rank is not None:
         install_stall(hooks.stall_rank, hooks.stall_batch)
     if hooks.count_collectives:

@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 
 import torch
+import yaml
 
 from asrkit.bin import average_model, export, recognize, train
 from asrkit import checkpoint as ckpt
-from tests.helpers import free_port, train_args
+from tests.helpers import FSDP_MODULES, fork_ranks, free_port, train_args
 from tests.train.dist.test_ddp import assert_same_weights
 
 # A "step" line of the training log: "epoch 0 step 3 batch 3/6 | loss ..."
@@ -40,6 +41,16 @@ def torchrun(exp, model_dir: Path, config: Path, *extra, nproc: int = 2, max_res
     return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
             "--max_restarts", str(max_restarts), "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
             *entry, *train_args(exp, model_dir, config), *map(str, extra)]
+
+
+def forked_job(exp, model_dir: Path, config: Path, *extra, nproc: int = 2) -> None:
+    """``nproc`` ranks of ``asrkit.bin.train`` forked from this process (``tests.helpers.fork_ranks``:
+    no torchrun agent, and no rank importing torch again; FSDP's modules preloaded when
+    ``config`` trains with torch_fsdp), which must all succeed."""
+    fsdp = yaml.safe_load(config.read_text()).get("train_engine") == "torch_fsdp"
+    results = fork_ranks([[*train_args(exp, model_dir, config), *map(str, extra)]] * nproc,
+                         preload=FSDP_MODULES if fsdp else ())
+    assert all(code == 0 for code, _, _ in results), "\n".join(err[-3000:] for _, _, err in results)
 
 
 def steps_logged(log_text: str) -> list[int]:

@@ -1,11 +1,9 @@
-"""Fixtures of the reliability tests: one uninterrupted two-rank DDP run that the killed-rank
-and preemption tests (parametrised by training engine) compare their final weights with."""
+"""Fixtures of the reliability tests: one uninterrupted two-rank DDP run that the fault tests (parametrised by training engine) compare their final weights with."""
 from __future__ import annotations
 
 import pytest
 
-from tests.helpers import run_checked
-from tests.reliability.common import torchrun, two_rank_config
+from tests.reliability.common import forked_job, two_rank_config
 
 
 @pytest.fixture(scope="session")
@@ -15,11 +13,11 @@ def reliability_root(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def uninterrupted(tiny_experiment, reliability_root):
-    """Two ranks under torchrun (torch_ddp), 2 epochs of 6 optimizer steps, never interrupted:
-    ``(config path, model_dir)``."""
+    """Two ranks (torch_ddp, forked: ``common.forked_job``), 2 epochs of 6 optimizer steps,
+    never interrupted: ``(config path, model_dir)``."""
     config = two_rank_config(tiny_experiment, reliability_root / "two_rank_torch_ddp.yaml")
     model_dir = reliability_root / "uninterrupted_torch_ddp"
-    run_checked(torchrun(tiny_experiment, model_dir, config), timeout=240)
+    forked_job(tiny_experiment, model_dir, config)
     return config, model_dir
 
 

@@ -10,7 +10,7 @@ import re
 import numpy as np
 import soundfile
 
-from tests.helpers import launch_ranks, train_args
+from tests.helpers import fork_ranks, train_args
 from tests.data.audio_helpers import tone, write_wav
 
 BAD = {  # key: (reason it must be skipped for, how the entry is made)
@@ -56,7 +56,7 @@ def test_two_ranks_train_through_bad_data_and_report_it(tiny_experiment, tmp_pat
     config = tiny_experiment.config(tmp_path / "c.yaml", dataset_conf={"num_workers": 1})
     model_dir = tmp_path / "exp"
     argv = train_args(tiny_experiment, model_dir, config, train_list=data_list)
-    results = launch_ranks([argv, argv])
+    results = fork_ranks([argv, argv])
     assert [code for code, _, _ in results] == [0, 0], results[0][2][-3000:] + results[1][2][-3000:]
     logs = [(model_dir / "log" / f"rank{r}.log").read_text() for r in (0, 1)]
     assert "training finished at epoch 1" in logs[0]

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from asrkit.bin.train import main
-from tests.helpers import launch_ranks, train_args
+from tests.helpers import fork_ranks, train_args
 
 pytestmark = pytest.mark.usefixtures("restore_threads")
 
@@ -62,7 +62,7 @@ def test_a_run_whose_every_sample_is_bad_fails_on_every_rank(tiny_experiment, tm
                                     dataset_conf={"batch_conf": {"batch_size": 2}})
     model_dir = tmp_path / "exp"
     argv = train_args(tiny_experiment, model_dir, config, train_list=data_list)
-    results = launch_ranks([argv, argv])
+    results = fork_ranks([argv, argv])
     assert [code for code, _, _ in results] == [2, 2], results[0][2][-3000:] + results[1][2][-3000:]
     expected = (f"training stopped: epoch 0: no utterance could be used: {n} skipped ({n} missing_file) over 2 "
                 f"rank(s)")

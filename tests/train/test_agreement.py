@@ -19,7 +19,7 @@ import torch.multiprocessing as mp
 from asrkit.config import TrainConfig, to_dict
 from asrkit.train import agreement as A
 from asrkit.train.dist import DistContext
-from tests.helpers import free_port, launch_ranks, train_args
+from tests.helpers import free_port, fork_ranks, train_args
 
 
 def _base_config(tmp_path) -> dict:
@@ -186,7 +186,7 @@ def test_train_refuses_ranks_with_different_config_units_and_data(tiny_experimen
              train_args(tiny_experiment, tmp_path / "exp", cfg, train_list=train1)
              + ["--override", "optim_conf.lr=0.004", "--override", f"tokenizer_conf.symbol_table_path={units1}"]
              + (["--fsdp_sharding_strategy", "zero3"] if engine == "torch_fsdp" else [])]
-    results = launch_ranks(argvs, timeout=120)
+    results = fork_ranks(argvs, timeout=120)
     assert [r[0] for r in results] == [2, 2], results
     outs = [(o, e) for _, o, e in results]
     err = outs[0][1]

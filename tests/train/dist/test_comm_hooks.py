@@ -18,7 +18,7 @@ from asrkit.config import TrainConfig, to_dict
 from asrkit.schema import ConfigError, build
 from asrkit.train import agreement as A
 from asrkit.train.dist import comm_hook_problem
-from tests.helpers import free_port, launch_ranks, tiny_config_dict, train_args
+from tests.helpers import free_port, fork_ranks, tiny_config_dict, train_args
 from tests.train.dist import comm_hook_worker
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)
@@ -153,7 +153,7 @@ def test_ranks_with_different_hooks_refuse_to_start(tiny_experiment, tmp_path):
     cfg = tiny_experiment.config(tmp_path / "c.yaml")
     argvs = [train_args(tiny_experiment, tmp_path / "exp", cfg),
              train_args(tiny_experiment, tmp_path / "exp", cfg) + ["--override", "ddp_conf.comm_hook=powersgd"]]
-    results = launch_ranks(argvs, timeout=120)
+    results = fork_ranks(argvs, timeout=120)
     assert [r[0] for r in results] == [2, 2], results
     assert 'config key ddp_conf.comm_hook (rank 1: "powersgd", rank 0: "none")' in results[0][2]
 
@@ -167,11 +167,11 @@ def test_trainer_with_powersgd_resumes(tiny_experiment, tmp_path):
                                  ddp_conf={"comm_hook": "powersgd", "powersgd_start_iter": 3})
     exp = tmp_path / "exp"
     argv = train_args(tiny_experiment, exp, cfg)
-    first = launch_ranks([argv + ["--max_steps", "4"]] * 2, timeout=150)
+    first = fork_ranks([argv + ["--max_steps", "4"]] * 2, timeout=150)
     assert [r[0] for r in first] == [0, 0], first
     log0 = (exp / "log" / "rank0.log").read_text()
     assert "ddp_conf.comm_hook powersgd: rank-1 PowerSGD with error feedback and warm start after 3" in log0
-    second = launch_ranks([argv + ["--checkpoint", "auto"]] * 2, timeout=150)
+    second = fork_ranks([argv + ["--checkpoint", "auto"]] * 2, timeout=150)
     assert [r[0] for r in second] == [0, 0], second
     log0 = (exp / "log" / "rank0.log").read_text()
     assert "resumed at step 4 with empty error feedback; compression from all-reduce 2 of this process" in log0

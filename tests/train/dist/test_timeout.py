@@ -21,7 +21,7 @@ import torch.multiprocessing as mp
 from asrkit.train import dist as D
 from asrkit.train.dist.monitor import _first_line as first_line
 
-from tests.helpers import REPO, free_port, random_batch, tiny_config_dict, train_args
+from tests.helpers import REPO, forked_torchrun, free_port, random_batch, tiny_config_dict, train_args
 
 TIMEOUT_S = 6
 
@@ -130,9 +130,8 @@ def test_peer_summary_and_failure_classification():
 @pytest.mark.parametrize("engine", ["torch_ddp", "torch_fsdp"])
 def test_torchrun_job_with_a_stuck_rank_fails_within_the_timeout(tiny_experiment, tmp_path, engine):
     cfg = tiny_experiment.config(tmp_path / "c.yaml", launch={"timeout_s": TIMEOUT_S}, train_engine=engine)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port()), "-m", "tests.hooked_train", "--stall_rank", "1", "--",
-           *train_args(tiny_experiment, tmp_path / "exp", cfg)]
+    cmd = forked_torchrun(["-m", "tests.hooked_train", "--stall_rank", "1", "--"],
+                          train_args(tiny_experiment, tmp_path / "exp", cfg), fsdp=engine == "torch_fsdp")
     env = dict(os.environ, PYTHONPATH=str(REPO))
     start = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=240)

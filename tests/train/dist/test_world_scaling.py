@@ -16,7 +16,7 @@ import torch
 
 from asrkit import checkpoint as ckpt
 from asrkit.train.dist import scale_accum_grad
-from tests.helpers import distinct_utterance_list, launch_ranks, tensorboard_scalars, train_args, train_here
+from tests.helpers import distinct_utterance_list, fork_ranks, tensorboard_scalars, train_args, train_here
 
 
 def test_scaling_rule_and_messages():
@@ -70,7 +70,7 @@ def test_one_rank_and_two_ranks_keep_the_reference_global_batch(tiny_experiment,
              train_args(tiny_experiment, two, cfg, train_list=same)
              + ["--override", "launch.timeout_s=90", "--override", "launch.dist_backend=gloo",
                 "--override", "launch.init_method=tcp://10.9.9.9:1"]]
-    results = launch_ranks(argvs)
+    results = fork_ranks(argvs)
     assert [r[0] for r in results] == [0, 0], results
 
     log1 = (one / "log" / "rank0.log").read_text()
