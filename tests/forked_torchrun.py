@@ -23,7 +23,9 @@ import sys
 
 
 def _worker(module: str, *argv: str) -> int:
-    code = importlib.import_module(module).main(list(argv))
+    from asrkit.train.entry import end_children, status_of
+    code = status_of(lambda: importlib.import_module(module).main(list(argv)))
+    end_children()  # (before the bootstrap's exit hook, which would wait for them: end_children says why)
     if code:
         raise SystemExit(code)  # (the worker's exit status, as the agent reads it)
     return 0

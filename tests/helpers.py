@@ -247,12 +247,12 @@ def fork_ranks(rank_argvs: list[list[str]], timeout: float = 240,
 
 def _forked_rank(argv: list[str], out, err) -> None:
     """The body of a :func:`fork_ranks` rank: ``main(argv)`` with stdout/stderr on ``out``/``err``."""
-    import traceback
+    import multiprocessing.process
 
-    import multiprocessing
-
+    # (what multiprocessing's own bootstrap does in a child it starts: the parent's children
+    # are not this process's, and end_children below must not kill them)
+    multiprocessing.process._children = set()
     code = 70
-    inherited = {c.pid for c in multiprocessing.active_children()}  # (this process's parent's, not ours)
     try:
         os.dup2(out.fileno(), 1)
         os.dup2(err.fileno(), 2)
@@ -262,18 +262,15 @@ def _forked_rank(argv: list[str], out, err) -> None:
         os.environ.update(plain_env())
         os.chdir(REPO)
         import torch
-        torch.set_num_threads(1)  # (as a forked DataLoader worker does: no OpenMP pool after fork)
+
         from asrkit.bin.train import main
-        code = main(argv)
-    except SystemExit as e:  # (argparse)
-        code = e.code if isinstance(e.code, int) else 2
-    except BaseException:
-        traceback.print_exc()
+        from asrkit.train.entry import status_of
+        torch.set_num_threads(1)  # (as a forked DataLoader worker does: no OpenMP pool after fork)
+        code = status_of(lambda: main(argv))
     finally:
-        try:  # (data-loader workers, normally gone already, as exit_process does)
-            for child in [c for c in multiprocessing.active_children() if c.pid not in inherited]:
-                child.terminate()
-                child.join(timeout=5)
+        try:
+            from asrkit.train.entry import end_children
+            end_children()
             sys.stdout.flush()
             sys.stderr.flush()
         finally:

@@ -13,6 +13,9 @@ torchrun too), and this module patches the library before calling
     rank R writes ``PATH.reached`` right after optimizer step S and waits until ``PATH``
     exists (``install_pause``), in attempt A of a torchrun job only (``TORCHELASTIC_RESTART_COUNT``
     A; default 0, the first).
+``--raise_step S``
+    every rank raises ``RuntimeError`` right after optimizer step S (``install_raise``): an
+    internal error, none of asrkit's ``TrainingExit``s.
 ``--stall_rank R [--stall_batch K]``
     rank R's train loader hangs forever before the K-th (0-based, default 0) batch of
     every pass, while the rank's monitor says it waits for the data loader.
@@ -75,6 +78,18 @@ def install_pause(rank: int, step: int, path: str, attempt: int = 0) -> None:
                 f.write(str(os.getpid()))
             while not os.path.exists(path):
                 time.sleep(0.05)
+        return original(self, result)
+
+    Trainer._after_step = after_step
+
+
+def install_raise(step: int) -> None:
+    from asrkit.train.trainer import Trainer
+    original = Trainer._after_step
+
+    def after_step(self, result):
+        if self.state.step == step:
+            raise RuntimeError(f"fault injection: an internal error after step {step}")
         return original(self, result)
 
     Trainer._after_step = after_step
@@ -163,6 +178,7 @@ def main(argv=None) -> int:
     p.add_argument("--pause_step", type=int)
     p.add_argument("--pause_file")
     p.add_argument("--pause_attempt", type=int, default=0)
+    p.add_argument("--raise_step", type=int)
     p.add_argument("--stall_rank", type=int)
     p.add_argument("--stall_batch", type=int, default=0)
     p.add_argument("--count_collectives")
@@ -171,6 +187,8 @@ def main(argv=None) -> int:
         install_kill(hooks.kill_rank, hooks.kill_step)
     if hooks.pause_rank is not None:
         install_pause(hooks.pause_rank, hooks.pause_step, hooks.pause_file, hooks.pause_attempt)
+    if hooks.raise_step is not None:
+        install_raise(hooks.raise_step)
     if hooks.stall_rank is not None:
         install_stall(hooks.stall_rank, hooks.stall_batch)
     if hooks.count_collectives:
@@ -180,5 +198,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from asrkit.train.entry import exit_process
-    exit_process(main())  # (as asrkit.bin.train ends)
+    from asrkit.train.entry import end_with
+    end_with(main)  # (as asrkit.bin.train ends)

@@ -31,7 +31,7 @@ import json
 from pathlib import Path
 
 from asrkit.finetune.schema import FinetuneSections, LoraConf
-from asrkit.train.entry import exit_process, run
+from asrkit.train.entry import end_with, run
 from asrkit.train.job import LaunchFlags, ModuleInit, TrainJob, WarmStart
 
 
@@ -169,4 +169,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    exit_process(main())  # (not sys.exit: asrkit.train.entry.exit_process says why)
+    end_with(main)  # (not sys.exit: asrkit.train.entry.exit_process says why)

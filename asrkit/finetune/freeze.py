@@ -37,11 +37,14 @@ class FreezeReport:
     adapters: int
     frozen_batchnorms: tuple[str, ...]
     frozen_modules: tuple[str, ...]
+    unused: int = 0  # held untrained by the model itself (see :func:`freeze`)
 
     def line(self) -> str:
-        total = self.trainable + self.frozen
+        total = self.trainable + self.frozen + self.unused
         share = 100.0 * self.trainable / total if total else 0.0
         what = []
+        if self.unused:
+            what.append(f"{self.unused:,} unused by this configuration, kept for WeNet's checkpoint layout")
         if self.frozen_modules:
             what.append(f"frozen: {', '.join(self.frozen_modules)}")
         if self.adapters:
@@ -64,15 +67,26 @@ def is_frozen_name(name: str, prefixes: Sequence[str], only_lora: bool) -> bool:
 
 def freeze(model: nn.Module, prefixes: Sequence[str], only_lora: bool = False) -> FreezeReport:
     """Freeze ``model``'s parameters as the module docstring says; :class:`FreezeError`
-    for a prefix that matches no parameter (a typo would otherwise train everything)."""
+    for a prefix that matches no parameter (a typo would otherwise train everything).
+
+    A parameter that already has ``requires_grad = False`` when ``model`` comes here was
+    frozen by the model itself: a weight that WeNet's layout holds but this configuration
+    never reads (a Branchformer block's pooling projections outside ``merge_method:
+    learned_ave``, an Efficient Conformer block's unused ``concat_linear``).  It stays frozen
+    -- DDP would otherwise wait for its gradient and fail -- and is counted as ``unused``.
+    ``model`` is a freshly built one: this is its only call."""
     names = list(model.state_dict())  # (a prefix of buffers only, e.g. cmvn., is frozen anyway)
     unmatched = [p for p in prefixes if not any(n.startswith(p) for n in names)]
     if unmatched:
         tops = sorted({n.split(".")[0] + "." for n in names})
         raise FreezeError(f"freeze_modules: no parameter or buffer name starts with {unmatched[0]!r} (the model's "
                           f"top-level modules: {', '.join(tops)}; e.g. encoder., decoder., ctc.)")
-    trainable = frozen = adapters = 0
+    trainable = frozen = adapters = unused = 0
+    held = {id(p) for p in model.parameters() if not p.requires_grad}
     for name, param in model.named_parameters():
+        if id(param) in held:
+            unused += param.numel()
+            continue
         is_frozen = is_frozen_name(name, prefixes, only_lora)
         param.requires_grad_(not is_frozen)
         if is_frozen:
@@ -90,7 +104,7 @@ def freeze(model: nn.Module, prefixes: Sequence[str], only_lora: bool = False) -
             module.register_forward_pre_hook(_keep_eval)
             batchnorms.append(name)
     shown = ("everything but the LoRA adapters",) if only_lora else tuple(prefixes)
-    return FreezeReport(trainable, frozen, adapters, tuple(batchnorms), shown)
+    return FreezeReport(trainable, frozen, adapters, tuple(batchnorms), shown, unused)
 
 
 def unchanged_by_training(model: nn.Module, names: Sequence[str], frozen_batchnorms: Sequence[str]) -> list[str]:

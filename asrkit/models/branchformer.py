@@ -17,7 +17,10 @@ A block runs two branches side by side on its input ``x`` and merges them into o
   branch (``use_attn: false`` or ``use_cgmlp: false``) ``merge_proj`` is the identity.
 
 ``pooling_proj1/2`` and ``weight_proj1/2`` exist in every block (WeNet creates them whatever
-the merge); only ``learned_ave`` reads them.
+the merge); only ``learned_ave`` with two branches reads them, so elsewhere they are created
+frozen (``requires_grad = False``): they load from and save to WeNet's checkpoints, and DDP,
+which waits for a gradient of every trainable parameter, does not wait for theirs (WeNet's
+DDP finds unused parameters instead, at the cost of a graph traversal per step).
 
 The cgMLP's depthwise convolution, like WeNet's, does not mask the padding frames of a
 batch: a frame near an utterance's end reads the (non-zero) subsampled padding after it, so
@@ -164,6 +167,9 @@ class BranchformerEncoderLayer(nn.Module):
         self.weight_proj1 = nn.Linear(size, 1)
         self.weight_proj2 = nn.Linear(size, 1)
         self.use_two_branches = two
+        if not (two and merge_method == "learned_ave"):  # (never read: module docstring)
+            for proj in (self.pooling_proj1, self.pooling_proj2, self.weight_proj1, self.weight_proj2):
+                proj.requires_grad_(False)
         if two:
             self.merge_proj: nn.Module = nn.Linear(2 * size if merge_method == "concat" else size, size)
         else:

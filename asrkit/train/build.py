@@ -40,8 +40,11 @@ log = logging.getLogger("asrkit.train")
 
 
 class InitError(RuntimeError):
-    """The model's start could not be set up: ``--enc_init`` (missing module, shape mismatch,
-    bad checkpoint, a changed vocabulary), LoRA or frozen modules (``asrkit.finetune``)."""
+    """The model could not be built from the config (a builder's ``ValueError``: values the
+    schema lets through that the encoder cannot take, e.g. an Efficient Conformer's even
+    kernel after a stride) or its start could not be set up: ``--enc_init`` (missing module,
+    shape mismatch, bad checkpoint, a changed vocabulary), LoRA or frozen modules
+    (``asrkit.finetune``)."""
 
 
 @dataclasses.dataclass
@@ -181,7 +184,10 @@ def build_training(cfg: TrainConfig, ctx: DistContext, *, train_data: str | Sequ
     cv_parts = [(path, loader(read[path], False)) for path in cv_paths]
     cv_loader = cv_parts[0][1] if len(cv_parts) == 1 else None
 
-    bare_model = build_model(cfg, input_dim, tokenizer.vocabulary, cmvn_stats=inputs.model_cmvn).to(ctx.device)
+    try:
+        bare_model = build_model(cfg, input_dim, tokenizer.vocabulary, cmvn_stats=inputs.model_cmvn).to(ctx.device)
+    except ValueError as e:  # (a builder's one-line refusal of values the schema lets through, e.g. WeNet's asserts)
+        raise InitError(str(e)) from e
     n_params = sum(p.numel() for p in bare_model.parameters())
     log.info("model: %s encoder + %s decoder, %.2f M parameters; %d train / %d CV utterances; "
              "%d threads; memory allocator: %s", cfg.encoder, cfg.decoder, n_params / 1e6, len(train_entries),

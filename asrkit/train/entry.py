@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, NoReturn, Optional
 
 import torch
 
@@ -166,10 +166,7 @@ def exit_process(code: int):
     the time :func:`run` returns (checkpoints are written atomically, the TensorBoard writer
     is closed), so nothing is left for finalization to do.  For ``__main__`` only: it never
     returns."""
-    import multiprocessing
-    for child in multiprocessing.active_children():  # (data-loader workers, normally gone already)
-        child.terminate()
-        child.join(timeout=5)
+    end_children()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -177,3 +174,40 @@ def exit_process(code: int):
         except (OSError, ValueError):
             pass
     os._exit(code)
+
+
+def end_children() -> None:
+    """Kill this process's ``multiprocessing`` children -- data-loader workers, normally gone
+    already -- and reap them.  SIGKILL, not SIGTERM: the workers ignore SIGTERM
+    (``asrkit.data.dataset.init_worker``), so the interpreter's own exit hook, which sends
+    SIGTERM and then waits without a limit, would wait forever."""
+    import multiprocessing
+    for child in multiprocessing.active_children():
+        child.kill()
+        child.join(timeout=5)
+
+
+def status_of(main: Callable[[], int]) -> int:
+    """``main()``'s exit status, also when it raises: a ``SystemExit``'s code (argparse's 2),
+    130 for ``KeyboardInterrupt`` (a second Ctrl-C: ``asrkit.train.preemption``), and 1 for any
+    other exception, its traceback printed first -- an internal error, since every way a run
+    ends by design is a :class:`~asrkit.train.problems.TrainingExit` that :func:`run` turns
+    into a status.  So the process still ends through :func:`exit_process`, never through
+    the interpreter's finalization (which would wait for the data-loader workers forever)."""
+    try:
+        return main()
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except BaseException:  # (an internal error: its traceback is what a bug report needs)
+        import traceback
+        print("error: internal error (a bug in asrkit) -- traceback:", file=sys.stderr)
+        traceback.print_exc()
+        return 1
+
+
+def end_with(main: Callable[[], int]) -> NoReturn:
+    """For ``__main__``: ``exit_process(status_of(main))``."""
+    exit_process(status_of(main))

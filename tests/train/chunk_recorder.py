@@ -66,5 +66,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from asrkit.train.entry import exit_process
-    exit_process(main(sys.argv[1:]))  # (as asrkit.bin.train ends: exit_process says why)
+    from asrkit.train.entry import end_with
+    end_with(lambda: main(sys.argv[1:]))  # (as asrkit.bin.train ends: exit_process says why)
