@@ -267,6 +267,8 @@ def _forked_rank(argv: list[str], out, err) -> None:
         from asrkit.train.entry import status_of
         torch.set_num_threads(1)  # (as a forked DataLoader worker does: no OpenMP pool after fork)
         code = status_of(lambda: main(argv))
+    except SystemExit as e:  # (argparse)
+        code = e.code if isinstance(e.code, int) else 2
     finally:
         try:
             from asrkit.train.entry import end_children

@@ -188,16 +188,18 @@ def end_children() -> None:
 
 
 def status_of(main: Callable[[], int]) -> int:
-    """``main()``'s exit status, also when it raises: a ``SystemExit``'s code (argparse's 2),
-    130 for ``KeyboardInterrupt`` (a second Ctrl-C: ``asrkit.train.preemption``), and 1 for any
-    other exception, its traceback printed first -- an internal error, since every way a run
-    ends by design is a :class:`~asrkit.train.problems.TrainingExit` that :func:`run` turns
-    into a status.  So the process still ends through :func:`exit_process`, never through
-    the interpreter's finalization (which would wait for the data-loader workers forever)."""
+    """``main()``'s exit status, also when it raises: 130 for ``KeyboardInterrupt`` (a second
+    Ctrl-C: ``asrkit.train.preemption``), and 1 for any other exception, its traceback printed
+    first -- an internal error, since every way a run ends by design is a
+    :class:`~asrkit.train.problems.TrainingExit` that :func:`run` turns into a status.  So the
+    process still ends through :func:`exit_process`, never through the interpreter's
+    finalization (which would wait for the data-loader workers forever).  ``SystemExit``
+    passes through: argparse's, raised before anything starts (``--help``, a bad option), and
+    what runs ``__main__`` in a process of its own (``runpy``) expects it."""
     try:
         return main()
-    except SystemExit as e:
-        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except SystemExit:
+        raise
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130

@@ -13,13 +13,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from asrkit.config import TrainConfig, to_dict
 from asrkit.train import agreement as A
 from asrkit.train.dist import DistContext
-from tests.helpers import free_port, fork_ranks, train_args
+from tests.helpers import fork_ranks, free_port, train_args
 
 
 def _base_config(tmp_path) -> dict:
@@ -119,6 +120,7 @@ def test_ranks_whose_wenet_shard_indexes_differ_disagree(tiny_corpus, tmp_path, 
 
 
 def _worker(rank, port, root, results):
+    torch.set_num_threads(1)  # (as a forked DataLoader worker does: no OpenMP pool after fork)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
                             timeout=datetime.timedelta(seconds=60))
     ctx = DistContext(rank=rank, world_size=2)
@@ -159,7 +161,9 @@ def test_two_ranks_refuse_naming_the_difference(tmp_path):
     (tmp_path / "train_r0.list").write_text('{"key": "u1"}\n')
     (tmp_path / "train_r1.list").write_text('{"key": "u2"}\n')
     results = mp.Manager().dict()
-    mp.spawn(_worker, args=(free_port(), str(tmp_path), results), nprocs=2, join=True)
+    # (forked: torch is imported already, spawning would import it again in each rank, ~3-5 s)
+    mp.start_processes(_worker, args=(free_port(), str(tmp_path), results), nprocs=2, join=True,
+                       start_method="fork")
     for rank in (0, 1):  # every rank refuses, with the same message
         r = results[rank]
         assert r["launch only"] is None

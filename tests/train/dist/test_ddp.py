@@ -34,7 +34,7 @@ import torch
 from asrkit import checkpoint as ckpt
 from asrkit.models.asr_model import AsrModel
 from asrkit.models.chunks import FULL_CONTEXT
-from tests.helpers import (distinct_utterance_list, free_port, run_checked, tensorboard_scalars, train_args,
+from tests.helpers import (distinct_utterance_list, fork_ranks, free_port, run_checked, tensorboard_scalars, train_args,
                            train_here)
 from tests.train.chunk_recorder import chunk_of_each_utterance, read_records, recording_encode
 
@@ -93,7 +93,7 @@ def assert_same_weights(a, b, atol=2e-5):
 def reference(setup):
     """1 rank x batch 2B."""
     out = setup["root"] / "ref"
-    proc = run_checked([sys.executable, "-m", "asrkit.bin.train", *args(setup, out, setup["cfg"]("ref.yaml", 2 * B, 1))])
+    proc = train_here(setup["exp"], out, setup["cfg"]("ref.yaml", 2 * B, 1), train_list=setup["list"])
     return final(out), cv_loss(proc.stderr), grad_norms(out), final_ema(out)
 
 
@@ -102,7 +102,7 @@ def test_two_ranks_equal_one_rank_double_batch_and_accumulation(setup, reference
     saved with the unwrapped names) equals the 1-rank run's."""
     ref_w, ref_cv, ref_norms, ref_ema = reference
     acc = setup["root"] / "accum"
-    run_checked([sys.executable, "-m", "asrkit.bin.train", *args(setup, acc, setup["cfg"]("acc.yaml", B, 2))])
+    train_here(setup["exp"], acc, setup["cfg"]("acc.yaml", B, 2), train_list=setup["list"])
     assert_same_grad_norms(grad_norms(acc), ref_norms)
     assert_same_weights(final(acc), ref_w)
 
@@ -126,11 +126,11 @@ def test_two_ranks_half_batch_with_accumulation_equal_one_rank_double_batch(setu
     runs on the second micro-batch of each group only, under ``no_sync`` on the first)."""
     ref_w, ref_cv, ref_norms, _ = reference
     out = setup["root"] / "ddp_accum"
-    proc = run_checked([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                        "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-                        "-m", "asrkit.bin.train", *args(setup, out, setup["cfg"]("ddp_accum.yaml", B // 2, 2))])
+    argv = args(setup, out, setup["cfg"]("ddp_accum.yaml", B // 2, 2))
+    results = fork_ranks([argv, argv])  # (forked from this process: torchrun's launch is the test above's)
+    assert [code for code, _, _ in results] == [0, 0], "\n".join(err[-3000:] for _, _, err in results)
     log0 = (out / "log" / "rank0.log").read_text()
-    assert "accum_grad 2; world size 2; effective global batch per optimizer step: 4 x that" in log0, proc.stderr
+    assert "accum_grad 2; world size 2; effective global batch per optimizer step: 4 x that" in log0
     assert re.search(r"step 4 ", log0) and not re.search(r"step 5 ", log0)
     assert_same_grad_norms(grad_norms(out), ref_norms)
     assert_same_weights(final(out), ref_w)

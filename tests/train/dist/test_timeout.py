@@ -48,6 +48,7 @@ def _stall_worker(rank, port, timeout_s, queue, tmp):
     from asrkit.train.executor import Executor, TrainState
     from asrkit.train.scheduler import build_optimizer, build_scheduler
     from tests.hooked_train import install_stall
+    torch.set_num_threads(1)  # (as a forked DataLoader worker does: no OpenMP pool after fork)
     install_stall(1, 0)  # rank 1's train loader hangs before its first batch
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
                             timeout=datetime.timedelta(seconds=timeout_s))
@@ -75,7 +76,7 @@ def test_stuck_loader_ends_both_ranks_without_an_agent(tmp_path):
     DDP model: rank 0 times out in the first micro-batch's collectives (DDP's, there is no
     per-batch has-next all-reduce) and names rank 1's phase; rank 1's watchdog ends rank 1
     itself (status 3)."""
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("fork")  # (torch is imported already: spawning would import it again, ~3-5 s a rank)
     queue = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=_stall_worker, args=(r, port, 3.0, queue, tmp_path)) for r in range(2)]
