@@ -127,7 +127,7 @@ def _rank_worker(rank, port, tmp, queue):
 
 @pytest.mark.slow
 def test_a_fault_on_one_rank_makes_every_rank_skip_the_step(tmp_path):
-    ctx = mp.get_context("fork")  # (torch is imported already: spawning would import it again, ~3-5 s a rank)
+    ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=_rank_worker, args=(r, port, tmp_path, queue)) for r in range(2)]

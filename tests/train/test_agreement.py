@@ -161,9 +161,7 @@ def test_two_ranks_refuse_naming_the_difference(tmp_path):
     (tmp_path / "train_r0.list").write_text('{"key": "u1"}\n')
     (tmp_path / "train_r1.list").write_text('{"key": "u2"}\n')
     results = mp.Manager().dict()
-    # (forked: torch is imported already, spawning would import it again in each rank, ~3-5 s)
-    mp.start_processes(_worker, args=(free_port(), str(tmp_path), results), nprocs=2, join=True,
-                       start_method="fork")
+    mp.spawn(_worker, args=(free_port(), str(tmp_path), results), nprocs=2, join=True)
     for rank in (0, 1):  # every rank refuses, with the same message
         r = results[rank]
         assert r["launch only"] is None

@@ -33,8 +33,7 @@ def hooked(tmp_path_factory):
     folder of both ranks' files."""
     out = tmp_path_factory.mktemp("comm_hooks")
     try:
-        mp.start_processes(comm_hook_worker.run, args=(free_port(), str(out)), nprocs=2, join=True,
-                           start_method="fork")  # (torch is imported already: spawning imports it again)
+        mp.spawn(comm_hook_worker.run, args=(free_port(), str(out)), nprocs=2, join=True)
         failure = None
     except (mp.ProcessExitedException, mp.ProcessRaisedException) as e:  # (a collective mismatch: gloo
         # aborts a process, or a hook callback raises)

@@ -73,9 +73,7 @@ def test_has_next_safety_net_stops_all_ranks_together(tmp_path):
              "even": (2, [4, 4])}
     manager = mp.Manager()
     results = manager.dict()
-    # (forked: torch is imported already, spawning would import it again in each rank, ~3-5 s)
-    mp.start_processes(_uneven_worker, args=(free_port(), cases, tmp_path, results), nprocs=2, join=True,
-                       start_method="fork")
+    mp.spawn(_uneven_worker, args=(free_port(), cases, tmp_path, results), nprocs=2, join=True)
     # (optimizer steps, utterances trained in applied steps, "a sampler bug" logged)
     assert results[("accum1", 0)] == (4, 4, True) and results[("accum1", 1)] == (4, 4, False)
     assert results[("accum4_group_missing", 0)] == (1, 4, True)

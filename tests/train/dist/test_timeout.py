@@ -76,7 +76,7 @@ def test_stuck_loader_ends_both_ranks_without_an_agent(tmp_path):
     DDP model: rank 0 times out in the first micro-batch's collectives (DDP's, there is no
     per-batch has-next all-reduce) and names rank 1's phase; rank 1's watchdog ends rank 1
     itself (status 3)."""
-    ctx = mp.get_context("fork")  # (torch is imported already: spawning would import it again, ~3-5 s a rank)
+    ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=_stall_worker, args=(r, port, 3.0, queue, tmp_path)) for r in range(2)]
