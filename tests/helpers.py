@@ -185,87 +185,67 @@ def forked_torchrun(entry: list[str], args: list[str], nproc: int = 2, max_resta
             *entry, *map(str, args)]
 
 
-def fork_ranks(rank_argvs: list[list[str]], timeout: float = 240,
-               preload: tuple[str, ...] = ()) -> list[tuple[int, str, str]]:
+def fork_ranks(rank_argvs: list[list[str]], timeout: float = 240) -> list[tuple[int, str, str]]:
     """Ranks 0..N-1 of one gloo job, rank r running ``asrkit.bin.train``'s ``main`` with
     ``rank_argvs[r]`` and the legacy launch flags appended (``--rank/--world_size/--dist_backend
     gloo/--init_method tcp://``); waits for all and returns ``(exit status, stdout, stderr)``
     per rank.  No rank is left running (after ``timeout`` s they are killed).
 
-    Each rank is a process forked from this one and ends with ``main``'s status without the
-    interpreter's finalization, as ``asrkit.bin.train`` does
-    (:func:`asrkit.train.entry.exit_process`): it starts with torch and asrkit -- and the
-    modules named in ``preload``, imported here first (:data:`FSDP_MODULES`: ~2 s a process)
-    -- already imported, instead of ~3-5 s each importing them again.  Its stdout and stderr
-    go to files of its own, its environment is :func:`plain_env`'s and its working directory
-    the repository.  This process must hold no process group (a forked one would be the
-    rank's too)."""
-    import importlib
+    Each rank is a process forked by a fork server (``multiprocessing``'s ``forkserver``): a
+    fresh interpreter that this process starts on first use, which imports torch, asrkit's
+    trainer and :data:`FSDP_MODULES` once, then forks one rank per request.  A rank so starts
+    with all of that imported, instead of ~3-5 s importing it again (~2 s more for FSDP), and
+    from a clean process: not forked from this pytest worker, whose earlier tests may have
+    left native threads (compile workers, gloo, autograd) that a forked child inherits in an
+    unusable state (a forked comm-hooks rank aborted so).  A rank ends with ``main``'s status
+    without the interpreter's finalization, as ``asrkit.bin.train`` does
+    (:func:`asrkit.train.entry.exit_process`); its stdout and stderr go to files of its own,
+    its environment is :func:`plain_env`'s and its working directory the repository."""
+    import multiprocessing
     import tempfile
     import time
 
-    import torch.distributed as dist
-    assert not (dist.is_available() and dist.is_initialized()), "fork_ranks from a process in a process group"
-    for module in preload:
-        importlib.import_module(module)
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "asrkit.bin.train", "asrkit.train.entry", *FSDP_MODULES])
     port, world = free_port(), len(rank_argvs)
-    ranks = []  # (pid, stdout file, stderr file)
-    try:
-        for rank, argv in enumerate(rank_argvs):
-            argv = [*map(str, argv), "--rank", str(rank), "--world_size", str(world), "--dist_backend", "gloo",
-                    "--init_method", f"tcp://127.0.0.1:{port}"]
-            out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
-            sys.stdout.flush()
-            sys.stderr.flush()
-            pid = os.fork()
-            if pid == 0:  # the rank: never returns
-                _forked_rank(argv, out, err)
-            ranks.append((pid, out, err))
-        deadline, status = time.monotonic() + timeout, {}
-        while len(status) < len(ranks) and time.monotonic() < deadline:
-            for pid, _, _ in ranks:
-                if pid not in status:
-                    done, code = os.waitpid(pid, os.WNOHANG)
-                    if done:
-                        status[pid] = os.waitstatus_to_exitcode(code)
-            time.sleep(0.02)
-    finally:
-        for pid, _, _ in ranks:
-            if pid not in status:
-                os.kill(pid, 9)
-                status[pid] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    results = []
-    for pid, out, err in ranks:
-        texts = []
-        for f in (out, err):
-            f.seek(0)
-            texts.append(f.read().decode(errors="replace"))
-            f.close()
-        results.append((status[pid], *texts))
-    return results
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = []
+        try:
+            for rank, argv in enumerate(rank_argvs):
+                argv = [*map(str, argv), "--rank", str(rank), "--world_size", str(world), "--dist_backend", "gloo",
+                        "--init_method", f"tcp://127.0.0.1:{port}"]
+                proc = ctx.Process(target=_rank_main, args=(argv, f"{tmp}/{rank}.out", f"{tmp}/{rank}.err",
+                                                            plain_env()))
+                proc.start()
+                procs.append(proc)
+            deadline = time.monotonic() + timeout
+            for proc in procs:
+                proc.join(max(0.0, deadline - time.monotonic()))
+        finally:
+            for proc in procs:
+                if proc.exitcode is None:
+                    proc.kill()
+                    proc.join()
+        read = lambda path: Path(path).read_text(errors="replace") if Path(path).is_file() else ""
+        return [(proc.exitcode, read(f"{tmp}/{rank}.out"), read(f"{tmp}/{rank}.err"))
+                for rank, proc in enumerate(procs)]
 
 
-def _forked_rank(argv: list[str], out, err) -> None:
+def _rank_main(argv: list[str], out: str, err: str, env: dict) -> None:
     """The body of a :func:`fork_ranks` rank: ``main(argv)`` with stdout/stderr on ``out``/``err``."""
-    import multiprocessing.process
-
-    # (what multiprocessing's own bootstrap does in a child it starts: the parent's children
-    # are not this process's, and end_children below must not kill them)
-    multiprocessing.process._children = set()
     code = 70
     try:
-        os.dup2(out.fileno(), 1)
-        os.dup2(err.fileno(), 2)
+        for fd, path in ((1, out), (2, err)):
+            f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(f, fd)
+            os.close(f)
         sys.stdout = open(1, "w", closefd=False, buffering=1)
         sys.stderr = open(2, "w", closefd=False, buffering=1)
         os.environ.clear()
-        os.environ.update(plain_env())
+        os.environ.update(env)
         os.chdir(REPO)
-        import torch
-
         from asrkit.bin.train import main
         from asrkit.train.entry import status_of
-        torch.set_num_threads(1)  # (as a forked DataLoader worker does: no OpenMP pool after fork)
         code = status_of(lambda: main(argv))
     except SystemExit as e:  # (argparse)
         code = e.code if isinstance(e.code, int) else 2

@@ -8,11 +8,10 @@ import sys
 from pathlib import Path
 
 import torch
-import yaml
 
 from asrkit.bin import average_model, export, recognize, train
 from asrkit import checkpoint as ckpt
-from tests.helpers import FSDP_MODULES, fork_ranks, free_port, train_args
+from tests.helpers import fork_ranks, free_port, train_args
 from tests.train.dist.test_ddp import assert_same_weights
 
 # A "step" line of the training log: "epoch 0 step 3 batch 3/6 | loss ..."
@@ -44,12 +43,9 @@ def torchrun(exp, model_dir: Path, config: Path, *extra, nproc: int = 2, max_res
 
 
 def forked_job(exp, model_dir: Path, config: Path, *extra, nproc: int = 2) -> None:
-    """``nproc`` ranks of ``asrkit.bin.train`` forked from this process (``tests.helpers.fork_ranks``:
-    no torchrun agent, and no rank importing torch again; FSDP's modules preloaded when
-    ``config`` trains with torch_fsdp), which must all succeed."""
-    fsdp = yaml.safe_load(config.read_text()).get("train_engine") == "torch_fsdp"
-    results = fork_ranks([[*train_args(exp, model_dir, config), *map(str, extra)]] * nproc,
-                         preload=FSDP_MODULES if fsdp else ())
+    """``nproc`` ranks of ``asrkit.bin.train`` from a fork server (``tests.helpers.fork_ranks``:
+    no torchrun agent, and no rank importing torch again), which must all succeed."""
+    results = fork_ranks([[*train_args(exp, model_dir, config), *map(str, extra)]] * nproc)
     assert all(code == 0 for code, _, _ in results), "\n".join(err[-3000:] for _, _, err in results)
 
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from asrkit import checkpoint as ckpt
-from tests.helpers import FSDP_MODULES, distinct_utterance_list, fork_ranks, train_args, train_here
+from tests.helpers import distinct_utterance_list, fork_ranks, train_args, train_here
 from tests.train.dist.test_ddp import PLAN_IN_LIST_ORDER, assert_same_grad_norms, assert_same_weights, grad_norms
 
 pytestmark = pytest.mark.slow
@@ -41,13 +41,12 @@ def args(setup, model_dir, config):
 
 
 def launch(setup, model_dir, config, *extra, nproc=2):
-    """``nproc`` ranks of ``asrkit.bin.train``'s ``main`` forked from this process with the
-    legacy launch flags (``tests.helpers.fork_ranks``): torch, FSDP and ``torch._dynamo`` (which
-    FSDP imports on its first use) are imported once here, not again in every rank -- ~5 s
-    a process.  The FSDP runs under torchrun are the fault tests' (``tests/reliability``,
-    parametrised by engine)."""
-    results = fork_ranks([[*args(setup, model_dir, config), *map(str, extra)]] * nproc, timeout=120,
-                         preload=FSDP_MODULES)
+    """``nproc`` ranks of ``asrkit.bin.train``'s ``main`` with the legacy launch flags, forked by
+    a fork server that imported torch, FSDP and ``torch._dynamo`` (which FSDP imports on its
+    first use) once (``tests.helpers.fork_ranks``), not again in every rank: ~5 s a process.
+    The FSDP runs under torchrun are the fault tests' (``tests/reliability``, parametrised by
+    engine)."""
+    results = fork_ranks([[*args(setup, model_dir, config), *map(str, extra)]] * nproc, timeout=120)
     assert all(code == 0 for code, _, _ in results), "\n".join(err[-3000:] for _, _, err in results)
 
 
