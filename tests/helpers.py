@@ -185,11 +185,13 @@ def forked_torchrun(entry: list[str], args: list[str], nproc: int = 2, max_resta
             *entry, *map(str, args)]
 
 
-def fork_ranks(rank_argvs: list[list[str]], timeout: float = 240) -> list[tuple[int, str, str]]:
+def fork_ranks(rank_argvs: list[list[str]], timeout: float = 240,
+               check: bool = False) -> list[tuple[int, str, str]]:
     """Ranks 0..N-1 of one gloo job, rank r running ``asrkit.bin.train``'s ``main`` with
     ``rank_argvs[r]`` and the legacy launch flags appended (``--rank/--world_size/--dist_backend
     gloo/--init_method tcp://``); waits for all and returns ``(exit status, stdout, stderr)``
-    per rank.  No rank is left running (after ``timeout`` s they are killed).
+    per rank.  No rank is left running (after ``timeout`` s they are killed).  With ``check``
+    every rank must end with status 0 (AssertionError with their stderr's tails otherwise).
 
     Each rank is a process forked by a fork server (``multiprocessing``'s ``forkserver``): a
     fresh interpreter that this process starts on first use, which imports torch, asrkit's
@@ -227,8 +229,11 @@ def fork_ranks(rank_argvs: list[list[str]], timeout: float = 240) -> list[tuple[
                     proc.kill()
                     proc.join()
         read = lambda path: Path(path).read_text(errors="replace") if Path(path).is_file() else ""
-        return [(proc.exitcode, read(f"{tmp}/{rank}.out"), read(f"{tmp}/{rank}.err"))
-                for rank, proc in enumerate(procs)]
+        results = [(proc.exitcode, read(f"{tmp}/{rank}.out"), read(f"{tmp}/{rank}.err"))
+                   for rank, proc in enumerate(procs)]
+    assert not check or all(code == 0 for code, _, _ in results), \
+        "\n".join(f"rank {rank} ended with status {code}:\n{err[-3000:]}" for rank, (code, _, err) in enumerate(results))
+    return results
 
 
 def _rank_main(argv: list[str], out: str, err: str, env: dict) -> None:

@@ -45,8 +45,7 @@ def torchrun(exp, model_dir: Path, config: Path, *extra, nproc: int = 2, max_res
 def forked_job(exp, model_dir: Path, config: Path, *extra, nproc: int = 2) -> None:
     """``nproc`` ranks of ``asrkit.bin.train`` from a fork server (``tests.helpers.fork_ranks``:
     no torchrun agent, and no rank importing torch again), which must all succeed."""
-    results = fork_ranks([[*train_args(exp, model_dir, config), *map(str, extra)]] * nproc)
-    assert all(code == 0 for code, _, _ in results), "\n".join(err[-3000:] for _, _, err in results)
+    fork_ranks([[*train_args(exp, model_dir, config), *map(str, extra)]] * nproc, check=True)
 
 
 def steps_logged(log_text: str) -> list[int]:

@@ -1,4 +1,5 @@
-"""Fixtures of the reliability tests: one uninterrupted two-rank DDP run that the fault tests (parametrised by training engine) compare their final weights with."""
+"""Fixtures of the reliability tests: one uninterrupted two-rank DDP run that the fault tests
+(parametrised by training engine) compare their final weights with."""
 from __future__ import annotations
 
 import pytest

@@ -13,7 +13,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
@@ -120,7 +119,6 @@ def test_ranks_whose_wenet_shard_indexes_differ_disagree(tiny_corpus, tmp_path, 
 
 
 def _worker(rank, port, root, results):
-    torch.set_num_threads(1)  # (as a forked DataLoader worker does: no OpenMP pool after fork)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
                             timeout=datetime.timedelta(seconds=60))
     ctx = DistContext(rank=rank, world_size=2)

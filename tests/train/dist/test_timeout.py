@@ -10,7 +10,6 @@ import datetime
 import os
 import re
 import subprocess
-import sys
 import time
 
 import pytest
@@ -48,7 +47,6 @@ def _stall_worker(rank, port, timeout_s, queue, tmp):
     from asrkit.train.executor import Executor, TrainState
     from asrkit.train.scheduler import build_optimizer, build_scheduler
     from tests.hooked_train import install_stall
-    torch.set_num_threads(1)  # (as a forked DataLoader worker does: no OpenMP pool after fork)
     install_stall(1, 0)  # rank 1's train loader hangs before its first batch
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
                             timeout=datetime.timedelta(seconds=timeout_s))

@@ -46,8 +46,7 @@ def launch(setup, model_dir, config, *extra, nproc=2):
     first use) once (``tests.helpers.fork_ranks``), not again in every rank: ~5 s a process.
     The FSDP runs under torchrun are the fault tests' (``tests/reliability``, parametrised by
     engine)."""
-    results = fork_ranks([[*args(setup, model_dir, config), *map(str, extra)]] * nproc, timeout=120)
-    assert all(code == 0 for code, _, _ in results), "\n".join(err[-3000:] for _, _, err in results)
+    fork_ranks([[*args(setup, model_dir, config), *map(str, extra)]] * nproc, timeout=120, check=True)
 
 
 def weights(path):
