@@ -240,6 +240,11 @@ def _rank_main(argv: list[str], out: str, err: str, env: dict) -> None:
     """The body of a :func:`fork_ranks` rank: ``main(argv)`` with stdout/stderr on ``out``/``err``."""
     code = 70
     try:
+        # A fork server's child inherits "forkserver" as its default start method; a rank
+        # under torchrun has Linux's "fork".  Without this, each DataLoader worker started a
+        # fork server of its own and imported torch and asrkit again: ~5 s per loader start.
+        import multiprocessing  # defer: the rank body only
+        multiprocessing.set_start_method("fork", force=True)
         for fd, path in ((1, out), (2, err)):
             f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.dup2(f, fd)
