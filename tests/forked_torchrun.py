@@ -9,7 +9,9 @@ launcher honours for Python-function entry points only) calling ``MODULE.main(ar
 (``asrkit.bin.train`` or ``tests.hooked_train``), not a new interpreter.  The agent imports
 MODULE and the ``--preload`` modules first, so a worker starts with torch and asrkit imported
 -- and, with ``--preload torch._dynamo,torch.distributed.fsdp``, what FSDP imports on its first
-use -- instead of spending ~3-5 s importing them again, on every attempt of every test.
+use -- instead of spending ~3-5 s importing them again, on every attempt of every test.  The
+tests run the agent itself with ``tests.helpers.fork_main`` (forked from the fork server, with
+all of that imported already), not as a new interpreter.
 
 A worker ends as ``asrkit.bin.train`` ends: ``main``'s status, without the interpreter's
 finalization (the forked worker's ``multiprocessing`` bootstrap ends it with ``os._exit``;

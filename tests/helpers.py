@@ -173,16 +173,29 @@ def plain_env() -> dict:
 FSDP_MODULES = ("torch._dynamo", "torch.distributed.fsdp", "torch.distributed.checkpoint.state_dict")
 
 
-def forked_torchrun(entry: list[str], args: list[str], nproc: int = 2, max_restarts: int = 0,
-                    fsdp: bool = False) -> list[str]:
-    """The command of ``tests.forked_torchrun`` (torchrun's agent, workers forked from it):
+def forked_torchrun_args(entry: list[str], args: list[str], nproc: int = 2, max_restarts: int = 0,
+                         fsdp: bool = False) -> list[str]:
+    """The arguments of ``tests.forked_torchrun`` (torchrun's agent, workers forked from it):
     ``nproc`` workers of ``entry`` (``["-m", "asrkit.bin.train"]``, or ``tests.hooked_train``
     with its hook options and ``--``) with ``args``, on a free port of 127.0.0.1, with
-    ``--max_restarts``; ``fsdp`` preloads what FSDP imports on its first use."""
+    ``--max_restarts``; ``fsdp`` preloads what FSDP imports on its first use.  Run them with
+    :func:`fork_main` (``fork_main("tests.forked_torchrun", ...)``): the agent then starts
+    from the fork server with torch imported."""
     preload = ["--preload", ",".join(FSDP_MODULES)] if fsdp else []
-    return [sys.executable, "-m", "tests.forked_torchrun", *preload, "--nproc_per_node", str(nproc),
-            "--max_restarts", str(max_restarts), "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-            *entry, *map(str, args)]
+    return [*preload, "--nproc_per_node", str(nproc), "--max_restarts", str(max_restarts),
+            "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *entry, *map(str, args)]
+
+
+# What the fork server imports once, before it forks a rank or an agent (fork_ranks, fork_main)
+FORK_SERVER_PRELOAD = ("torch", "asrkit.bin.train", "asrkit.train.entry", "torch.distributed.run",
+                       "tests.forked_torchrun", *FSDP_MODULES)
+
+
+def _fork_server():
+    import multiprocessing
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(list(FORK_SERVER_PRELOAD))
+    return ctx
 
 
 def fork_ranks(rank_argvs: list[list[str]], timeout: float = 240,
@@ -194,30 +207,46 @@ def fork_ranks(rank_argvs: list[list[str]], timeout: float = 240,
     every rank must end with status 0 (AssertionError with their stderr's tails otherwise).
 
     Each rank is a process forked by a fork server (``multiprocessing``'s ``forkserver``): a
-    fresh interpreter that this process starts on first use, which imports torch, asrkit's
-    trainer and :data:`FSDP_MODULES` once, then forks one rank per request.  A rank so starts
-    with all of that imported, instead of ~3-5 s importing it again (~2 s more for FSDP), and
-    from a clean process: not forked from this pytest worker, whose earlier tests may have
+    fresh interpreter that this process starts on first use, which imports
+    :data:`FORK_SERVER_PRELOAD` (torch, asrkit's trainer, what FSDP imports) once, then forks
+    one rank per request.  A rank so starts with all of that imported, instead of ~3-5 s
+    importing it again (~2 s more for FSDP), and from a clean process: not forked from this
+    pytest worker, whose earlier tests may have
     left native threads (compile workers, gloo, autograd) that a forked child inherits in an
     unusable state (a forked comm-hooks rank aborted so).  A rank ends with ``main``'s status
     without the interpreter's finalization, as ``asrkit.bin.train`` does
     (:func:`asrkit.train.entry.exit_process`); its stdout and stderr go to files of its own,
     its environment is :func:`plain_env`'s and its working directory the repository."""
-    import multiprocessing
+    port, world = free_port(), len(rank_argvs)
+    argvs = [[*map(str, argv), "--rank", str(rank), "--world_size", str(world), "--dist_backend", "gloo",
+              "--init_method", f"tcp://127.0.0.1:{port}"] for rank, argv in enumerate(rank_argvs)]
+    results = _fork_and_wait([("asrkit.bin.train", argv) for argv in argvs], timeout)
+    assert not check or all(code == 0 for code, _, _ in results), \
+        "\n".join(f"rank {rank} ended with status {code}:\n{err[-3000:]}" for rank, (code, _, err) in enumerate(results))
+    return results
+
+
+def fork_main(module: str, argv: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
+    """``module.main(argv)`` in a process forked by :func:`fork_ranks`' fork server, as
+    ``python -m module argv`` would run it (``main``'s status; its stdout and stderr), without
+    a new interpreter's imports; killed after ``timeout`` s."""
+    [(code, out, err)] = _fork_and_wait([(module, [*map(str, argv)])], timeout)
+    return subprocess.CompletedProcess([module, *argv], code, out, err)
+
+
+def _fork_and_wait(mains: list[tuple[str, list[str]]], timeout: float) -> list[tuple[int, str, str]]:
+    """Fork one process per ``(module, argv)`` of ``mains`` from the fork server, wait for all
+    (killing what is left after ``timeout`` s): ``(exit status, stdout, stderr)`` each."""
     import tempfile
     import time
 
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "asrkit.bin.train", "asrkit.train.entry", *FSDP_MODULES])
-    port, world = free_port(), len(rank_argvs)
+    ctx = _fork_server()
     with tempfile.TemporaryDirectory() as tmp:
         procs = []
         try:
-            for rank, argv in enumerate(rank_argvs):
-                argv = [*map(str, argv), "--rank", str(rank), "--world_size", str(world), "--dist_backend", "gloo",
-                        "--init_method", f"tcp://127.0.0.1:{port}"]
-                proc = ctx.Process(target=_rank_main, args=(argv, f"{tmp}/{rank}.out", f"{tmp}/{rank}.err",
-                                                            plain_env()))
+            for i, (module, argv) in enumerate(mains):
+                proc = ctx.Process(target=_child_main, args=(module, argv, f"{tmp}/{i}.out", f"{tmp}/{i}.err",
+                                                             plain_env()))
                 proc.start()
                 procs.append(proc)
             deadline = time.monotonic() + timeout
@@ -229,21 +258,18 @@ def fork_ranks(rank_argvs: list[list[str]], timeout: float = 240,
                     proc.kill()
                     proc.join()
         read = lambda path: Path(path).read_text(errors="replace") if Path(path).is_file() else ""
-        results = [(proc.exitcode, read(f"{tmp}/{rank}.out"), read(f"{tmp}/{rank}.err"))
-                   for rank, proc in enumerate(procs)]
-    assert not check or all(code == 0 for code, _, _ in results), \
-        "\n".join(f"rank {rank} ended with status {code}:\n{err[-3000:]}" for rank, (code, _, err) in enumerate(results))
-    return results
+        return [(proc.exitcode, read(f"{tmp}/{i}.out"), read(f"{tmp}/{i}.err")) for i, proc in enumerate(procs)]
 
 
-def _rank_main(argv: list[str], out: str, err: str, env: dict) -> None:
-    """The body of a :func:`fork_ranks` rank: ``main(argv)`` with stdout/stderr on ``out``/``err``."""
+def _child_main(module: str, argv: list[str], out: str, err: str, env: dict) -> None:
+    """The body of a forked process: ``module.main(argv)`` with stdout/stderr on ``out``/``err``."""
     code = 70
     try:
         # A fork server's child inherits "forkserver" as its default start method; a rank
         # under torchrun has Linux's "fork".  Without this, each DataLoader worker started a
         # fork server of its own and imported torch and asrkit again: ~5 s per loader start.
-        import multiprocessing  # defer: the rank body only
+        import importlib  # defer: the child's body only
+        import multiprocessing  # defer: the child's body only
         multiprocessing.set_start_method("fork", force=True)
         for fd, path in ((1, out), (2, err)):
             f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -254,9 +280,8 @@ def _rank_main(argv: list[str], out: str, err: str, env: dict) -> None:
         os.environ.clear()
         os.environ.update(env)
         os.chdir(REPO)
-        from asrkit.bin.train import main
         from asrkit.train.entry import status_of
-        code = status_of(lambda: main(argv))
+        code = status_of(lambda: importlib.import_module(module).main(argv))
     except SystemExit as e:  # (argparse)
         code = e.code if isinstance(e.code, int) else 2
     finally:

@@ -7,9 +7,7 @@ r's train loader hang forever before the first batch of the pass.
 from __future__ import annotations
 
 import datetime
-import os
 import re
-import subprocess
 import time
 
 import pytest
@@ -20,7 +18,7 @@ import torch.multiprocessing as mp
 from asrkit.train import dist as D
 from asrkit.train.dist.monitor import _first_line as first_line
 
-from tests.helpers import REPO, forked_torchrun, free_port, random_batch, tiny_config_dict, train_args
+from tests.helpers import fork_main, forked_torchrun_args, free_port, random_batch, tiny_config_dict, train_args
 
 TIMEOUT_S = 6
 
@@ -129,11 +127,10 @@ def test_peer_summary_and_failure_classification():
 @pytest.mark.parametrize("engine", ["torch_ddp", "torch_fsdp"])
 def test_torchrun_job_with_a_stuck_rank_fails_within_the_timeout(tiny_experiment, tmp_path, engine):
     cfg = tiny_experiment.config(tmp_path / "c.yaml", launch={"timeout_s": TIMEOUT_S}, train_engine=engine)
-    cmd = forked_torchrun(["-m", "tests.hooked_train", "--stall_rank", "1", "--"],
-                          train_args(tiny_experiment, tmp_path / "exp", cfg), fsdp=engine == "torch_fsdp")
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    agent = forked_torchrun_args(["-m", "tests.hooked_train", "--stall_rank", "1", "--"],
+                                 train_args(tiny_experiment, tmp_path / "exp", cfg), fsdp=engine == "torch_fsdp")
     start = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=240)
+    proc = fork_main("tests.forked_torchrun", agent, timeout=240)  # (the agent, from the fork server)
     end = time.time()
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
