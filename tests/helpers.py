@@ -191,11 +191,24 @@ FORK_SERVER_PRELOAD = ("torch", "asrkit.bin.train", "asrkit.train.entry", "torch
                        "tests.forked_torchrun", *FSDP_MODULES)
 
 
-def _fork_server():
-    import multiprocessing
+def fork_server_context():
+    """``multiprocessing``'s ``forkserver`` context, its server preloading
+    :data:`FORK_SERVER_PRELOAD`: the fork server of :func:`fork_ranks` (one per pytest process,
+    started on first use).  Its processes start with torch imported and from a clean process
+    (see :func:`fork_ranks`); a target must be importable by name (a module-level function)."""
+    import multiprocessing  # defer: only the tests that start processes
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(list(FORK_SERVER_PRELOAD))
     return ctx
+
+
+def spawn_ranks(fn, args: tuple = (), nprocs: int = 2) -> None:
+    """``torch.multiprocessing.spawn(fn, args, nprocs, join=True)`` -- ``fn(i, *args)`` in
+    ``nprocs`` processes, an exception in any raised here -- with the processes forked from
+    :func:`fork_server_context`'s server instead of new interpreters (~3-5 s each)."""
+    import torch.multiprocessing as mp  # defer: only the tests that start processes
+    fork_server_context()  # (the server's preload, should this start it)
+    mp.start_processes(fn, args=args, nprocs=nprocs, join=True, start_method="forkserver")
 
 
 def fork_ranks(rank_argvs: list[list[str]], timeout: float = 240,
@@ -240,7 +253,7 @@ def _fork_and_wait(mains: list[tuple[str, list[str]]], timeout: float) -> list[t
     import tempfile
     import time
 
-    ctx = _fork_server()
+    ctx = fork_server_context()
     with tempfile.TemporaryDirectory() as tmp:
         procs = []
         try:

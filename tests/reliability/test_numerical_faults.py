@@ -9,7 +9,6 @@ import datetime
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from asrkit.config import TrainConfig
 
@@ -18,7 +17,7 @@ from asrkit.models import build_model
 from asrkit.train.dist import DistContext
 from asrkit.train.executor import Executor, NonFiniteError, TrainState
 from asrkit.train.scheduler import build_optimizer, build_scheduler
-from tests.helpers import free_port, random_batch, tiny_config_dict
+from tests.helpers import fork_server_context, free_port, random_batch, tiny_config_dict
 from asrkit.text.vocabulary import Vocabulary
 
 VOCAB = 10
@@ -127,7 +126,7 @@ def _rank_worker(rank, port, tmp, queue):
 
 @pytest.mark.slow
 def test_a_fault_on_one_rank_makes_every_rank_skip_the_step(tmp_path):
-    ctx = mp.get_context("spawn")
+    ctx = fork_server_context()
     queue = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=_rank_worker, args=(r, port, tmp_path, queue)) for r in range(2)]

@@ -19,7 +19,7 @@ import torch.multiprocessing as mp
 from asrkit.config import TrainConfig, to_dict
 from asrkit.train import agreement as A
 from asrkit.train.dist import DistContext
-from tests.helpers import fork_ranks, free_port, train_args
+from tests.helpers import fork_ranks, free_port, spawn_ranks, train_args
 
 
 def _base_config(tmp_path) -> dict:
@@ -159,7 +159,7 @@ def test_two_ranks_refuse_naming_the_difference(tmp_path):
     (tmp_path / "train_r0.list").write_text('{"key": "u1"}\n')
     (tmp_path / "train_r1.list").write_text('{"key": "u2"}\n')
     results = mp.Manager().dict()
-    mp.spawn(_worker, args=(free_port(), str(tmp_path), results), nprocs=2, join=True)
+    spawn_ranks(_worker, (free_port(), str(tmp_path), results))
     for rank in (0, 1):  # every rank refuses, with the same message
         r = results[rank]
         assert r["launch only"] is None

@@ -1,5 +1,5 @@
 """One rank of the communication-hook checks in tests/train/dist/test_comm_hooks.py (started by
-``torch.multiprocessing.spawn``: a real 2-process gloo group on 127.0.0.1).
+``tests.helpers.spawn_ranks``: a real 2-process gloo group on 127.0.0.1).
 
 Each rank builds the tiny conformer of ``tests.helpers.tiny_config_dict`` (same weights on
 every rank), feeds it its own random batches, and saves what rank 0's test compares to

@@ -18,7 +18,7 @@ from asrkit.config import TrainConfig, to_dict
 from asrkit.schema import ConfigError, build
 from asrkit.train import agreement as A
 from asrkit.train.dist import comm_hook_problem
-from tests.helpers import free_port, fork_ranks, tiny_config_dict, train_args
+from tests.helpers import fork_ranks, free_port, spawn_ranks, tiny_config_dict, train_args
 from tests.train.dist import comm_hook_worker
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)
@@ -33,7 +33,7 @@ def hooked(tmp_path_factory):
     folder of both ranks' files."""
     out = tmp_path_factory.mktemp("comm_hooks")
     try:
-        mp.spawn(comm_hook_worker.run, args=(free_port(), str(out)), nprocs=2, join=True)
+        spawn_ranks(comm_hook_worker.run, (free_port(), str(out)))
         failure = None
     except (mp.ProcessExitedException, mp.ProcessRaisedException) as e:  # (a collective mismatch: gloo
         # aborts a process, or a hook callback raises)

@@ -10,7 +10,7 @@ import torch.multiprocessing as mp
 
 from asrkit.train.schema import LaunchConf
 from asrkit.train.dist import DistContext, LaunchError, check_init_method, resolve_launch
-from tests.helpers import free_port, random_batch, tiny_config_dict
+from tests.helpers import free_port, random_batch, spawn_ranks, tiny_config_dict
 
 
 def _tiny_ddp_executors(ctx, tmp, accum_grads):
@@ -73,7 +73,7 @@ def test_has_next_safety_net_stops_all_ranks_together(tmp_path):
              "even": (2, [4, 4])}
     manager = mp.Manager()
     results = manager.dict()
-    mp.spawn(_uneven_worker, args=(free_port(), cases, tmp_path, results), nprocs=2, join=True)
+    spawn_ranks(_uneven_worker, (free_port(), cases, tmp_path, results))
     # (optimizer steps, utterances trained in applied steps, "a sampler bug" logged)
     assert results[("accum1", 0)] == (4, 4, True) and results[("accum1", 1)] == (4, 4, False)
     assert results[("accum4_group_missing", 0)] == (1, 4, True)

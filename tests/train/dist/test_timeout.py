@@ -13,12 +13,11 @@ import time
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from asrkit.train import dist as D
 from asrkit.train.dist.monitor import _first_line as first_line
 
-from tests.helpers import fork_main, forked_torchrun_args, free_port, random_batch, tiny_config_dict, train_args
+from tests.helpers import fork_main, fork_server_context, forked_torchrun_args, free_port, random_batch, tiny_config_dict, train_args
 
 TIMEOUT_S = 6
 
@@ -72,7 +71,7 @@ def test_stuck_loader_ends_both_ranks_without_an_agent(tmp_path):
     DDP model: rank 0 times out in the first micro-batch's collectives (DDP's, there is no
     per-batch has-next all-reduce) and names rank 1's phase; rank 1's watchdog ends rank 1
     itself (status 3)."""
-    ctx = mp.get_context("spawn")
+    ctx = fork_server_context()
     queue = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=_stall_worker, args=(r, port, 3.0, queue, tmp_path)) for r in range(2)]
