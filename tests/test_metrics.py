@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from asrkit.metrics import Normalizer, Totals, align, error_rate, read_text, score, tokenize
+from asrkit.metrics import Normalizer, align, error_rate, read_text, score, tokenize
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -134,7 +134,7 @@ def table(runs: list[Path], test_set: str = "test") -> str:
     if not modes:
         return ""
     lines = ["| encoder | parameters | training s/epoch | training min (all) | "
-             + " | ".join(f"{m} CER %" for m in modes) + f" | decode RTF | seeds |",
+             + " | ".join(f"{m} CER %" for m in modes) + " | decode RTF | seeds |",
              "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in modes) + " | ---: | ---: |"]
     for name, rows in data.items():
         trains = [t for t, _, _ in rows]

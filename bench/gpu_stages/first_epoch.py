@@ -35,7 +35,6 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 import torch
 
@@ -43,7 +42,7 @@ from asrkit.train.compile import compile_blocks
 from bench.bucket_plan import aishell_list, plan_figures
 from bench.gpu_stages import aishell
 from bench.gpu_stages.aishell_data import existing_set, make_set
-from bench.gpu_stages.common import (PRECISIONS, SyncCount, StageRecord, device_for, free_memory,
+from bench.gpu_stages.common import (SyncCount, StageRecord, device_for, free_memory,
                                      recording_warnings, stage_args, train_steps)
 from bench.gpu_stages.process import run_with_deadline
 from asrkit.train.counters import TrainState

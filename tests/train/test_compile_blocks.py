@@ -8,7 +8,6 @@ import copy
 import time
 
 import pytest
-import torch
 
 from asrkit.train.compile import compile_blocks, model_blocks
 from tests.models.tiny import random_batch, tiny_config, tiny_model

@@ -9,7 +9,6 @@ model is measured by ``bench/transcribe_long.py``: on samples this small its dif
 swings by +-0.7 points with the pauses drawn, docs/transcribe.md.)"""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import soundfile as sf
 

@@ -4,7 +4,6 @@ decoding gives, with token times from the frames the search emitted each token a
 from __future__ import annotations
 
 import pytest
-import torch
 
 from asrkit.transcribe import Segmentation, load_model
 from tests.models.transducer.wenet_transducer import FIXTURES, load_reference

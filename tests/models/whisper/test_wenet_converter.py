@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-from pathlib import Path
 
 import pytest
 import torch

@@ -107,7 +107,7 @@ def test_two_ranks_equal_one_rank_double_batch_and_accumulation(setup, reference
     assert_same_weights(final(acc), ref_w)
 
     ddp = setup["root"] / "ddp"
-    proc = run_checked([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+    run_checked([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                         "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
                         "-m", "asrkit.bin.train", *args(setup, ddp, setup["cfg"]("ddp.yaml", B, 1))])
     log0 = (ddp / "log" / "rank0.log").read_text()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 
 import pytest
-import torch
 
 from asrkit import checkpoint as ckpt
 from tests.helpers import distinct_utterance_list, fork_ranks, train_args, train_here
