@@ -110,6 +110,18 @@ def log_precision(cfg: TrainConfig, device: torch.device, scaler) -> None:
              if scaler is not None else " (no loss scaling needed)")
 
 
+def choose_attention_backend(cfg: TrainConfig, device: torch.device) -> None:
+    """On CUDA, switch torch's cuDNN attention backend (process-wide) as ``cudnn_sdpa`` says;
+    ``scaled_dot_product_attention`` then picks among flash, memory-efficient and math.
+    Nothing changes on other devices (cuDNN attention is CUDA's alone)."""
+    if device.type != "cuda":
+        return
+    torch.backends.cuda.enable_cudnn_sdp(cfg.cudnn_sdpa)
+    log.info("attention: cuDNN's scaled-dot-product attention %s (cudnn_sdpa: %s)",
+             "allowed" if cfg.cudnn_sdpa else "off, no graph built per new batch shape",
+             str(cfg.cudnn_sdpa).lower())
+
+
 def effective_batch(cfg: TrainConfig, world_size: int) -> str:
     """The per-rank batch, accum_grad and the effective global batch of one optimizer step."""
     b = cfg.dataset_conf.batch_conf
@@ -151,6 +163,7 @@ def build_training(cfg: TrainConfig, ctx: DistContext, *, train_data: str | Sequ
     accum_grad = _scaled_accum_grad(cfg, ctx)
     scaler = amp_scaler(cfg, ctx.device)
     log_precision(cfg, ctx.device, scaler)
+    choose_attention_backend(cfg, ctx.device)
     seed_everything(cfg.seed)
 
     inputs = inputs or load_model_inputs(cfg, model_cmvn=True)

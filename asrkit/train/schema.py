@@ -152,6 +152,11 @@ class TrainerSections:
     # block compiled in place (asrkit.train.compile), the rest eager; off by default, kept only
     # where the GPU check measures it faster end to end, compile warm-up included.
     compile_blocks: bool = False
+    # asrkit's own (WeNet has none): torch's cuDNN attention backend for training on a GPU. Off:
+    # from torch 2.9 it is preferred on sm90/sm100 and builds a graph for every new batch shape;
+    # on an H200 in bf16 a step on a new shape took 0.86 s against 0.15 s, with it off 0.20 s
+    # against 0.17 s, and a first epoch ran 3x faster (docs/performance.md, "GPU check").
+    cudnn_sdpa: bool = False
 
     def validate(self) -> list[str]:
         """The keys of ``scheduler_conf`` against the scheduler that reads them."""

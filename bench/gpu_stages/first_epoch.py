@@ -5,15 +5,19 @@ carried over from another), from the model's build through epoch 0 of the stage'
 synthetic set (``aishell_data``: AISHELL-1's durations, the recipe's pipeline) and then
 on into epoch 1 (shapes met before) until its time is up.  Variants, most wanted first:
 
-* ``bf16_bucket``: ``batch_type: bucket_frames`` (bounded shapes), torch's defaults;
-* ``bf16_dynamic``: the old ``dynamic`` batches (nearly every batch a new shape);
-* ``bf16_bucket_no_cudnn_sdpa``: ``torch.backends.cuda.enable_cudnn_sdp(False)`` (from
-  torch 2.9 cuDNN attention is enabled by default on sm90 and builds a graph per shape);
-* ``bf16_bucket_sdpa_avoid_recompile``: ``TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1`` (read once
-  per process by torch, hence the process per variant);
-* ``bf16_bucket_compile_blocks``: ``compile_blocks: true`` (regional torch.compile, its
-  warm-up inside the epoch; ``--compile_cache``: the inductor cache folder);
-* ``tf32_bucket``: TF32 on the same batches.
+* ``bf16_bucket``: ``batch_type: bucket_frames`` (bounded shapes) with asrkit's defaults
+  (``cudnn_sdpa: false``: torch's cuDNN attention off);
+* ``bf16_bucket_no_cudnn``: the same with ``torch.backends.cudnn.enabled = False`` (what is
+  left of the new-shape cost once cuDNN attention is off: cuDNN's convolutions?);
+* ``tf32_bucket``: TF32 on the same batches;
+* by name (``--variants``; measured on 2026-11-30, docs/experiments/gpu_check_h200.md):
+  ``bf16_bucket_cudnn_sdpa`` (``cudnn_sdpa: true``, torch's default from 2.9 on sm90/sm100,
+  which builds a cuDNN graph per new shape), ``bf16_dynamic`` (the old ``dynamic`` batches:
+  nearly every batch a new shape), ``bf16_bucket_sdpa_avoid_recompile``
+  (``TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1`` with cuDNN attention allowed; read once per
+  process by torch, hence the process per variant), ``bf16_bucket_compile_blocks``
+  (``compile_blocks: true``, its warm-up inside the epoch; ``--compile_cache``: the
+  inductor cache folder).
 
 Per variant: the first epoch's real frames/s (build excluded, everything after it
 included), its batches, distinct shapes and padding; compute seconds per step on shapes
@@ -56,17 +60,22 @@ class Variant:
     name: str
     precision: str = "bf16"
     batch_type: str = "bucket_frames"
-    cudnn_sdpa: bool = True
+    cudnn_sdpa: bool = False        # the config key (asrkit's default: off)
+    cudnn: bool = True              # torch.backends.cudnn.enabled
     env: tuple = ()                 # (name, value) pairs for the variant's process
     compile_blocks: bool = False
     share: float = 1.0              # of the per-variant time
 
 
-VARIANTS = (Variant("bf16_bucket"), Variant("bf16_dynamic", batch_type="dynamic"),
-            Variant("bf16_bucket_no_cudnn_sdpa", cudnn_sdpa=False),
-            Variant("bf16_bucket_sdpa_avoid_recompile", env=(("TORCH_CUDNN_SDPA_AVOID_RECOMPILE", "1"),)),
-            Variant("bf16_bucket_compile_blocks", compile_blocks=True, share=1.6),
-            Variant("tf32_bucket", precision="tf32", share=0.8))
+# the default run: a full AISHELL-1-size first epoch for bf16 and TF32 (their shares), the
+# cuDNN-off probe cut short; the others by name
+VARIANTS = (Variant("bf16_bucket", share=1.15), Variant("bf16_bucket_no_cudnn", cudnn=False, share=0.55),
+            Variant("tf32_bucket", precision="tf32", share=1.3),
+            Variant("bf16_bucket_cudnn_sdpa", cudnn_sdpa=True), Variant("bf16_dynamic", batch_type="dynamic"),
+            Variant("bf16_bucket_sdpa_avoid_recompile", cudnn_sdpa=True,
+                    env=(("TORCH_CUDNN_SDPA_AVOID_RECOMPILE", "1"),)),
+            Variant("bf16_bucket_compile_blocks", compile_blocks=True, share=1.6))
+DEFAULT_VARIANTS = ("bf16_bucket", "bf16_bucket_no_cudnn", "tf32_bucket")
 BY_NAME = {v.name: v for v in VARIANTS}
 # the dry run: the first in a process of its own, the second in the stage's (the other
 # variants differ by CUDA-only switches; compile_blocks' loss: tests/train/test_compile_blocks.py)
@@ -75,7 +84,8 @@ DRY_RUN_VARIANTS = ("bf16_bucket", "bf16_dynamic")
 
 def overrides(data, v: Variant, max_frames: int, workers: int, dry: bool) -> list[str]:
     base = aishell.Variant(v.name, v.precision, max_frames, 1, workers)
-    out = aishell.config_overrides(data, base, dry, batch_type=v.batch_type) + ["accum_grad=1"]
+    out = aishell.config_overrides(data, base, dry, batch_type=v.batch_type) + [
+        "accum_grad=1", f"cudnn_sdpa={str(v.cudnn_sdpa).lower()}"]
     if dry:  # (the dry run's 24 utterances: two buckets give full batches)
         out.append("dataset_conf.batch_conf.num_buckets=2")
     return out + (["compile_blocks=true"] if v.compile_blocks and not dry else [])
@@ -111,8 +121,7 @@ def run_variant(v: Variant, data, args) -> dict:
     dry = args.cpu_dry_run
     device = device_for(dry)
     deadline = time.perf_counter() + args.seconds
-    if device.type == "cuda":
-        torch.backends.cuda.enable_cudnn_sdp(v.cudnn_sdpa)
+    torch.backends.cudnn.enabled = v.cudnn  # (cuDNN attention: the config's cudnn_sdpa, set by the build)
     if v.compile_blocks and args.compile_cache:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(args.compile_cache).resolve())
     start = time.perf_counter()
@@ -151,11 +160,14 @@ def run_variant(v: Variant, data, args) -> dict:
                      "real_frames_per_s": round(real / max(seconds, 1e-9), 1),
                      "padding_share": round(1 - real / max(padded, 1), 4),
                      "data_wait_share": round(first[-1]["wait"] / max(seconds, 1e-9), 4),
+                     # the wait for the first batch (the workers' start) apart from the rest
+                     "first_batch_wait_s": round(first[0]["wait"] - marks[0]["wait"], 2),
                      "complete": state.epoch > 0, "distinct_shapes": len(set(loader.shapes[:len(first)]))}
     result = {"variant": dataclasses.asdict(v), "build_seconds": round(built, 2), "first_epoch": epoch_end,
               "steps_total": state.step, "distinct_shapes_total": len(set(loader.shapes)),
               "steps": step_times(marks, loader.shapes, loader.sizes), "host_syncs": syncs.report(),
               "cudnn_benchmark": torch.backends.cudnn.benchmark, "cudnn_sdpa": torch.backends.cuda.cudnn_sdp_enabled(),
+              "cudnn": torch.backends.cudnn.enabled,
               "env": dict(v.env), "torch": torch.__version__}
     if device.type == "cuda":
         result["peak_memory_GiB"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
@@ -185,11 +197,13 @@ def projections(r: dict, plan: dict) -> dict:
 
 def main(argv=None) -> int:
     p = stage_args(__doc__.splitlines()[0])
-    p.add_argument("--utterances", type=int, default=8000, help="the synthetic set (one first epoch)")
+    p.add_argument("--utterances", type=int, default=120_098, help="the synthetic set (one first epoch; "
+                   "AISHELL-1's count: 150 h, 454 batches, 6.75 s of data on the H200)")
     p.add_argument("--distinct_audio", type=int, default=600)
     p.add_argument("--max_frames", type=int, default=128000)
-    p.add_argument("--workers", type=int, default=8)
-    p.add_argument("--variants", default=",".join(v.name for v in VARIANTS))
+    p.add_argument("--workers", type=int, default=12, help="loader workers (8 left 9.6 %% data wait at "
+                   "bf16's 625,000 frames/s on the H200's 16 cores)")
+    p.add_argument("--variants", default=",".join(DEFAULT_VARIANTS))
     p.add_argument("--compile_cache", default=None, help="TORCHINDUCTOR_CACHE_DIR for the compile variant")
     p.add_argument("--variant", default=None, help="(internal) run this one variant in this process")
     args = p.parse_args(argv)
@@ -207,7 +221,7 @@ def main(argv=None) -> int:
                                               duration_scale=0.25 if dry else 1.0, config=aishell.CONFIG,
                                               distinct=None if dry else args.distinct_audio)
     plans = {bt: full_epoch_plan(bt, args.max_frames) for bt in ("bucket_frames", "dynamic")}
-    wanted = [BY_NAME[n] for n in args.variants.split(",") if n and (not dry or n in DRY_RUN_VARIANTS)]
+    wanted = [BY_NAME[n] for n in (DRY_RUN_VARIANTS if dry else args.variants.split(",")) if n]
     record.record("setup", {"data": data.describe(), "max_frames": args.max_frames, "workers": args.workers,
                             "aishell1_epoch_plan_one_gpu": plans, "data_seconds": round(time.perf_counter() - t0, 2),
                             "torch": torch.__version__, "variants": [v.name for v in wanted]})

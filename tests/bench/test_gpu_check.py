@@ -150,7 +150,8 @@ def check_first_epoch(record: dict, stdout: str) -> None:
         v = r[name]
         fe = v["first_epoch"]
         assert fe["steps"] >= 1 and fe["real_frames_per_s"] > 0 and fe["distinct_shapes"] >= 1, (name, v)
-        assert 0 <= fe["padding_share"] < 1 and v["steps"]["new_shape_steps"] >= 1
+        assert 0 <= fe["padding_share"] < 1 and v["steps"]["new_shape_steps"] >= 1 and fe["first_batch_wait_s"] >= 0
+        assert v["variant"]["cudnn_sdpa"] is False and v["cudnn"] is True  # asrkit's default; cuDNN on
         assert v["cudnn_benchmark"] is False and v["host_syncs"]["syncs_per_step"] is None  # counted on CUDA only
         assert v["projection"]["epoch_s_from_first_epoch_rate"] == pytest.approx(54_000_000 / fe["real_frames_per_s"],
                                                                                  rel=1e-3)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from asrkit.config import load_config
-from asrkit.train.build import InitError, build_training
+from asrkit.train.build import InitError, build_training, choose_attention_backend
 from asrkit.train.dist import DistContext
 from asrkit.train.job import ModuleInit
 
@@ -37,3 +37,22 @@ def test_enc_init_failure_is_an_init_error(tiny_experiment, tmp_path):
     torch.save({"model": {"encoder.nothing": torch.zeros(1)}}, bad)
     with pytest.raises(InitError, match="cannot initialise from --enc_init: .*encoder"):
         build_training(cfg, DistContext(), init=ModuleInit(str(bad), "encoder."), **_lists(tiny_experiment))
+
+
+def test_cudnn_attention_is_off_on_cuda_unless_the_config_allows_it(tiny_experiment, tmp_path):
+    """``cudnn_sdpa`` (default false) sets torch's process-wide cuDNN attention switch on CUDA
+    and leaves it alone elsewhere; torch's own default is on."""
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        cfg = load_config(tiny_experiment.config(tmp_path / "c.yaml"))
+        assert cfg.cudnn_sdpa is False
+        choose_attention_backend(cfg, torch.device("cpu"))
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+        choose_attention_backend(cfg, torch.device("cuda"))
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        allowed = load_config(tiny_experiment.config(tmp_path / "d.yaml", cudnn_sdpa=True))
+        choose_attention_backend(allowed, torch.device("cuda"))
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
