@@ -1,17 +1,16 @@
 """torchrun with its workers forked from the agent: the fault tests' launcher.
 
-``python -m tests.forked_torchrun [--preload MOD[,MOD...]] <torchrun options> -m MODULE <args>``
+``python -m tests.forked_torchrun <torchrun options> -m MODULE <args>``
 runs what ``python -m torch.distributed.run <torchrun options> -m MODULE <args>`` runs -- the
 same ``LaunchConfig`` from torchrun's own parser and ``config_from_args``, the same elastic
 agent with its restarts (``--max_restarts``), signal forwarding and shutdown timeout -- except
 that each worker is a process forked from the agent (``start_method="fork"``, which torch's
 launcher honours for Python-function entry points only) calling ``MODULE.main(args)``
 (``asrkit.bin.train`` or ``tests.hooked_train``), not a new interpreter.  The agent imports
-MODULE and the ``--preload`` modules first, so a worker starts with torch and asrkit imported
--- and, with ``--preload torch._dynamo,torch.distributed.fsdp``, what FSDP imports on its first
-use -- instead of spending ~3-5 s importing them again, on every attempt of every test.  The
-tests run the agent itself with ``tests.helpers.fork_main`` (forked from the fork server, with
-all of that imported already), not as a new interpreter.
+MODULE first, so a worker starts with torch and asrkit imported instead of spending ~3-5 s
+importing them again, on every attempt of every test.  The tests run the agent itself with
+``tests.helpers.fork_main``: forked from the fork server, which has imported all of that
+already and what FSDP imports on its first use (``tests.helpers.FORK_SERVER_PRELOAD``).
 
 A worker ends as ``asrkit.bin.train`` ends: ``main``'s status, without the interpreter's
 finalization (the forked worker's ``multiprocessing`` bootstrap ends it with ``os._exit``;
@@ -34,17 +33,13 @@ def _worker(module: str, *argv: str) -> int:
 
 
 def main(argv: list[str]) -> int:
-    preload: list[str] = []
-    if argv[:1] == ["--preload"]:
-        preload, argv = [m for m in argv[1].split(",") if m], argv[2:]
     from torch.distributed.launcher.api import elastic_launch
     from torch.distributed.run import config_from_args, get_args_parser
     args = get_args_parser().parse_args(argv)
     if not args.module or args.master_port is None:
         print("error: tests.forked_torchrun needs -m MODULE and --master_port", file=sys.stderr)
         return 2
-    for name in [args.training_script, *preload]:
-        importlib.import_module(name)
+    importlib.import_module(args.training_script)
     config, _, _ = config_from_args(args)
     config.start_method = "fork"
     elastic_launch(config, entrypoint=_worker)(args.training_script, *args.training_script_args)

@@ -173,16 +173,14 @@ def plain_env() -> dict:
 FSDP_MODULES = ("torch._dynamo", "torch.distributed.fsdp", "torch.distributed.checkpoint.state_dict")
 
 
-def forked_torchrun_args(entry: list[str], args: list[str], nproc: int = 2, max_restarts: int = 0,
-                         fsdp: bool = False) -> list[str]:
+def forked_torchrun_args(entry: list[str], args: list[str], nproc: int = 2, max_restarts: int = 0) -> list[str]:
     """The arguments of ``tests.forked_torchrun`` (torchrun's agent, workers forked from it):
     ``nproc`` workers of ``entry`` (``["-m", "asrkit.bin.train"]``, or ``tests.hooked_train``
     with its hook options and ``--``) with ``args``, on a free port of 127.0.0.1, with
-    ``--max_restarts``; ``fsdp`` preloads what FSDP imports on its first use.  Run them with
-    :func:`fork_main` (``fork_main("tests.forked_torchrun", ...)``): the agent then starts
-    from the fork server with torch imported."""
-    preload = ["--preload", ",".join(FSDP_MODULES)] if fsdp else []
-    return [*preload, "--nproc_per_node", str(nproc), "--max_restarts", str(max_restarts),
+    ``--max_restarts``.  Run them with :func:`fork_main` (``fork_main("tests.forked_torchrun",
+    ...)``): the agent then starts from the fork server with torch, asrkit and what FSDP
+    imports on its first use imported (:data:`FORK_SERVER_PRELOAD`)."""
+    return ["--nproc_per_node", str(nproc), "--max_restarts", str(max_restarts),
             "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *entry, *map(str, args)]
 
 

@@ -127,7 +127,7 @@ def test_peer_summary_and_failure_classification():
 def test_torchrun_job_with_a_stuck_rank_fails_within_the_timeout(tiny_experiment, tmp_path, engine):
     cfg = tiny_experiment.config(tmp_path / "c.yaml", launch={"timeout_s": TIMEOUT_S}, train_engine=engine)
     agent = forked_torchrun_args(["-m", "tests.hooked_train", "--stall_rank", "1", "--"],
-                                 train_args(tiny_experiment, tmp_path / "exp", cfg), fsdp=engine == "torch_fsdp")
+                                 train_args(tiny_experiment, tmp_path / "exp", cfg))
     start = time.time()
     proc = fork_main("tests.forked_torchrun", agent, timeout=240)  # (the agent, from the fork server)
     end = time.time()
