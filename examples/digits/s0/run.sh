@@ -57,12 +57,12 @@ train_config=conf/train_conformer_cpu.yaml
 dir=exp/conformer_cpu
 num_workers=1
 cpu_nproc_per_node=2          # without GPUs: 2 processes x 1 thread (docs/performance.md)
-# decoding (the three left empty take the model's values below; given, they are used)
+# decoding (those left empty take the model's values below; given, they are used)
 average_num=3
 decode_modes=                 # ctc_attention: the four CTC/attention modes; transducer: the transducer modes + ctc_greedy_search
 decode_ctc_weight=            # ctc_attention: attention_rescoring's CTC weight 0.3; transducer: the rescorings' search-score weight 0.5 (WeNet's rnnt recipe)
 decode_reverse_weight=        # 0.3 with --streaming true (bidirectional decoder), else 0.0
-decode_length_penalty=1.5     # attention mode: chosen on the dev set (bench/decode_penalties.py; docs/recipes.md)
+decode_length_penalty=        # attention mode, chosen on the dev set (bench/decode_penalties.py; docs/recipes.md): 1.5, whisper 0
 # (the transducer modes' weights, decode_search_ctc_weight 0.3 etc., are WeNet's rnnt recipe's: tools/recipe_defaults.sh)
 # model: ctc_attention (conformer CTC/attention: conf/train_conformer_cpu.yaml -> exp/conformer_cpu)
 #   | transducer (RNN-T + CTC + attention, stateless embedding predictor:
@@ -137,6 +137,9 @@ else
   decode_ctc_weight=${decode_ctc_weight:-0.3}
   lm_modes=${lm_modes:-ctc_prefix_beam_search attention_rescoring}
 fi
+# (whisper: 0 on the dev set, run 5 of docs/experiments/whisper_digits.md; the conformer: 1.5)
+if [ "$model" = whisper ]; then decode_length_penalty=${decode_length_penalty:-0.0}; fi
+decode_length_penalty=${decode_length_penalty:-1.5}
 if [ "$streaming" = true ]; then decode_reverse_weight=${decode_reverse_weight:-0.3}; fi
 decode_reverse_weight=${decode_reverse_weight:-0.0}
 . tools/recipe_stages.sh
