@@ -267,6 +267,15 @@ def _whisper(cfg, exp, tmp_path):
     assert sample["feat"].shape == (10, 80)
 
 
+def _cuda_attention(cfg, exp, tmp_path):
+    from asrkit.train.build import choose_attention_backend
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        choose_attention_backend(cfg, torch.device("cuda"))  # (switches a flag; needs no GPU)
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
+
+
 # (preflight reads the switches and the lists' paths in every run)
 _AUGMENT_KEYS = ["DatasetConf.volume_perturb_conf", "DatasetConf.band_limit_conf", "BandLimitConf.rates",
                  "BandLimitConf.band_limit_apply_prob", "ReverbConf.rir_apply_prob", "NoiseConf.noise_apply_prob",
@@ -281,6 +290,9 @@ _TRANSDUCER_KEYS = (["TrainConfig.predictor", "TrainConfig.predictor_conf", "Tra
                     + [f"JointConf.{f.name}" for f in dataclasses.fields(JointConf)])
 
 TARGETED = {
+    "TrainConfig.cudnn_sdpa": (
+        "asrkit.train.build.choose_attention_backend (torch's cuDNN attention switch, on a CUDA device)",
+        "the tiny run is on the CPU", _cuda_attention),
     "TrainConfig.max_nonfinite_steps": (
         "asrkit.train.executor.Executor._count_fault (a skipped non-finite optimizer step)",
         "the tiny run's losses and gradients are finite", _nonfinite_step),
